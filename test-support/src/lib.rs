@@ -1,0 +1,376 @@
+//! Conventions every device test of this workspace follows.
+//!
+//! A device test starts with
+//!
+//! ```no_run
+//! # fn main() {
+//! let Some(device) = rdma_test_support::device() else { return };
+//! // ... open `device.name`, use `device.port` and `device.gid_index` ...
+//! # }
+//! ```
+//!
+//! [`device`] picks the device:
+//!
+//! - `RDMA_TEST_DEVICE` names it (with `RDMA_TEST_PORT`, default 1, `RDMA_TEST_GID_INDEX` and
+//!   `RDMA_TEST_ADDR` optional);
+//! - otherwise the first active port of any device with a routable GID: on Ethernet (RoCE) an
+//!   IPv4-mapped GID, RoCE v2 first; on InfiniBand GID index 0 of a port with a LID.
+//!
+//! With no device it returns `None` after printing a visible `SKIPPED` line, unless
+//! `RDMA_TEST_REQUIRE_DEVICE=1` (the harness sets it): then the test fails with a one-line
+//! message. Each outcome is also appended to the file named by `RDMA_TEST_REPORT`, which the
+//! harness (`cargo xtask test`) reads to prove that device tests ran and none were skipped.
+//!
+//! This crate uses only the raw bindings, so every crate's tests can depend on it.
+
+#![deny(missing_docs)]
+
+use std::ffi::CStr;
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::OnceLock;
+
+use rdma_verbs_sys as ffi;
+
+/// Environment variable naming the device to test on (for example `rxe0`).
+pub const ENV_DEVICE: &str = "RDMA_TEST_DEVICE";
+/// Environment variable naming the port (default 1) when [`ENV_DEVICE`] is set.
+pub const ENV_PORT: &str = "RDMA_TEST_PORT";
+/// Environment variable naming the GID index to use.
+pub const ENV_GID_INDEX: &str = "RDMA_TEST_GID_INDEX";
+/// Environment variable naming the IP address of the device's network interface (for rdma_cm).
+pub const ENV_ADDR: &str = "RDMA_TEST_ADDR";
+/// Environment variable that turns a missing device from a skip into a failure when set to `1`.
+pub const ENV_REQUIRE: &str = "RDMA_TEST_REQUIRE_DEVICE";
+/// Environment variable naming the file the harness reads test outcomes from.
+pub const ENV_REPORT: &str = "RDMA_TEST_REPORT";
+
+/// The device, port and addressing a device test runs on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TestDevice {
+    /// Device name, as `ibv_get_device_name` gives it (for example `rxe0`).
+    pub name: String,
+    /// Port number (1-based).
+    pub port: u8,
+    /// GID index to address the port with.
+    pub gid_index: u32,
+    /// The GID at [`gid_index`](Self::gid_index), in network byte order.
+    pub gid: [u8; 16],
+    /// The port's LID (0 on RoCE).
+    pub lid: u16,
+    /// Whether the port's link layer is Ethernet (RoCE) rather than InfiniBand.
+    pub is_ethernet: bool,
+    /// IP address of the port's network interface, when known (RoCE: from the GID).
+    pub addr: Option<IpAddr>,
+}
+
+/// The device to test on, or `None` (after a visible skip) when there is none and
+/// `RDMA_TEST_REQUIRE_DEVICE` is not `1`.
+///
+/// # Panics
+///
+/// When no device is found and `RDMA_TEST_REQUIRE_DEVICE=1`: that is the test's failure.
+#[track_caller]
+pub fn device() -> Option<TestDevice> {
+    static FOUND: OnceLock<Result<TestDevice, String>> = OnceLock::new();
+    match FOUND.get_or_init(find_device) {
+        Ok(device) => {
+            report(&format!("ran {} {}", test_name(), device.name));
+            Some(device.clone())
+        }
+        Err(reason) => {
+            skip(reason);
+            None
+        }
+    }
+}
+
+/// Records that the running test could not run because the device lacks `capability`, and
+/// prints a visible line. The harness lists every such skip in its summary.
+///
+/// Use it only for capabilities the device really lacks (XRC, ODP, device memory on rxe);
+/// features the issues ask for are not skipped on rxe.
+pub fn unsupported(capability: &str) {
+    let name = test_name();
+    visible(&format!(
+        "UNSUPPORTED {name}: the device lacks {capability}"
+    ));
+    report(&format!("unsupported {name} {capability}"));
+}
+
+#[track_caller]
+fn skip(reason: &str) {
+    let name = test_name();
+    if std::env::var(ENV_REQUIRE).as_deref() == Ok("1") {
+        report(&format!("failed {name} {reason}"));
+        panic!("{ENV_REQUIRE}=1 but {reason}");
+    }
+    visible(&format!(
+        "SKIPPED {name}: {reason} (set {ENV_REQUIRE}=1 to make this a failure)"
+    ));
+    report(&format!("skipped {name} {reason}"));
+}
+
+/// Writes a line to the real standard error: libtest captures `eprintln!` of passing tests, and
+/// a skip must be seen.
+fn visible(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// The running test's name: libtest names each test's thread after the test.
+fn test_name() -> String {
+    let exe = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .map(|s| {
+            s.rsplit_once('-')
+                .map_or(s.clone(), |(name, _hash)| name.to_string())
+        })
+        .unwrap_or_default();
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("main");
+    format!("{exe}::{test}")
+}
+
+fn report(line: &str) {
+    let Some(path) = std::env::var_os(ENV_REPORT) else {
+        return;
+    };
+    // One `write` of one line to a file opened for appending: lines from concurrent tests and
+    // processes do not interleave.
+    let line = format!("{line}\n");
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut file| file.write_all(line.as_bytes()));
+    if let Err(error) = written {
+        eprintln!("warning: cannot append to {ENV_REPORT} file {path:?}: {error}");
+    }
+}
+
+fn find_device() -> Result<TestDevice, String> {
+    let wanted = std::env::var(ENV_DEVICE).ok().filter(|s| !s.is_empty());
+    let devices = DeviceList::get()?;
+    if devices.names.is_empty() {
+        return Err("no RDMA device found (ibv_get_device_list returned none)".to_string());
+    }
+    let mut tried = Vec::new();
+    for (index, name) in devices.names.iter().enumerate() {
+        if wanted.as_ref().is_some_and(|w| w != name) {
+            continue;
+        }
+        match probe(devices.list[index], name, wanted.is_some()) {
+            Ok(Some(device)) => return Ok(apply_overrides(device)),
+            Ok(None) => tried.push(format!("{name}: no active port with a routable GID")),
+            Err(error) => tried.push(format!("{name}: {error}")),
+        }
+    }
+    if let Some(wanted) = wanted {
+        if tried.is_empty() {
+            return Err(format!(
+                "{ENV_DEVICE}={wanted} names no device (devices: {})",
+                devices.names.join(", ")
+            ));
+        }
+    }
+    Err(format!("no usable RDMA device ({})", tried.join("; ")))
+}
+
+fn apply_overrides(mut device: TestDevice) -> TestDevice {
+    if let Some(addr) = std::env::var(ENV_ADDR).ok().and_then(|a| a.parse().ok()) {
+        device.addr = Some(addr);
+    }
+    device
+}
+
+/// The list from `ibv_get_device_list`, freed on drop.
+struct DeviceList {
+    list: Vec<*mut ffi::ibv_device>,
+    names: Vec<String>,
+    raw: *mut *mut ffi::ibv_device,
+}
+
+impl DeviceList {
+    fn get() -> Result<Self, String> {
+        let mut count = 0;
+        // SAFETY: `count` is a valid out-pointer; the returned array is freed in Drop.
+        let raw = unsafe { ffi::ibv_get_device_list(&mut count) };
+        if raw.is_null() {
+            return Err(format!(
+                "ibv_get_device_list failed: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        let mut list = Vec::new();
+        let mut names = Vec::new();
+        for i in 0..usize::try_from(count).unwrap_or(0) {
+            // SAFETY: the array holds `count` valid device pointers.
+            let device = unsafe { *raw.add(i) };
+            // SAFETY: a listed device has a NUL-terminated name that lives as long as the list.
+            let name = unsafe { CStr::from_ptr(ffi::ibv_get_device_name(device)) };
+            list.push(device);
+            names.push(name.to_string_lossy().into_owned());
+        }
+        Ok(Self { list, names, raw })
+    }
+}
+
+impl Drop for DeviceList {
+    fn drop(&mut self) {
+        // SAFETY: `raw` came from ibv_get_device_list and is freed once.
+        unsafe { ffi::ibv_free_device_list(self.raw) };
+    }
+}
+
+/// Looks for an active port with a routable GID on one device.
+fn probe(
+    device: *mut ffi::ibv_device,
+    name: &str,
+    named: bool,
+) -> Result<Option<TestDevice>, String> {
+    // SAFETY: `device` is from a live device list.
+    let context = unsafe { ffi::ibv_open_device(device) };
+    if context.is_null() {
+        return Err(format!(
+            "ibv_open_device failed: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let result = probe_ports(context, name, named);
+    // SAFETY: `context` was opened above and is closed once.
+    unsafe { ffi::ibv_close_device(context) };
+    result
+}
+
+fn probe_ports(
+    context: *mut ffi::ibv_context,
+    name: &str,
+    named: bool,
+) -> Result<Option<TestDevice>, String> {
+    let mut device_attr = ffi::ibv_device_attr::default();
+    // SAFETY: live context, writable attribute struct.
+    let rc = unsafe { ffi::ibv_query_device(context, &mut device_attr) };
+    if rc != 0 {
+        return Err(format!(
+            "ibv_query_device failed: {}",
+            std::io::Error::from_raw_os_error(rc)
+        ));
+    }
+    let wanted_port = if named {
+        std::env::var(ENV_PORT)
+            .ok()
+            .and_then(|p| p.parse::<u8>().ok())
+    } else {
+        None
+    };
+    let wanted_gid = std::env::var(ENV_GID_INDEX)
+        .ok()
+        .and_then(|g| g.parse::<u32>().ok());
+    for port in 1..=device_attr.phys_port_cnt {
+        if wanted_port.is_some_and(|p| p != port) {
+            continue;
+        }
+        let mut port_attr = ffi::ibv_port_attr::default();
+        // SAFETY: live context, writable attribute struct.
+        let rc = unsafe { ffi::ibv_query_port(context, port, &mut port_attr) };
+        if rc != 0 || port_attr.state != ffi::IBV_PORT_ACTIVE {
+            continue;
+        }
+        let is_ethernet = u32::from(port_attr.link_layer) == ffi::IBV_LINK_LAYER_ETHERNET;
+        let gid_index = match wanted_gid {
+            Some(index) => Some(index),
+            None if is_ethernet => routable_roce_gid(context, port, port_attr.gid_tbl_len),
+            None if port_attr.lid != 0 => Some(0),
+            None => None,
+        };
+        let Some(gid_index) = gid_index else { continue };
+        let gid = query_gid(context, port, gid_index)
+            .ok_or_else(|| format!("cannot read GID {gid_index} of port {port}"))?;
+        return Ok(Some(TestDevice {
+            name: name.to_string(),
+            port,
+            gid_index,
+            gid,
+            lid: port_attr.lid,
+            is_ethernet,
+            addr: gid_to_ip(&gid),
+        }));
+    }
+    Ok(None)
+}
+
+/// The first IPv4-mapped GID, RoCE v2 before RoCE v1.
+fn routable_roce_gid(context: *mut ffi::ibv_context, port: u8, table_len: i32) -> Option<u32> {
+    let mut best: Option<(u32, bool)> = None;
+    for index in 0..u32::try_from(table_len).unwrap_or(0) {
+        let mut entry = ffi::ibv_gid_entry::default();
+        let size = std::mem::size_of::<ffi::ibv_gid_entry>();
+        // SAFETY: live context, writable entry of `size` bytes; unset entries give an error.
+        let rc =
+            unsafe { ffi::_ibv_query_gid_ex(context, u32::from(port), index, &mut entry, 0, size) };
+        if rc != 0 {
+            continue;
+        }
+        // SAFETY: `raw` is the byte view of the GID union, valid for any bit pattern.
+        let raw = unsafe { entry.gid.raw };
+        if !is_ipv4_mapped(&raw) {
+            continue;
+        }
+        let v2 = entry.gid_type == ffi::IBV_GID_TYPE_ROCE_V2;
+        match best {
+            Some((_, true)) => {}
+            Some((_, false)) if !v2 => {}
+            _ => best = Some((index, v2)),
+        }
+        if v2 {
+            break;
+        }
+    }
+    best.map(|(index, _)| index)
+}
+
+fn query_gid(context: *mut ffi::ibv_context, port: u8, index: u32) -> Option<[u8; 16]> {
+    let mut gid = ffi::ibv_gid::default();
+    let index = i32::try_from(index).ok()?;
+    // SAFETY: live context, writable GID.
+    let rc = unsafe { ffi::ibv_query_gid(context, port, index, &mut gid) };
+    // SAFETY: `raw` is the byte view of the GID union; any bit pattern is valid.
+    let raw = unsafe { gid.raw };
+    (rc == 0).then_some(raw)
+}
+
+fn is_ipv4_mapped(gid: &[u8; 16]) -> bool {
+    gid[..10].iter().all(|&b| b == 0) && gid[10] == 0xff && gid[11] == 0xff
+}
+
+fn gid_to_ip(gid: &[u8; 16]) -> Option<IpAddr> {
+    if is_ipv4_mapped(gid) {
+        return Some(IpAddr::V4(Ipv4Addr::new(
+            gid[12], gid[13], gid[14], gid[15],
+        )));
+    }
+    let v6 = Ipv6Addr::from(*gid);
+    (!v6.is_unspecified() && gid[0] != 0xfe).then_some(IpAddr::V6(v6))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv4_mapped_gids_are_recognised() {
+        let mut gid = [0u8; 16];
+        gid[10] = 0xff;
+        gid[11] = 0xff;
+        gid[12..].copy_from_slice(&[169, 254, 7, 1]);
+        assert!(is_ipv4_mapped(&gid));
+        assert_eq!(gid_to_ip(&gid), Some("169.254.7.1".parse().unwrap()));
+        let link_local: [u8; 16] = "fe80::1a:feff:fe39:e25a"
+            .parse::<Ipv6Addr>()
+            .unwrap()
+            .octets();
+        assert!(!is_ipv4_mapped(&link_local));
+        assert_eq!(gid_to_ip(&link_local), None);
+    }
+}

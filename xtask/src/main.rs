@@ -1,0 +1,81 @@
+//! Workspace tasks, run as `cargo xtask <task>`.
+//!
+//! - `setup`: installs what a fresh machine needs (idempotent).
+//! - `test`: builds every test on the host and runs the suite on an RDMA device: the host's own
+//!   if it has an active one, otherwise a Soft-RoCE device in a throwaway VM.
+//! - `bindgen`: regenerates the checked-in raw bindings of `rdma-verbs-sys`.
+
+#[cfg(feature = "bindgen")]
+mod bindgen;
+mod harness;
+mod setup;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = workspace_root();
+    let result = match args.first().map(String::as_str) {
+        Some("bindgen") => run_bindgen(&root),
+        Some("setup") => setup::run(),
+        Some("test") => harness::run(&root, &args[1..]),
+        Some("-h" | "--help") | None => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown task `{other}`\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+const USAGE: &str = "usage: cargo xtask <task>
+tasks:
+  setup     install the packages a fresh machine needs (idempotent)
+  test      build all tests and run them on an RDMA device (Soft-RoCE VM if the host has none)
+            options: --vm, --host, --no-doc, -- <test filter and libtest arguments>
+  bindgen   regenerate rdma-verbs-sys/src/bindings from the installed headers
+";
+
+fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives one level below the workspace root")
+        .to_path_buf()
+}
+
+#[cfg(feature = "bindgen")]
+fn run_bindgen(root: &std::path::Path) -> Result<(), String> {
+    bindgen::generate(root)
+}
+
+/// Without the `bindgen` feature, rebuild this tool with it and run the task there, so that
+/// everyday `cargo xtask` invocations do not compile bindgen.
+#[cfg(not(feature = "bindgen"))]
+fn run_bindgen(root: &std::path::Path) -> Result<(), String> {
+    let status = std::process::Command::new(env!("CARGO"))
+        .current_dir(root)
+        .args([
+            "run",
+            "--quiet",
+            "--package",
+            "xtask",
+            "--features",
+            "bindgen",
+            "--",
+            "bindgen",
+        ])
+        .status()
+        .map_err(|e| format!("running cargo: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err("binding generation failed".to_string())
+    }
+}

@@ -1,0 +1,132 @@
+//! `cargo xtask setup`: installs what a fresh machine needs. Safe to run again: it installs only
+//! what is missing.
+
+use std::process::Command;
+
+use crate::harness::host_has_active_device;
+
+/// Building the workspace: the rdma-core development packages and pkg-config.
+const BUILD: &[&str] = &["pkg-config", "libibverbs-dev", "librdmacm-dev"];
+/// Running: the user-space providers (rxe among them).
+const RUNTIME: &[&str] = &["rdma-core", "ibverbs-providers", "librdmacm1"];
+/// The C tools the tests use as independent peers and the benches compare with.
+const TOOLS: &[&str] = &["ibverbs-utils", "rdmacm-utils", "perftest"];
+/// The Soft-RoCE VM, for hosts without an RDMA device: QEMU, a distribution kernel that ships
+/// `rdma_rxe`, virtme-ng's runtime needs, and the tools to build the rxe device in the guest.
+const VM: &[&str] = &[
+    "qemu-system-x86",
+    "linux-image-amd64",
+    "busybox-static",
+    "iproute2",
+    "kmod",
+    "python3-pip",
+];
+/// virtme-ng (`vng`), from PyPI: boots the kernel with the host's root file system.
+const VIRTME_NG: &str = "virtme-ng==1.42";
+
+pub(crate) fn run() -> Result<(), String> {
+    let mut wanted: Vec<&str> = BUILD.iter().chain(RUNTIME).chain(TOOLS).copied().collect();
+    let need_vm = !host_has_active_device();
+    if need_vm {
+        wanted.extend(VM);
+    }
+    let missing: Vec<&str> = wanted
+        .iter()
+        .copied()
+        .filter(|p| !deb_installed(p))
+        .collect();
+    if missing.is_empty() {
+        println!("setup: all {} packages are installed", wanted.len());
+    } else {
+        install_debs(&missing)?;
+    }
+    if need_vm {
+        if crate::harness::find_vng().is_some() {
+            println!("setup: vng is installed");
+        } else {
+            pip_install(VIRTME_NG)?;
+            if crate::harness::find_vng().is_none() {
+                return Err("virtme-ng installed, but `vng` is not on PATH".to_string());
+            }
+        }
+        crate::harness::find_kernel()?;
+    }
+    println!("setup: done");
+    Ok(())
+}
+
+fn deb_installed(package: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", package])
+        .output()
+        .is_ok_and(|o| o.status.success() && o.stdout.ends_with(b"install ok installed"))
+}
+
+fn install_debs(packages: &[&str]) -> Result<(), String> {
+    if Command::new("apt-get").arg("--version").output().is_err() {
+        return Err(format!(
+            "apt-get is not available; install the equivalents of these Debian packages by hand: {}",
+            packages.join(" ")
+        ));
+    }
+    println!("setup: installing {}", packages.join(" "));
+    let root = is_root();
+    let apt = |args: &[&str]| -> Result<(), String> {
+        let mut command = if root {
+            Command::new("apt-get")
+        } else {
+            let mut c = Command::new("sudo");
+            c.arg("apt-get");
+            c
+        };
+        let status = command
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .map_err(|e| format!("running apt-get: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("`apt-get {}` failed ({status})", args.join(" ")))
+        }
+    };
+    apt(&["update", "-qq"])?;
+    let mut args = vec!["install", "-y", "-qq", "--no-install-recommends"];
+    args.extend(packages);
+    apt(&args)
+}
+
+fn pip_install(spec: &str) -> Result<(), String> {
+    println!("setup: installing {spec} from PyPI");
+    let status = Command::new("python3")
+        .args(["-m", "pip", "install", "--quiet", spec])
+        .status()
+        .map_err(|e| format!("running pip: {e}"))?;
+    if status.success() {
+        return Ok(());
+    }
+    // Debian's own python3 refuses system-wide pip installs without this flag (PEP 668).
+    let status = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--break-system-packages",
+            spec,
+        ])
+        .status()
+        .map_err(|e| format!("running pip: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`pip install {spec}` failed ({status})"))
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0")
+}
