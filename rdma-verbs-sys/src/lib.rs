@@ -72,6 +72,13 @@ pub use bindings::*;
 pub mod inline;
 pub use inline::*;
 
+/// `IBV_ACCESS_OPTIONAL_RANGE`: the access bits a kernel may ignore (relaxed ordering and those
+/// after it). A macro over `IB_UVERBS_ACCESS_OPTIONAL_RANGE` in C, so bindgen does not see it:
+/// `((IB_UVERBS_ACCESS_OPTIONAL_LAST << 1) - 1) & ~(IB_UVERBS_ACCESS_OPTIONAL_FIRST - 1)` with
+/// FIRST `1 << 20` and LAST `1 << 29`. `ibv_reg_mr` goes through `ibv_reg_mr_iova2` when any of
+/// these bits is set.
+pub const IBV_ACCESS_OPTIONAL_RANGE: u32 = (((1 << 29) << 1) - 1) & !((1 << 20) - 1);
+
 unsafe extern "C" {
     /// The exported `ibv_query_port` symbol: the compatibility entry point that fills only the
     /// fields of the old, shorter `struct _compat_ibv_port_attr`.

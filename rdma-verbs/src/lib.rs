@@ -1,9 +1,89 @@
 //! Safe, idiomatic bindings to RDMA verbs (libibverbs).
 //!
-//! This crate is being built; today it re-exports the raw bindings as [`ffi`]. The safe API
-//! (contexts, protection domains, memory regions, completion queues, typestate queue pairs and
-//! doorbell-batched post lists) lands here next.
+//! # Quick start
+//!
+//! ```no_run
+//! use rdma_verbs::{AccessFlags, Context, Rc, WorkCompletion};
+//!
+//! let devices = rdma_verbs::devices()?;
+//! let device = devices.iter().next().expect("an RDMA device");
+//! let context = device.open()?;
+//! let pd = context.alloc_pd()?;
+//! let mut cq = context.create_cq(64)?;
+//! let mr = pd.register(4096, AccessFlags::LOCAL_WRITE)?;
+//! let qp = pd.create_qp::<Rc>(&cq, &cq).build()?;
+//! // Exchange qp.qp_num(), a PSN and the GID with the peer, then:
+//! // let qp = qp.into_init(..)?.into_rtr(..)?.into_rts(..)?;
+//! let mut completions = [WorkCompletion::default(); 8];
+//! let done = cq.poll(&mut completions)?;
+//! # Ok::<(), rdma_verbs::Error>(())
+//! ```
+//!
+//! # The model
+//!
+//! - Every verbs object is an RAII value that keeps its parents alive through reference counts:
+//!   a queue pair keeps its protection domain, completion queues and SRQ; a CQ its context and
+//!   completion channel. No drop order frees a parent under a child, and no type has a lifetime
+//!   parameter, so context, PD, CQ and QP can sit in one struct.
+//! - A queue pair's transport and state are types: [`QueuePair<Rc, Rts>`]. Transitions consume
+//!   it and hand it back on failure; sends exist only in RTS.
+//! - Work requests are built safely and chained into reusable [`PostList`]s that go to the device
+//!   in one call. Posting is `unsafe`: the device uses the memory after the call returns. See
+//!   `docs/safety.md` in the repository.
+//! - Polling fills a caller's array; nothing allocates on the data path.
+//! - Failed verbs return [`Error`], naming the verb and its errno; failed work requests are
+//!   completions with a [`WcStatus`]. The library does not panic on bad input.
+//!
+//! # Features
+//!
+//! None yet: async support (`tokio`) is planned.
+//!
+//! # Thread safety
+//!
+//! Contexts, protection domains, memory regions, CQs, channels, SRQs, address handles and queue
+//! pairs are `Send` and `Sync`; each type's documentation says why. Operations that change a
+//! queue (polling, posting) take `&mut self`.
+//!
+//! # Resource cleanup
+//!
+//! Dropping an object destroys it after its children: destruction errors cannot be returned
+//! from `Drop`, are checked with `debug_assert!` in debug builds, and never panic in release
+//! builds.
 
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use rdma_verbs_sys as ffi;
+
+mod ah;
+mod channel;
+mod cq;
+mod device;
+mod error;
+mod event;
+mod flags;
+mod mr;
+mod pd;
+pub mod qp;
+mod srq;
+mod wr;
+
+pub use ah::AddressHandle;
+pub use channel::{CompletionChannel, CqEvent};
+pub use cq::{CompletionQueue, CqBuilder, WcOpcode, WcStatus, WorkCompletion};
+pub use device::{
+    AtomicCap, Context, Device, DeviceAttr, DeviceList, Gid, GidEntry, GidType, LinkLayer, Mtu,
+    NodeType, PortAttr, PortState, Transport as DeviceTransport, devices,
+};
+pub use error::{Errno, Error, Result};
+pub use event::AsyncEvent;
+pub use flags::{AccessFlags, SendFlags, WcFlags};
+pub use mr::{MemoryRegion, MrSlice, RemoteMemory};
+pub use pd::ProtectionDomain;
+pub use qp::{
+    AddressVector, CanPostRecv, ConnectedInitAttr, GlobalRoute, Init, QpBuilder, QpCaps, QpState,
+    QpStateKind, QueuePair, RawModifyAttr, Rc, RcRtrAttr, RcRtsAttr, Reset, Rtr, Rts, SqPsnRtsAttr,
+    TransitionError, Transport, Uc, UcRtrAttr, Ud, UdInitAttr, UdRtrAttr,
+};
+pub use srq::SharedReceiveQueue;
+pub use wr::{Payload, PostList, RecvList, RecvRequest, SendList, SendRequest, Sge, WorkRequest};

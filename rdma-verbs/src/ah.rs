@@ -1,0 +1,96 @@
+//! Address handles: the destination of UD datagrams.
+
+use std::fmt;
+use std::ptr::NonNull;
+
+use crate::cq::WorkCompletion;
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::pd::ProtectionDomain;
+use crate::qp::AddressVector;
+
+/// An address handle (`struct ibv_ah`): a path to a remote port, for UD sends.
+///
+/// Keeps its protection domain alive. `Send` and `Sync`.
+pub struct AddressHandle {
+    raw: NonNull<ffi::ibv_ah>,
+    _pd: ProtectionDomain,
+}
+
+// SAFETY: an address handle is an immutable kernel/provider object usable from any thread.
+unsafe impl Send for AddressHandle {}
+// SAFETY: as above.
+unsafe impl Sync for AddressHandle {}
+
+impl ProtectionDomain {
+    /// `ibv_create_ah`: an address handle for `av`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] with the errno of `ibv_create_ah` (on RoCE, `EINVAL` or `ENETUNREACH`
+    /// without a valid GRH).
+    #[doc(alias = "ibv_create_ah")]
+    pub fn create_ah(&self, av: &AddressVector) -> Result<AddressHandle> {
+        let mut raw_attr = av.to_raw();
+        // SAFETY: live PD; valid attributes.
+        let raw = unsafe { ffi::ibv_create_ah(self.as_raw(), &mut raw_attr) };
+        let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_create_ah"))?;
+        Ok(AddressHandle {
+            raw,
+            _pd: self.clone(),
+        })
+    }
+
+    /// `ibv_create_ah_from_wc`: an address handle back to the sender of a UD receive
+    /// completion on `port`. `grh` is the first 40 bytes of the receive buffer.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] with the errno of `ibv_create_ah_from_wc`.
+    #[doc(alias = "ibv_create_ah_from_wc")]
+    pub fn create_ah_from_wc(
+        &self,
+        port: u8,
+        wc: &WorkCompletion,
+        grh: &[u8; 40],
+    ) -> Result<AddressHandle> {
+        let mut wc_raw = *wc.as_raw();
+        // SAFETY: `grh` is 40 readable bytes, the size of `ibv_grh` (plain integers, any bit
+        // pattern valid); read unaligned because a byte array has no alignment.
+        let mut grh_raw = unsafe { grh.as_ptr().cast::<ffi::ibv_grh>().read_unaligned() };
+        // SAFETY: live PD; both structures are local copies the call only reads.
+        let raw =
+            unsafe { ffi::ibv_create_ah_from_wc(self.as_raw(), &mut wc_raw, &mut grh_raw, port) };
+        let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_create_ah_from_wc"))?;
+        Ok(AddressHandle {
+            raw,
+            _pd: self.clone(),
+        })
+    }
+}
+
+impl AddressHandle {
+    /// The raw `ibv_ah`.
+    pub fn as_raw(&self) -> *mut ffi::ibv_ah {
+        self.raw.as_ptr()
+    }
+}
+
+impl fmt::Debug for AddressHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // SAFETY: live address handle.
+        let handle = unsafe { (*self.raw.as_ptr()).handle };
+        f.debug_struct("AddressHandle")
+            .field("handle", &handle)
+            .finish()
+    }
+}
+
+impl Drop for AddressHandle {
+    fn drop(&mut self) {
+        // SAFETY: live address handle, destroyed once. Posted UD requests that use it are the
+        // caller's responsibility under the post contract.
+        let ret = unsafe { ffi::ibv_destroy_ah(self.raw.as_ptr()) };
+        debug_assert_eq!(ret, 0, "ibv_destroy_ah failed");
+    }
+}

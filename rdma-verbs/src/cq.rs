@@ -1,0 +1,510 @@
+//! Completion queues and work completions.
+
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::channel::{ChannelInner, CompletionChannel};
+use crate::device::{Context, c_enum};
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::flags::WcFlags;
+
+/// Per-CQ bookkeeping the completion channel reaches through `cq_context`: events received but
+/// not yet acknowledged.
+pub(crate) struct EventCounter {
+    pub(crate) unacked: AtomicU32,
+}
+
+pub(crate) struct CqInner {
+    raw: NonNull<ffi::ibv_cq>,
+    events: Box<EventCounter>,
+    pub(crate) context: Context,
+    // Dropped after the CQ: a CQ must be destroyed before its channel.
+    _channel: Option<Arc<ChannelInner>>,
+}
+
+// SAFETY: libibverbs CQs may be polled, armed and destroyed from any thread (the provider locks
+// the queue); the counter is atomic.
+unsafe impl Send for CqInner {}
+// SAFETY: as above.
+unsafe impl Sync for CqInner {}
+
+impl CqInner {
+    pub(crate) fn as_raw(&self) -> *mut ffi::ibv_cq {
+        self.raw.as_ptr()
+    }
+}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        let unacked = self.events.unacked.swap(0, Ordering::AcqRel);
+        // SAFETY: live CQ; no queue pair is left using it (each holds an Arc to this inner).
+        // ibv_destroy_cq waits for every event to be acknowledged, so acknowledge them first.
+        unsafe {
+            if unacked > 0 {
+                ffi::ibv_ack_cq_events(self.raw.as_ptr(), unacked);
+            }
+            let ret = ffi::ibv_destroy_cq(self.raw.as_ptr());
+            debug_assert_eq!(ret, 0, "ibv_destroy_cq failed");
+        }
+    }
+}
+
+/// A completion queue (`struct ibv_cq`).
+///
+/// Queue pairs made with it keep it alive. Polling takes `&mut self`; the queue is `Send` and
+/// `Sync` (libibverbs locks it), so it may be moved to, or shared with, a polling thread.
+pub struct CompletionQueue {
+    pub(crate) inner: Arc<CqInner>,
+    capacity: u32,
+}
+
+impl fmt::Debug for CompletionQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompletionQueue")
+            .field("capacity", &self.capacity)
+            .finish()
+    }
+}
+
+impl Context {
+    /// `ibv_create_cq`: creates a completion queue with room for at least `cqe` completions and
+    /// no completion channel.
+    ///
+    /// # Errors
+    ///
+    /// As [`CqBuilder::build`].
+    #[doc(alias = "ibv_create_cq")]
+    pub fn create_cq(&self, cqe: u32) -> Result<CompletionQueue> {
+        self.cq_builder(cqe).build()
+    }
+
+    /// A builder for a completion queue with room for at least `cqe` completions.
+    pub fn cq_builder(&self, cqe: u32) -> CqBuilder<'_> {
+        CqBuilder {
+            context: self,
+            cqe,
+            channel: None,
+            comp_vector: 0,
+        }
+    }
+}
+
+/// Options of a new completion queue; see [`Context::cq_builder`].
+#[derive(Debug)]
+#[must_use]
+pub struct CqBuilder<'a> {
+    context: &'a Context,
+    cqe: u32,
+    channel: Option<&'a CompletionChannel>,
+    comp_vector: u32,
+}
+
+impl<'a> CqBuilder<'a> {
+    /// Delivers completion events to `channel` (after [`CompletionQueue::req_notify`]).
+    pub fn channel(mut self, channel: &'a CompletionChannel) -> Self {
+        self.channel = Some(channel);
+        self
+    }
+
+    /// The completion vector (interrupt) to signal events on; 0 by default.
+    pub fn comp_vector(mut self, vector: u32) -> Self {
+        self.comp_vector = vector;
+        self
+    }
+
+    /// `ibv_create_cq`: creates the queue.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidArgument`] if `cqe` is 0 or above `i32::MAX`, or the channel belongs to
+    ///   another device context;
+    /// - [`Error::Verb`] with the errno of `ibv_create_cq` (`EINVAL` above the device's
+    ///   `max_cqe`).
+    #[doc(alias = "ibv_create_cq")]
+    pub fn build(self) -> Result<CompletionQueue> {
+        let cqe = i32::try_from(self.cqe)
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("a CQ needs 1..=i32::MAX entries, not {}", self.cqe))
+            })?;
+        let channel = match self.channel {
+            Some(channel) => {
+                if channel.context().as_raw() != self.context.as_raw() {
+                    return Err(Error::InvalidArgument(
+                        "the completion channel belongs to another context".into(),
+                    ));
+                }
+                Some(channel.inner.clone())
+            }
+            None => None,
+        };
+        let events = Box::new(EventCounter {
+            unacked: AtomicU32::new(0),
+        });
+        let vector = i32::try_from(self.comp_vector)
+            .map_err(|_| Error::InvalidArgument("completion vector out of range".into()))?;
+        // SAFETY: live context; the channel (if any) is live and kept by the new CQ; the
+        // cq_context points at `events`, which lives in a Box as long as the CQ.
+        let raw = unsafe {
+            ffi::ibv_create_cq(
+                self.context.as_raw(),
+                cqe,
+                (&*events as *const EventCounter).cast_mut().cast(),
+                channel
+                    .as_ref()
+                    .map_or(std::ptr::null_mut(), |c| c.as_raw()),
+                vector,
+            )
+        };
+        let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_create_cq"))?;
+        // SAFETY: live CQ; `cqe` holds the real capacity.
+        let capacity = u32::try_from(unsafe { (*raw.as_ptr()).cqe }).unwrap_or(0);
+        Ok(CompletionQueue {
+            inner: Arc::new(CqInner {
+                raw,
+                events,
+                context: self.context.clone(),
+                _channel: channel,
+            }),
+            capacity,
+        })
+    }
+}
+
+impl CompletionQueue {
+    /// `ibv_poll_cq`: moves up to `completions.len()` completions into `completions` and returns
+    /// the filled prefix. Allocates nothing.
+    ///
+    /// An empty result means the queue was empty. Failed work requests are completions with a
+    /// [`WcStatus`] other than `Success`, not errors.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] if the provider reports a polling failure.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use rdma_verbs::{Context, WorkCompletion};
+    /// # let context = Context::open("rxe0")?;
+    /// let mut cq = context.create_cq(64)?;
+    /// let mut completions = [WorkCompletion::default(); 16];
+    /// for wc in cq.poll(&mut completions)? {
+    ///     println!("{} {:?} {:?}", wc.wr_id(), wc.status(), wc.opcode());
+    /// }
+    /// # Ok::<(), rdma_verbs::Error>(())
+    /// ```
+    #[doc(alias = "ibv_poll_cq")]
+    #[inline]
+    pub fn poll<'a>(
+        &mut self,
+        completions: &'a mut [WorkCompletion],
+    ) -> Result<&'a [WorkCompletion]> {
+        let max = i32::try_from(completions.len()).unwrap_or(i32::MAX);
+        // SAFETY: live CQ; WorkCompletion is a transparent ibv_wc and the slice has room for
+        // `max` of them.
+        let n = unsafe { ffi::ibv_poll_cq(self.as_raw(), max, completions.as_mut_ptr().cast()) };
+        if n < 0 {
+            return Err(Error::verb("ibv_poll_cq", crate::Errno::from_raw(-n)));
+        }
+        Ok(&completions[..n as usize])
+    }
+
+    /// `ibv_req_notify_cq`: arms the queue: its next completion (or next solicited one, with
+    /// `solicited_only`) raises an event on its completion channel.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] with the provider's errno.
+    #[doc(alias = "ibv_req_notify_cq")]
+    #[inline]
+    pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        // SAFETY: live CQ.
+        let ret = unsafe { ffi::ibv_req_notify_cq(self.as_raw(), i32::from(solicited_only)) };
+        Error::check("ibv_req_notify_cq", ret)
+    }
+
+    /// The number of completions the queue holds (at least what was asked for).
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    /// The raw `ibv_cq`, valid while this queue lives.
+    pub fn as_raw(&self) -> *mut ffi::ibv_cq {
+        self.inner.as_raw()
+    }
+
+    /// The context the queue belongs to.
+    pub fn context(&self) -> &Context {
+        &self.inner.context
+    }
+}
+
+c_enum! {
+    /// Status of a work completion (`enum ibv_wc_status`).
+    WcStatus: u32 {
+        /// `IBV_WC_SUCCESS`.
+        Success = ffi::IBV_WC_SUCCESS,
+        /// `IBV_WC_LOC_LEN_ERR`: the receive buffer was too small, or a send too long.
+        LocLenErr = ffi::IBV_WC_LOC_LEN_ERR,
+        /// `IBV_WC_LOC_QP_OP_ERR`: internal queue-pair consistency error.
+        LocQpOpErr = ffi::IBV_WC_LOC_QP_OP_ERR,
+        /// `IBV_WC_LOC_EEC_OP_ERR`.
+        LocEecOpErr = ffi::IBV_WC_LOC_EEC_OP_ERR,
+        /// `IBV_WC_LOC_PROT_ERR`: a local buffer's lkey or rights did not allow the access.
+        LocProtErr = ffi::IBV_WC_LOC_PROT_ERR,
+        /// `IBV_WC_WR_FLUSH_ERR`: flushed because the queue pair entered the error state.
+        WrFlushErr = ffi::IBV_WC_WR_FLUSH_ERR,
+        /// `IBV_WC_MW_BIND_ERR`.
+        MwBindErr = ffi::IBV_WC_MW_BIND_ERR,
+        /// `IBV_WC_BAD_RESP_ERR`.
+        BadRespErr = ffi::IBV_WC_BAD_RESP_ERR,
+        /// `IBV_WC_LOC_ACCESS_ERR`.
+        LocAccessErr = ffi::IBV_WC_LOC_ACCESS_ERR,
+        /// `IBV_WC_REM_INV_REQ_ERR`: the peer found the request invalid.
+        RemInvReqErr = ffi::IBV_WC_REM_INV_REQ_ERR,
+        /// `IBV_WC_REM_ACCESS_ERR`: the peer refused the access (wrong rkey, rights, range).
+        RemAccessErr = ffi::IBV_WC_REM_ACCESS_ERR,
+        /// `IBV_WC_REM_OP_ERR`: the peer could not complete the operation.
+        RemOpErr = ffi::IBV_WC_REM_OP_ERR,
+        /// `IBV_WC_RETRY_EXC_ERR`: transport retries exhausted (peer gone or unreachable).
+        RetryExcErr = ffi::IBV_WC_RETRY_EXC_ERR,
+        /// `IBV_WC_RNR_RETRY_EXC_ERR`: receiver-not-ready retries exhausted.
+        RnrRetryExcErr = ffi::IBV_WC_RNR_RETRY_EXC_ERR,
+        /// `IBV_WC_LOC_RDD_VIOL_ERR`.
+        LocRddViolErr = ffi::IBV_WC_LOC_RDD_VIOL_ERR,
+        /// `IBV_WC_REM_INV_RD_REQ_ERR`.
+        RemInvRdReqErr = ffi::IBV_WC_REM_INV_RD_REQ_ERR,
+        /// `IBV_WC_REM_ABORT_ERR`.
+        RemAbortErr = ffi::IBV_WC_REM_ABORT_ERR,
+        /// `IBV_WC_INV_EECN_ERR`.
+        InvEecnErr = ffi::IBV_WC_INV_EECN_ERR,
+        /// `IBV_WC_INV_EEC_STATE_ERR`.
+        InvEecStateErr = ffi::IBV_WC_INV_EEC_STATE_ERR,
+        /// `IBV_WC_FATAL_ERR`.
+        FatalErr = ffi::IBV_WC_FATAL_ERR,
+        /// `IBV_WC_RESP_TIMEOUT_ERR`.
+        RespTimeoutErr = ffi::IBV_WC_RESP_TIMEOUT_ERR,
+        /// `IBV_WC_GENERAL_ERR`.
+        GeneralErr = ffi::IBV_WC_GENERAL_ERR,
+        /// `IBV_WC_TM_ERR`.
+        TmErr = ffi::IBV_WC_TM_ERR,
+        /// `IBV_WC_TM_RNDV_INCOMPLETE`.
+        TmRndvIncomplete = ffi::IBV_WC_TM_RNDV_INCOMPLETE,
+    }
+}
+
+impl WcStatus {
+    /// `ibv_wc_status_str`: libibverbs' description of the status.
+    #[doc(alias = "ibv_wc_status_str")]
+    pub fn description(self) -> String {
+        // SAFETY: ibv_wc_status_str returns a static string for any value.
+        let text = unsafe { ffi::ibv_wc_status_str(self.as_raw()) };
+        if text.is_null() {
+            return format!("status {}", self.as_raw());
+        }
+        // SAFETY: a static, NUL-terminated string.
+        unsafe { std::ffi::CStr::from_ptr(text) }
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+impl fmt::Display for WcStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.description(), self.as_raw())
+    }
+}
+
+c_enum! {
+    /// Opcode of a work completion (`enum ibv_wc_opcode`).
+    WcOpcode: u32 {
+        /// `IBV_WC_SEND`.
+        Send = ffi::IBV_WC_SEND,
+        /// `IBV_WC_RDMA_WRITE`.
+        RdmaWrite = ffi::IBV_WC_RDMA_WRITE,
+        /// `IBV_WC_RDMA_READ`.
+        RdmaRead = ffi::IBV_WC_RDMA_READ,
+        /// `IBV_WC_COMP_SWAP`.
+        CompSwap = ffi::IBV_WC_COMP_SWAP,
+        /// `IBV_WC_FETCH_ADD`.
+        FetchAdd = ffi::IBV_WC_FETCH_ADD,
+        /// `IBV_WC_BIND_MW`.
+        BindMw = ffi::IBV_WC_BIND_MW,
+        /// `IBV_WC_LOCAL_INV`.
+        LocalInv = ffi::IBV_WC_LOCAL_INV,
+        /// `IBV_WC_TSO`.
+        Tso = ffi::IBV_WC_TSO,
+        /// `IBV_WC_ATOMIC_WRITE`.
+        AtomicWrite = ffi::IBV_WC_ATOMIC_WRITE,
+        /// `IBV_WC_RECV`: a receive consumed by a send.
+        Recv = ffi::IBV_WC_RECV,
+        /// `IBV_WC_RECV_RDMA_WITH_IMM`: a receive consumed by an RDMA write with immediate.
+        RecvRdmaWithImm = ffi::IBV_WC_RECV_RDMA_WITH_IMM,
+        /// `IBV_WC_TM_ADD`.
+        TmAdd = ffi::IBV_WC_TM_ADD,
+        /// `IBV_WC_TM_DEL`.
+        TmDel = ffi::IBV_WC_TM_DEL,
+        /// `IBV_WC_TM_SYNC`.
+        TmSync = ffi::IBV_WC_TM_SYNC,
+        /// `IBV_WC_TM_RECV`.
+        TmRecv = ffi::IBV_WC_TM_RECV,
+        /// `IBV_WC_TM_NO_TAG`.
+        TmNoTag = ffi::IBV_WC_TM_NO_TAG,
+        /// `IBV_WC_DRIVER1`.
+        Driver1 = ffi::IBV_WC_DRIVER1,
+        /// `IBV_WC_DRIVER2`.
+        Driver2 = ffi::IBV_WC_DRIVER2,
+        /// `IBV_WC_DRIVER3`.
+        Driver3 = ffi::IBV_WC_DRIVER3,
+    }
+}
+
+/// A work completion (`struct ibv_wc`), filled by [`CompletionQueue::poll`].
+///
+/// The layout is the C structure's, so polling writes straight into a caller's array.
+#[repr(transparent)]
+#[derive(Copy, Clone, Default)]
+pub struct WorkCompletion(ffi::ibv_wc);
+
+impl WorkCompletion {
+    /// The work request's `wr_id`.
+    #[inline]
+    pub fn wr_id(&self) -> u64 {
+        self.0.wr_id
+    }
+
+    /// The status.
+    #[inline]
+    pub fn status(&self) -> WcStatus {
+        WcStatus::from_raw(self.0.status)
+    }
+
+    /// Whether the request succeeded.
+    #[inline]
+    pub fn is_success(&self) -> bool {
+        self.0.status == ffi::IBV_WC_SUCCESS
+    }
+
+    /// The opcode. Only meaningful for successful completions (verbs leaves it undefined for
+    /// failed ones).
+    #[inline]
+    pub fn opcode(&self) -> WcOpcode {
+        WcOpcode::from_raw(self.0.opcode)
+    }
+
+    /// The vendor's error code, for failed completions.
+    pub fn vendor_err(&self) -> u32 {
+        self.0.vendor_err
+    }
+
+    /// Bytes received (receive completions) or transferred.
+    #[inline]
+    pub fn byte_len(&self) -> u32 {
+        self.0.byte_len
+    }
+
+    /// The immediate data, in host byte order, if the completion carries one.
+    #[inline]
+    pub fn imm_data(&self) -> Option<u32> {
+        // SAFETY: both union members are plain u32s.
+        self.flags()
+            .contains(WcFlags::WITH_IMM)
+            .then(|| u32::from_be(unsafe { self.0.__bindgen_anon_1.imm_data }))
+    }
+
+    /// The rkey a send-with-invalidate invalidated, if any.
+    pub fn invalidated_rkey(&self) -> Option<u32> {
+        // SAFETY: both union members are plain u32s.
+        let rkey = unsafe { self.0.__bindgen_anon_1.invalidated_rkey };
+        self.flags().contains(WcFlags::WITH_INV).then_some(rkey)
+    }
+
+    /// The local queue pair number the completion belongs to.
+    #[inline]
+    pub fn qp_num(&self) -> u32 {
+        self.0.qp_num
+    }
+
+    /// The sender's queue pair number (UD receives).
+    pub fn src_qp(&self) -> u32 {
+        self.0.src_qp
+    }
+
+    /// Completion flags.
+    #[inline]
+    pub fn flags(&self) -> WcFlags {
+        WcFlags::from_bits_retain(self.0.wc_flags)
+    }
+
+    /// P_Key index (GSI queue pairs).
+    pub fn pkey_index(&self) -> u16 {
+        self.0.pkey_index
+    }
+
+    /// The sender's LID (UD receives on InfiniBand).
+    pub fn slid(&self) -> u16 {
+        self.0.slid
+    }
+
+    /// The sender's service level (UD receives).
+    pub fn sl(&self) -> u8 {
+        self.0.sl
+    }
+
+    /// Destination LID path bits (UD receives).
+    pub fn dlid_path_bits(&self) -> u8 {
+        self.0.dlid_path_bits
+    }
+
+    pub(crate) fn as_raw(&self) -> &ffi::ibv_wc {
+        &self.0
+    }
+}
+
+impl fmt::Debug for WorkCompletion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut s = f.debug_struct("WorkCompletion");
+        s.field("wr_id", &self.wr_id())
+            .field("status", &self.status());
+        if self.is_success() {
+            s.field("opcode", &self.opcode())
+                .field("byte_len", &self.byte_len());
+            if let Some(imm) = self.imm_data() {
+                s.field("imm_data", &imm);
+            }
+        } else {
+            s.field("vendor_err", &self.vendor_err());
+        }
+        s.field("qp_num", &self.qp_num()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_completion_is_an_ibv_wc() {
+        assert_eq!(
+            std::mem::size_of::<WorkCompletion>(),
+            std::mem::size_of::<ffi::ibv_wc>()
+        );
+        let mut raw = ffi::ibv_wc {
+            wr_id: 7,
+            status: ffi::IBV_WC_REM_ACCESS_ERR,
+            wc_flags: ffi::IBV_WC_WITH_IMM,
+            ..Default::default()
+        };
+        raw.__bindgen_anon_1.imm_data = 0x1234_5678u32.to_be();
+        let wc = WorkCompletion(raw);
+        assert_eq!(wc.status(), WcStatus::RemAccessErr);
+        assert!(!wc.is_success());
+        assert_eq!(wc.imm_data(), Some(0x1234_5678));
+        assert_eq!(WcStatus::from_raw(999), WcStatus::Unknown(999));
+    }
+}

@@ -1,0 +1,463 @@
+//! Memory regions: registered memory the HCA may access.
+
+use std::alloc::Layout;
+use std::fmt;
+use std::ops::{Bound, RangeBounds};
+use std::ptr::NonNull;
+
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::flags::AccessFlags;
+use crate::pd::ProtectionDomain;
+
+/// Alignment of the buffers [`ProtectionDomain::register`] allocates: a page, so that regions
+/// never share pages with other allocations.
+const BUFFER_ALIGN: usize = 4096;
+
+enum Storage {
+    /// A zeroed, page-aligned buffer the region allocated and frees after deregistration.
+    Owned(Layout),
+    /// Memory the caller registered with [`ProtectionDomain::register_raw`].
+    External,
+}
+
+/// A registered memory region (`struct ibv_mr`).
+///
+/// Made by [`ProtectionDomain::register`], which allocates the buffer and frees it only after
+/// deregistration, or by the `unsafe` [`ProtectionDomain::register_raw`] over caller memory.
+///
+/// The region is not `Clone`: it is the single owner of its registration. It keeps its
+/// protection domain alive. `Send` and `Sync`: the bytes are reached through `&self` only for
+/// reading, and then only when no peer may write them.
+///
+/// # Access to the bytes
+///
+/// - A region without remote write or atomic rights is read and written through
+///   [`as_slice`](Self::as_slice) and [`as_mut_slice`](Self::as_mut_slice).
+/// - A region a peer may write ([`AccessFlags::remotely_writable`]) could change under any Rust
+///   reference, so it hands none out: [`read_at`](Self::read_at) and
+///   [`write_at`](Self::write_at) copy through raw pointers instead.
+/// - Memory a posted work request uses must not be touched until the request completes; the
+///   `unsafe` post functions make that the caller's promise.
+pub struct MemoryRegion {
+    raw: NonNull<ffi::ibv_mr>,
+    addr: NonNull<u8>,
+    len: usize,
+    access: AccessFlags,
+    storage: Storage,
+    pd: ProtectionDomain,
+}
+
+// SAFETY: the registration handle may be used and destroyed from any thread; the buffer is owned
+// by the region (or, for register_raw, promised to outlive it) and only reached through &self /
+// &mut self borrows.
+unsafe impl Send for MemoryRegion {}
+// SAFETY: shared access hands out `&[u8]` only for regions no peer can write; everything else
+// copies.
+unsafe impl Sync for MemoryRegion {}
+
+impl ProtectionDomain {
+    /// `ibv_reg_mr`: allocates a zeroed, page-aligned buffer of `len` bytes and registers it.
+    ///
+    /// The region owns the buffer and frees it after deregistering.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidArgument`] for `len == 0`, or remote write / atomic rights without
+    ///   `LOCAL_WRITE` (verbs would refuse them with `EINVAL`);
+    /// - [`Error::Verb`] with the errno of `ibv_reg_mr` (for example `ENOMEM` past the memlock
+    ///   limit).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use rdma_verbs::{AccessFlags, Context};
+    ///
+    /// let context = Context::open("rxe0")?;
+    /// let pd = context.alloc_pd()?;
+    /// let mut mr = pd.register(4096, AccessFlags::LOCAL_WRITE)?;
+    /// mr.as_mut_slice()?[..5].copy_from_slice(b"hello");
+    /// # Ok::<(), rdma_verbs::Error>(())
+    /// ```
+    #[doc(alias = "ibv_reg_mr")]
+    pub fn register(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion> {
+        check_access(access)?;
+        if len == 0 {
+            return Err(Error::InvalidArgument(
+                "a memory region needs at least one byte".into(),
+            ));
+        }
+        let layout = Layout::from_size_align(len, BUFFER_ALIGN)
+            .map_err(|_| Error::InvalidArgument(format!("{len} bytes is too large")))?;
+        // SAFETY: the layout has a non-zero size.
+        let addr = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })
+            .ok_or_else(|| Error::verb("alloc_zeroed", crate::Errno::NOMEM))?;
+        // SAFETY: `addr` is a fresh allocation of `len` bytes, owned by the region built here.
+        match unsafe { self.reg_mr(addr, len, access, Storage::Owned(layout)) } {
+            Ok(mr) => Ok(mr),
+            Err(error) => {
+                // SAFETY: allocated above with `layout`, never registered.
+                unsafe { std::alloc::dealloc(addr.as_ptr(), layout) };
+                Err(error)
+            }
+        }
+    }
+
+    /// `ibv_reg_mr`: registers `len` bytes of caller memory at `addr`.
+    ///
+    /// # Safety
+    ///
+    /// - `addr..addr+len` is valid for reads (and, with any write right, for writes) for as long
+    ///   as the returned region lives, and is not freed or unmapped before it is dropped;
+    /// - while the region lives, Rust code does not hold references into that memory that the
+    ///   HCA could write behind (a receive, an RDMA read result, or a peer's write or atomic):
+    ///   access it through the region's methods or raw pointers.
+    ///
+    /// # Errors
+    ///
+    /// As [`register`](Self::register).
+    #[doc(alias = "ibv_reg_mr")]
+    pub unsafe fn register_raw(
+        &self,
+        addr: NonNull<u8>,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion> {
+        check_access(access)?;
+        // SAFETY: forwarded caller contract.
+        unsafe { self.reg_mr(addr, len, access, Storage::External) }
+    }
+
+    /// # Safety
+    ///
+    /// `addr..addr+len` is valid as [`register_raw`](Self::register_raw) requires.
+    unsafe fn reg_mr(
+        &self,
+        addr: NonNull<u8>,
+        len: usize,
+        access: AccessFlags,
+        storage: Storage,
+    ) -> Result<MemoryRegion> {
+        let bits = access.bits();
+        // SAFETY: live PD; the memory is valid per the caller. Optional access bits need the
+        // iova2 entry point, exactly as the C `ibv_reg_mr` macro chooses.
+        let raw = unsafe {
+            if bits & ffi::IBV_ACCESS_OPTIONAL_RANGE == 0 {
+                ffi::ibv_reg_mr(self.as_raw(), addr.as_ptr().cast(), len, bits as i32)
+            } else {
+                ffi::ibv_reg_mr_iova2(
+                    self.as_raw(),
+                    addr.as_ptr().cast(),
+                    len,
+                    addr.as_ptr() as u64,
+                    bits,
+                )
+            }
+        };
+        let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_reg_mr"))?;
+        Ok(MemoryRegion {
+            raw,
+            addr,
+            len,
+            access,
+            storage,
+            pd: self.clone(),
+        })
+    }
+}
+
+fn check_access(access: AccessFlags) -> Result<()> {
+    if access.remotely_writable() && !access.contains(AccessFlags::LOCAL_WRITE) {
+        return Err(Error::InvalidArgument(
+            "remote write and remote atomic access need LOCAL_WRITE too".into(),
+        ));
+    }
+    Ok(())
+}
+
+impl MemoryRegion {
+    /// The local key, used in scatter/gather entries.
+    pub fn lkey(&self) -> u32 {
+        // SAFETY: live registration.
+        unsafe { (*self.raw.as_ptr()).lkey }
+    }
+
+    /// The remote key, which a peer needs for RDMA reads, writes and atomics.
+    pub fn rkey(&self) -> u32 {
+        // SAFETY: live registration.
+        unsafe { (*self.raw.as_ptr()).rkey }
+    }
+
+    /// The address of the first byte (also the address peers use: regions here are not
+    /// zero-based).
+    pub fn addr(&self) -> u64 {
+        self.addr.as_ptr() as u64
+    }
+
+    /// The length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region is empty (never true for a registered region).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The access rights it was registered with.
+    pub fn access(&self) -> AccessFlags {
+        self.access
+    }
+
+    /// The protection domain it belongs to.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+
+    /// The raw `ibv_mr`, valid while the region lives.
+    pub fn as_raw(&self) -> *mut ffi::ibv_mr {
+        self.raw.as_ptr()
+    }
+
+    /// A raw pointer to the first byte.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.addr.as_ptr()
+    }
+
+    /// The bytes, for a region no peer can write.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::RemotelyWritable`] if the region grants remote write or atomic access.
+    pub fn as_slice(&self) -> Result<&[u8]> {
+        if self.access.remotely_writable() {
+            return Err(Error::RemotelyWritable);
+        }
+        // SAFETY: the region owns (or was promised) `len` valid bytes, and no peer may write
+        // them; local HCA writes happen only for posted requests, whose buffers the post
+        // contract keeps untouched.
+        Ok(unsafe { std::slice::from_raw_parts(self.addr.as_ptr(), self.len) })
+    }
+
+    /// The bytes, mutably, for a region no peer can write.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::RemotelyWritable`] if the region grants remote write or atomic access.
+    pub fn as_mut_slice(&mut self) -> Result<&mut [u8]> {
+        if self.access.remotely_writable() {
+            return Err(Error::RemotelyWritable);
+        }
+        // SAFETY: as `as_slice`, and `&mut self` makes the borrow unique.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.addr.as_ptr(), self.len) })
+    }
+
+    /// Copies `out.len()` bytes starting at `offset` into `out`, without forming a reference to
+    /// the region's memory (a peer may be writing it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if the range is outside the region.
+    pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.check_range(offset, out.len())?;
+        // SAFETY: the range is inside the region; `out` is a distinct Rust buffer.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.addr.as_ptr().add(offset),
+                out.as_mut_ptr(),
+                out.len(),
+            )
+        };
+        Ok(())
+    }
+
+    /// Copies `data` into the region at `offset`, without forming a reference to the region's
+    /// memory.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if the range is outside the region.
+    pub fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check_range(offset, data.len())?;
+        // SAFETY: the range is inside the region; `data` is a distinct Rust buffer.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.addr.as_ptr().add(offset), data.len())
+        };
+        Ok(())
+    }
+
+    /// Reads the naturally aligned 8-byte word at `offset` in one atomic load, as a peer's RDMA
+    /// atomic leaves it (in host order; atomics operate on host-order words).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if the word is outside the region or not 8-byte aligned.
+    pub fn load_u64(&self, offset: usize) -> Result<u64> {
+        self.check_range(offset, 8)?;
+        let ptr = self.addr.as_ptr().wrapping_add(offset);
+        if ptr as usize % 8 != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "offset {offset} is not 8-byte aligned"
+            )));
+        }
+        // SAFETY: in bounds, aligned, and only accessed atomically or by the HCA while shared.
+        let word = unsafe { std::sync::atomic::AtomicU64::from_ptr(ptr.cast()) };
+        Ok(word.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// The bytes `range` of the region, for use in a scatter/gather entry.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if the range is outside the region or longer than 4 GiB - 1
+    /// (an SGE length is 32 bits).
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<MrSlice<'_>> {
+        let start = match range.start_bound() {
+            Bound::Included(&s) => s,
+            Bound::Excluded(&s) => s.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&e) => e.saturating_add(1),
+            Bound::Excluded(&e) => e,
+            Bound::Unbounded => self.len,
+        };
+        if start > end {
+            return Err(Error::InvalidArgument(format!(
+                "range {start}..{end} is reversed"
+            )));
+        }
+        self.check_range(start, end - start)?;
+        let length = u32::try_from(end - start).map_err(|_| {
+            Error::InvalidArgument("a scatter/gather entry is at most 4 GiB - 1".into())
+        })?;
+        Ok(MrSlice {
+            addr: self.addr() + start as u64,
+            length,
+            lkey: self.lkey(),
+            _region: std::marker::PhantomData,
+        })
+    }
+
+    /// The address, length and rkey of bytes `range`, to hand to a peer for RDMA reads, writes
+    /// or atomics into this region.
+    ///
+    /// # Errors
+    ///
+    /// As [`slice`](Self::slice).
+    pub fn remote(&self, range: impl RangeBounds<usize>) -> Result<RemoteMemory> {
+        let slice = self.slice(range)?;
+        Ok(RemoteMemory {
+            addr: slice.addr,
+            len: slice.length,
+            rkey: self.rkey(),
+        })
+    }
+
+    fn check_range(&self, offset: usize, len: usize) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(Error::InvalidArgument(format!(
+                "bytes {offset}..{} are outside the {}-byte region",
+                offset.saturating_add(len),
+                self.len
+            ))),
+        }
+    }
+}
+
+impl fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("len", &self.len)
+            .field("lkey", &format_args!("{:#x}", self.lkey()))
+            .field("rkey", &format_args!("{:#x}", self.rkey()))
+            .field("access", &self.access)
+            .finish()
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        // SAFETY: the registration is live and deregistered once, before its memory is freed.
+        let ret = unsafe { ffi::ibv_dereg_mr(self.raw.as_ptr()) };
+        debug_assert_eq!(ret, 0, "ibv_dereg_mr failed");
+        if let Storage::Owned(layout) = self.storage {
+            if ret == 0 {
+                // SAFETY: allocated by `register` with this layout; the HCA can no longer reach
+                // it after a successful deregistration.
+                unsafe { std::alloc::dealloc(self.addr.as_ptr(), layout) };
+            }
+            // If deregistration failed the HCA may still reach the memory: leaking it is the
+            // only sound choice.
+        }
+    }
+}
+
+/// A bounds-checked byte range of a [`MemoryRegion`], for a scatter/gather entry.
+///
+/// It borrows the region, so the region outlives the slice; whether the region outlives the work
+/// request that uses it is up to the post call.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct MrSlice<'a> {
+    pub(crate) addr: u64,
+    pub(crate) length: u32,
+    pub(crate) lkey: u32,
+    _region: std::marker::PhantomData<&'a MemoryRegion>,
+}
+
+impl MrSlice<'_> {
+    /// Start address.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> u32 {
+        self.length
+    }
+
+    /// Whether the slice is empty.
+    pub fn is_empty(&self) -> bool {
+        self.length == 0
+    }
+
+    /// The region's local key.
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+}
+
+/// Remote memory: an address, a length and the rkey that grants access, as a peer advertises it
+/// for RDMA reads, writes and atomics.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RemoteMemory {
+    /// Start address in the peer's address space.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u32,
+    /// The peer's remote key.
+    pub rkey: u32,
+}
+
+impl RemoteMemory {
+    /// The part of this memory starting `offset` bytes in, `len` bytes long.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if it does not fit.
+    pub fn slice(&self, offset: u32, len: u32) -> Result<Self> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(Self {
+                addr: self.addr + u64::from(offset),
+                len,
+                rkey: self.rkey,
+            }),
+            _ => Err(Error::InvalidArgument(format!(
+                "bytes {offset}..+{len} are outside the {}-byte remote memory",
+                self.len
+            ))),
+        }
+    }
+}

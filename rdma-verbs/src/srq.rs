@@ -1,0 +1,186 @@
+//! Shared receive queues.
+
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use crate::error::{Errno, Error, Result};
+use crate::ffi;
+use crate::pd::ProtectionDomain;
+use crate::wr::{RecvList, RecvRequest};
+
+pub(crate) struct SrqInner {
+    raw: NonNull<ffi::ibv_srq>,
+    pd: ProtectionDomain,
+}
+
+// SAFETY: SRQ verbs are thread-safe in libibverbs; posting takes `&mut`.
+unsafe impl Send for SrqInner {}
+// SAFETY: as above.
+unsafe impl Sync for SrqInner {}
+
+impl Drop for SrqInner {
+    fn drop(&mut self) {
+        // SAFETY: live SRQ; every queue pair using it holds an Arc to this inner, so none is
+        // left.
+        let ret = unsafe { ffi::ibv_destroy_srq(self.raw.as_ptr()) };
+        debug_assert_eq!(ret, 0, "ibv_destroy_srq failed");
+    }
+}
+
+/// A shared receive queue (`struct ibv_srq`): one pool of receive requests for many queue
+/// pairs.
+///
+/// Queue pairs made with [`QpBuilder::srq`](crate::QpBuilder::srq) keep it alive. Not `Clone`
+/// (posting takes `&mut self`); `Send` and `Sync`.
+pub struct SharedReceiveQueue {
+    pub(crate) inner: Arc<SrqInner>,
+    max_wr: u32,
+    max_sge: u32,
+}
+
+impl fmt::Debug for SharedReceiveQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedReceiveQueue")
+            .field("max_wr", &self.max_wr)
+            .field("max_sge", &self.max_sge)
+            .finish()
+    }
+}
+
+impl ProtectionDomain {
+    /// `ibv_create_srq`: a shared receive queue for `max_wr` requests of `max_sge` entries each.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] with the errno of `ibv_create_srq` (`EINVAL` above the device's limits).
+    #[doc(alias = "ibv_create_srq")]
+    pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<SharedReceiveQueue> {
+        let mut init = ffi::ibv_srq_init_attr {
+            attr: ffi::ibv_srq_attr {
+                max_wr,
+                max_sge,
+                srq_limit: 0,
+            },
+            ..Default::default()
+        };
+        // SAFETY: live PD; valid attributes.
+        let raw = unsafe { ffi::ibv_create_srq(self.as_raw(), &mut init) };
+        let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_create_srq"))?;
+        Ok(SharedReceiveQueue {
+            inner: Arc::new(SrqInner {
+                raw,
+                pd: self.clone(),
+            }),
+            max_wr: init.attr.max_wr,
+            max_sge: init.attr.max_sge,
+        })
+    }
+}
+
+impl SharedReceiveQueue {
+    /// The raw `ibv_srq`.
+    pub fn as_raw(&self) -> *mut ffi::ibv_srq {
+        self.inner.raw.as_ptr()
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.inner.pd
+    }
+
+    /// Requests the queue holds (as granted).
+    pub fn max_wr(&self) -> u32 {
+        self.max_wr
+    }
+
+    /// `ibv_modify_srq` with `IBV_SRQ_LIMIT`: arms the limit event. When the number of posted
+    /// receives drops below `limit`, the context raises one
+    /// [`AsyncEvent::SrqLimitReached`](crate::AsyncEvent::SrqLimitReached) and disarms.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] (`EINVAL` for a limit above `max_wr`).
+    #[doc(alias = "ibv_modify_srq")]
+    pub fn arm_limit(&self, limit: u32) -> Result<()> {
+        let mut attr = ffi::ibv_srq_attr {
+            max_wr: 0,
+            max_sge: 0,
+            srq_limit: limit,
+        };
+        // SAFETY: live SRQ; valid attributes for the LIMIT mask.
+        let ret =
+            unsafe { ffi::ibv_modify_srq(self.as_raw(), &mut attr, ffi::IBV_SRQ_LIMIT as i32) };
+        Error::check("ibv_modify_srq", ret)
+    }
+
+    /// `ibv_query_srq`: the current limit (0 when disarmed).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] with the errno of `ibv_query_srq`.
+    #[doc(alias = "ibv_query_srq")]
+    pub fn limit(&self) -> Result<u32> {
+        let mut attr = ffi::ibv_srq_attr::default();
+        // SAFETY: live SRQ; writable attributes.
+        let ret = unsafe { ffi::ibv_query_srq(self.as_raw(), &mut attr) };
+        Error::check("ibv_query_srq", ret)?;
+        Ok(attr.srq_limit)
+    }
+
+    /// `ibv_post_srq_recv`: posts every request of `list` in one call.
+    ///
+    /// # Safety
+    ///
+    /// As [`QueuePair::post_recv`](crate::QueuePair::post_recv).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::QueueFull`] or [`Error::Post`], with the index of the first request not posted.
+    #[doc(alias = "ibv_post_srq_recv")]
+    pub unsafe fn post_recv(&mut self, list: &mut RecvList<'_>) -> Result<()> {
+        if list.is_empty() {
+            return Ok(());
+        }
+        let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
+        // SAFETY: live SRQ; valid chain; memory kept valid by the caller.
+        let ret = unsafe { ffi::ibv_post_srq_recv(self.as_raw(), list.head(), &mut bad) };
+        srq_result(ret, || list.index_of(bad))
+    }
+
+    /// `ibv_post_srq_recv` of one request.
+    ///
+    /// # Safety
+    ///
+    /// As [`QueuePair::post_recv`](crate::QueuePair::post_recv).
+    ///
+    /// # Errors
+    ///
+    /// As [`post_recv`](Self::post_recv).
+    #[doc(alias = "ibv_post_srq_recv")]
+    pub unsafe fn post_recv_one(&mut self, request: &RecvRequest<'_>) -> Result<()> {
+        let mut raw = ffi::ibv_recv_wr::default();
+        let mut one = ffi::ibv_sge::default();
+        request.fill(&mut raw, &mut one)?;
+        let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
+        // SAFETY: live SRQ; `raw`/`one` outlive the call; memory kept valid by the caller.
+        let ret = unsafe { ffi::ibv_post_srq_recv(self.as_raw(), &mut raw, &mut bad) };
+        srq_result(ret, || 0)
+    }
+}
+
+fn srq_result(ret: i32, index: impl FnOnce() -> usize) -> Result<()> {
+    const VERB: &str = "ibv_post_srq_recv";
+    match Errno::result(ret) {
+        Ok(()) => Ok(()),
+        Err(Errno::NOMEM) => Err(Error::QueueFull {
+            verb: VERB,
+            index: index(),
+        }),
+        Err(errno) => Err(Error::Post {
+            verb: VERB,
+            index: index(),
+            errno,
+        }),
+    }
+}

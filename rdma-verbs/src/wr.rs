@@ -1,0 +1,593 @@
+//! Work requests and reusable, doorbell-batched post lists.
+//!
+//! Building requests is safe: a request borrows the memory regions, inline data and address
+//! handles it names, so they outlive it. Handing a list to the hardware is the `unsafe` step
+//! (see [`QueuePair::post_send`](crate::QueuePair::post_send)), because the hardware keeps using
+//! the memory after the call returns.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use crate::ah::AddressHandle;
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::flags::SendFlags;
+use crate::mr::{MemoryRegion, MrSlice, RemoteMemory};
+
+/// A scatter/gather entry (`struct ibv_sge`) over registered memory. Same layout as the C
+/// structure, so lists of them go to the hardware as they are.
+#[repr(transparent)]
+#[derive(Copy, Clone)]
+pub struct Sge<'a> {
+    raw: ffi::ibv_sge,
+    _region: PhantomData<&'a MemoryRegion>,
+}
+
+impl<'a> From<MrSlice<'a>> for Sge<'a> {
+    fn from(slice: MrSlice<'a>) -> Self {
+        Self {
+            raw: ffi::ibv_sge {
+                addr: slice.addr,
+                length: slice.length,
+                lkey: slice.lkey,
+            },
+            _region: PhantomData,
+        }
+    }
+}
+
+impl Sge<'_> {
+    /// Length in bytes.
+    pub fn len(&self) -> u32 {
+        self.raw.length
+    }
+
+    /// Whether the entry is empty.
+    pub fn is_empty(&self) -> bool {
+        self.raw.length == 0
+    }
+}
+
+impl fmt::Debug for Sge<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sge")
+            .field("addr", &format_args!("{:#x}", self.raw.addr))
+            .field("length", &self.raw.length)
+            .field("lkey", &format_args!("{:#x}", self.raw.lkey))
+            .finish()
+    }
+}
+
+/// The local memory of a work request.
+#[derive(Copy, Clone, Debug)]
+pub enum Payload<'a> {
+    /// No data (zero-length sends, receives for RDMA write with immediate).
+    None,
+    /// One range of a memory region.
+    Slice(MrSlice<'a>),
+    /// A scatter/gather list.
+    List(&'a [Sge<'a>]),
+    /// Bytes copied into the work request during the post (`IBV_SEND_INLINE`), up to the queue
+    /// pair's `max_inline_data`. Needs no memory region, and the bytes may be reused as soon as
+    /// the post returns.
+    Inline(&'a [u8]),
+}
+
+impl<'a> From<MrSlice<'a>> for Payload<'a> {
+    fn from(slice: MrSlice<'a>) -> Self {
+        Self::Slice(slice)
+    }
+}
+
+impl<'a> From<&'a [Sge<'a>]> for Payload<'a> {
+    fn from(list: &'a [Sge<'a>]) -> Self {
+        Self::List(list)
+    }
+}
+
+impl Payload<'_> {
+    /// The payload's scatter/gather pointer, entry count and extra send flags, using `one` as
+    /// storage for a single entry.
+    fn fill(&self, one: &mut ffi::ibv_sge) -> (*mut ffi::ibv_sge, i32, u32) {
+        match *self {
+            Payload::None => (std::ptr::null_mut(), 0, 0),
+            Payload::Slice(slice) => {
+                *one = ffi::ibv_sge {
+                    addr: slice.addr,
+                    length: slice.length,
+                    lkey: slice.lkey,
+                };
+                (one, 1, 0)
+            }
+            // The provider only reads the list (the C prototype lacks `const`).
+            Payload::List(list) => (
+                list.as_ptr().cast::<ffi::ibv_sge>().cast_mut(),
+                list.len() as i32,
+                0,
+            ),
+            Payload::Inline(bytes) => {
+                *one = ffi::ibv_sge {
+                    addr: bytes.as_ptr() as u64,
+                    length: bytes.len() as u32,
+                    lkey: 0,
+                };
+                (one, 1, ffi::IBV_SEND_INLINE)
+            }
+        }
+    }
+
+    /// Whether [`fill`](Self::fill) points into its `one` storage.
+    fn uses_single_entry(&self) -> bool {
+        matches!(self, Payload::Slice(_) | Payload::Inline(_))
+    }
+
+    fn check(&self) -> Result<()> {
+        match *self {
+            Payload::List(list) if i32::try_from(list.len()).is_err() => Err(
+                Error::InvalidArgument("too many scatter/gather entries".into()),
+            ),
+            Payload::Inline(bytes) if u32::try_from(bytes.len()).is_err() => {
+                Err(Error::InvalidArgument("inline data too long".into()))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Send operations, as a bit set, so a list can say which it holds.
+pub(crate) mod op {
+    pub(crate) const SEND: u32 = 1 << 0;
+    pub(crate) const SEND_WITH_IMM: u32 = 1 << 1;
+    pub(crate) const WRITE: u32 = 1 << 2;
+    pub(crate) const WRITE_WITH_IMM: u32 = 1 << 3;
+    pub(crate) const READ: u32 = 1 << 4;
+    pub(crate) const ATOMIC: u32 = 1 << 5;
+    /// An operation that cannot take immediate data was given some.
+    pub(crate) const INVALID: u32 = 1 << 31;
+}
+
+/// A send work request (`struct ibv_send_wr`): SEND, SEND_WITH_IMM, RDMA_WRITE,
+/// RDMA_WRITE_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP or ATOMIC_FETCH_AND_ADD, with its options.
+///
+/// Options chain by value:
+///
+/// ```no_run
+/// # use rdma_verbs::{SendRequest, MemoryRegion};
+/// # fn f(mr: &MemoryRegion) -> rdma_verbs::Result<()> {
+/// let request = SendRequest::send(1, mr.slice(..64)?).with_imm(0xfeed).signaled();
+/// # Ok(()) }
+/// ```
+#[derive(Copy, Clone, Debug)]
+pub struct SendRequest<'a> {
+    wr_id: u64,
+    opcode: u32,
+    op: u32,
+    payload: Payload<'a>,
+    flags: SendFlags,
+    imm: u32,
+    remote: (u64, u32),
+    atomic: (u64, u64),
+    ud: Option<(&'a AddressHandle, u32, u32)>,
+}
+
+impl<'a> SendRequest<'a> {
+    fn new(wr_id: u64, opcode: u32, op: u32, payload: Payload<'a>) -> Self {
+        Self {
+            wr_id,
+            opcode,
+            op,
+            payload,
+            flags: SendFlags::empty(),
+            imm: 0,
+            remote: (0, 0),
+            atomic: (0, 0),
+            ud: None,
+        }
+    }
+
+    /// SEND: delivers `payload` to the next receive request of the peer.
+    pub fn send(wr_id: u64, payload: impl Into<Payload<'a>>) -> Self {
+        Self::new(wr_id, ffi::IBV_WR_SEND, op::SEND, payload.into())
+    }
+
+    /// RDMA_WRITE: writes `payload` to `remote` (the peer's memory, which must allow remote
+    /// write). The peer gets no completion.
+    pub fn write(wr_id: u64, payload: impl Into<Payload<'a>>, remote: RemoteMemory) -> Self {
+        let mut request = Self::new(wr_id, ffi::IBV_WR_RDMA_WRITE, op::WRITE, payload.into());
+        request.remote = (remote.addr, remote.rkey);
+        request
+    }
+
+    /// RDMA_READ: reads `remote` into `local` (which needs `LOCAL_WRITE`).
+    pub fn read(wr_id: u64, local: impl Into<Payload<'a>>, remote: RemoteMemory) -> Self {
+        let mut request = Self::new(wr_id, ffi::IBV_WR_RDMA_READ, op::READ, local.into());
+        request.remote = (remote.addr, remote.rkey);
+        request
+    }
+
+    /// ATOMIC_CMP_AND_SWP: if the 8-byte word at `remote.addr` equals `compare`, replaces it
+    /// with `swap`. The old value lands in `local` (8 bytes, `LOCAL_WRITE`), in host order.
+    pub fn compare_swap(
+        wr_id: u64,
+        local: MrSlice<'a>,
+        remote: RemoteMemory,
+        compare: u64,
+        swap: u64,
+    ) -> Self {
+        let mut request = Self::new(
+            wr_id,
+            ffi::IBV_WR_ATOMIC_CMP_AND_SWP,
+            op::ATOMIC,
+            local.into(),
+        );
+        request.remote = (remote.addr, remote.rkey);
+        request.atomic = (compare, swap);
+        request
+    }
+
+    /// ATOMIC_FETCH_AND_ADD: adds `add` to the 8-byte word at `remote.addr`. The old value
+    /// lands in `local` (8 bytes, `LOCAL_WRITE`), in host order.
+    pub fn fetch_add(wr_id: u64, local: MrSlice<'a>, remote: RemoteMemory, add: u64) -> Self {
+        let mut request = Self::new(
+            wr_id,
+            ffi::IBV_WR_ATOMIC_FETCH_AND_ADD,
+            op::ATOMIC,
+            local.into(),
+        );
+        request.remote = (remote.addr, remote.rkey);
+        request.atomic = (add, 0);
+        request
+    }
+
+    /// Adds immediate data (host order): SEND becomes SEND_WITH_IMM and RDMA_WRITE becomes
+    /// RDMA_WRITE_WITH_IMM, which consumes a receive request at the peer. Other operations
+    /// cannot carry immediate data; posting them then fails with `InvalidArgument`.
+    pub fn with_imm(mut self, imm: u32) -> Self {
+        self.imm = imm;
+        match self.op {
+            op::SEND | op::SEND_WITH_IMM => {
+                self.opcode = ffi::IBV_WR_SEND_WITH_IMM;
+                self.op = op::SEND_WITH_IMM;
+            }
+            op::WRITE | op::WRITE_WITH_IMM => {
+                self.opcode = ffi::IBV_WR_RDMA_WRITE_WITH_IMM;
+                self.op = op::WRITE_WITH_IMM;
+            }
+            _ => self.op |= op::INVALID,
+        }
+        self
+    }
+
+    /// Asks for a completion (`IBV_SEND_SIGNALED`) even on a queue pair that does not signal
+    /// every request.
+    pub fn signaled(mut self) -> Self {
+        self.flags |= SendFlags::SIGNALED;
+        self
+    }
+
+    /// Waits for earlier RDMA reads and atomics first (`IBV_SEND_FENCE`).
+    pub fn fenced(mut self) -> Self {
+        self.flags |= SendFlags::FENCE;
+        self
+    }
+
+    /// Raises a solicited event at the receiver (`IBV_SEND_SOLICITED`).
+    pub fn solicited(mut self) -> Self {
+        self.flags |= SendFlags::SOLICITED;
+        self
+    }
+
+    /// Adds raw `IBV_SEND_*` flags.
+    pub fn flags(mut self, flags: SendFlags) -> Self {
+        self.flags |= flags;
+        self
+    }
+
+    /// Addresses a datagram (UD): to queue pair `remote_qpn` behind `ah`, with Q_Key
+    /// `remote_qkey`. Required for every request posted to a UD queue pair.
+    pub fn to(mut self, ah: &'a AddressHandle, remote_qpn: u32, remote_qkey: u32) -> Self {
+        self.ud = Some((ah, remote_qpn, remote_qkey));
+        self
+    }
+
+    /// The request's `wr_id`.
+    pub fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+
+    pub(crate) fn op(&self) -> u32 {
+        self.op
+    }
+
+    pub(crate) fn is_datagram(&self) -> bool {
+        self.ud.is_some()
+    }
+
+    /// Writes the request into `raw` (its `next` left null), using `one` as storage for a
+    /// single scatter/gather entry.
+    pub(crate) fn fill(&self, raw: &mut ffi::ibv_send_wr, one: &mut ffi::ibv_sge) -> Result<()> {
+        self.payload.check()?;
+        let (sg_list, num_sge, inline) = self.payload.fill(one);
+        *raw = ffi::ibv_send_wr {
+            wr_id: self.wr_id,
+            next: std::ptr::null_mut(),
+            sg_list,
+            num_sge,
+            opcode: self.opcode,
+            send_flags: self.flags.bits() | inline,
+            ..Default::default()
+        };
+        raw.__bindgen_anon_1.imm_data = self.imm.to_be();
+        match self.op & !op::INVALID {
+            op::ATOMIC => {
+                raw.wr.atomic = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
+                    remote_addr: self.remote.0,
+                    compare_add: self.atomic.0,
+                    swap: self.atomic.1,
+                    rkey: self.remote.1,
+                };
+            }
+            op::WRITE | op::WRITE_WITH_IMM | op::READ => {
+                raw.wr.rdma = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
+                    remote_addr: self.remote.0,
+                    rkey: self.remote.1,
+                };
+            }
+            _ => {
+                if let Some((ah, remote_qpn, remote_qkey)) = self.ud {
+                    raw.wr.ud = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
+                        ah: ah.as_raw(),
+                        remote_qpn,
+                        remote_qkey,
+                    };
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A receive work request (`struct ibv_recv_wr`).
+#[derive(Copy, Clone, Debug)]
+pub struct RecvRequest<'a> {
+    wr_id: u64,
+    payload: Payload<'a>,
+}
+
+impl<'a> RecvRequest<'a> {
+    /// Receives into `payload` (memory with `LOCAL_WRITE`). [`Payload::Inline`] is not
+    /// allowed for receives.
+    pub fn new(wr_id: u64, payload: impl Into<Payload<'a>>) -> Self {
+        Self {
+            wr_id,
+            payload: payload.into(),
+        }
+    }
+
+    /// A receive with no buffer: for RDMA writes with immediate and zero-length sends.
+    pub fn empty(wr_id: u64) -> Self {
+        Self {
+            wr_id,
+            payload: Payload::None,
+        }
+    }
+
+    /// The request's `wr_id`.
+    pub fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+
+    pub(crate) fn fill(&self, raw: &mut ffi::ibv_recv_wr, one: &mut ffi::ibv_sge) -> Result<()> {
+        if let Payload::Inline(_) = self.payload {
+            return Err(Error::InvalidArgument(
+                "a receive cannot use inline data".into(),
+            ));
+        }
+        self.payload.check()?;
+        let (sg_list, num_sge, _) = self.payload.fill(one);
+        *raw = ffi::ibv_recv_wr {
+            wr_id: self.wr_id,
+            next: std::ptr::null_mut(),
+            sg_list,
+            num_sge,
+        };
+        Ok(())
+    }
+}
+
+/// Storage for a chain of work requests, handed to the provider in one post call (one doorbell).
+///
+/// The storage is allocated once, by [`with_capacity`](Self::with_capacity); pushing, posting and
+/// [`clear`](Self::clear) never allocate. [`reuse`](Self::reuse) empties the list and lets it
+/// borrow different memory, so one list serves a whole program.
+pub struct PostList<'a, W: WorkRequest> {
+    wrs: Vec<W::Raw>,
+    sges: Vec<ffi::ibv_sge>,
+    ops: u32,
+    datagrams: usize,
+    _borrow: PhantomData<&'a ()>,
+}
+
+/// A list of send requests for [`QueuePair::post_send`](crate::QueuePair::post_send).
+pub type SendList<'a> = PostList<'a, SendRequest<'a>>;
+/// A list of receive requests for [`QueuePair::post_recv`](crate::QueuePair::post_recv) and
+/// [`SharedReceiveQueue::post_recv`](crate::SharedReceiveQueue::post_recv).
+pub type RecvList<'a> = PostList<'a, RecvRequest<'a>>;
+
+/// A work request type a [`PostList`] holds: [`SendRequest`] or [`RecvRequest`].
+pub trait WorkRequest: private::Sealed {
+    #[doc(hidden)]
+    type Raw: Copy + Default;
+    /// Fills `raw`; returns whether its scatter/gather pointer points at `one`.
+    #[doc(hidden)]
+    fn fill_raw(&self, raw: &mut Self::Raw, one: &mut ffi::ibv_sge) -> Result<bool>;
+    #[doc(hidden)]
+    fn link(raw: &mut Self::Raw, next: *mut Self::Raw);
+    #[doc(hidden)]
+    fn set_sg_list(raw: &mut Self::Raw, sg_list: *mut ffi::ibv_sge);
+    #[doc(hidden)]
+    fn op_bits(&self) -> u32;
+    #[doc(hidden)]
+    fn datagram(&self) -> bool;
+}
+
+mod private {
+    pub trait Sealed {}
+}
+
+impl private::Sealed for SendRequest<'_> {}
+impl WorkRequest for SendRequest<'_> {
+    type Raw = ffi::ibv_send_wr;
+    fn fill_raw(&self, raw: &mut Self::Raw, one: &mut ffi::ibv_sge) -> Result<bool> {
+        self.fill(raw, one)?;
+        Ok(self.payload.uses_single_entry())
+    }
+    fn link(raw: &mut Self::Raw, next: *mut Self::Raw) {
+        raw.next = next;
+    }
+    fn set_sg_list(raw: &mut Self::Raw, sg_list: *mut ffi::ibv_sge) {
+        raw.sg_list = sg_list;
+    }
+    fn op_bits(&self) -> u32 {
+        self.op()
+    }
+    fn datagram(&self) -> bool {
+        self.is_datagram()
+    }
+}
+
+impl private::Sealed for RecvRequest<'_> {}
+impl WorkRequest for RecvRequest<'_> {
+    type Raw = ffi::ibv_recv_wr;
+    fn fill_raw(&self, raw: &mut Self::Raw, one: &mut ffi::ibv_sge) -> Result<bool> {
+        self.fill(raw, one)?;
+        Ok(self.payload.uses_single_entry())
+    }
+    fn link(raw: &mut Self::Raw, next: *mut Self::Raw) {
+        raw.next = next;
+    }
+    fn set_sg_list(raw: &mut Self::Raw, sg_list: *mut ffi::ibv_sge) {
+        raw.sg_list = sg_list;
+    }
+    fn op_bits(&self) -> u32 {
+        0
+    }
+    fn datagram(&self) -> bool {
+        false
+    }
+}
+
+impl<'a, W: WorkRequest> PostList<'a, W> {
+    /// A list with room for `capacity` requests.
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self {
+            wrs: Vec::with_capacity(capacity),
+            sges: Vec::with_capacity(capacity),
+            ops: 0,
+            datagrams: 0,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// Appends `request`, chaining it after the last one. Does not allocate.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if the list is full or the request is malformed (inline data
+    /// in a receive, too many entries).
+    pub fn push(&mut self, request: W) -> Result<()> {
+        if self.wrs.len() == self.wrs.capacity() {
+            return Err(Error::InvalidArgument(format!(
+                "the post list is full ({} requests)",
+                self.wrs.capacity()
+            )));
+        }
+        let mut raw = W::Raw::default();
+        let mut one = ffi::ibv_sge::default();
+        let single = request.fill_raw(&mut raw, &mut one)?;
+        // Neither vector reallocates (both are below capacity), so the addresses taken here
+        // stay valid for as long as the list holds them.
+        self.sges.push(one);
+        if single {
+            if let Some(stored) = self.sges.last_mut() {
+                W::set_sg_list(&mut raw, stored);
+            }
+        }
+        self.wrs.push(raw);
+        let n = self.wrs.len();
+        if n >= 2 {
+            let (head, tail) = self.wrs.split_at_mut(n - 1);
+            W::link(&mut head[n - 2], &mut tail[0]);
+        }
+        self.ops |= request.op_bits();
+        self.datagrams += usize::from(request.datagram());
+        Ok(())
+    }
+
+    /// Removes every request; keeps the storage.
+    pub fn clear(&mut self) {
+        self.wrs.clear();
+        self.sges.clear();
+        self.ops = 0;
+        self.datagrams = 0;
+    }
+
+    /// Empties the list so that it can borrow other memory, keeping the storage.
+    pub fn reuse<'b, V>(mut self) -> PostList<'b, V>
+    where
+        V: WorkRequest<Raw = W::Raw>,
+    {
+        self.clear();
+        PostList {
+            wrs: self.wrs,
+            sges: self.sges,
+            ops: 0,
+            datagrams: 0,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// The number of requests.
+    pub fn len(&self) -> usize {
+        self.wrs.len()
+    }
+
+    /// Whether the list is empty.
+    pub fn is_empty(&self) -> bool {
+        self.wrs.is_empty()
+    }
+
+    /// How many requests fit.
+    pub fn capacity(&self) -> usize {
+        self.wrs.capacity()
+    }
+
+    pub(crate) fn ops(&self) -> u32 {
+        self.ops
+    }
+
+    pub(crate) fn datagrams(&self) -> usize {
+        self.datagrams
+    }
+
+    /// The head of the chain, or null when empty.
+    pub(crate) fn head(&mut self) -> *mut W::Raw {
+        self.wrs.as_mut_ptr()
+    }
+
+    /// The index of `bad` (a request the provider reported) in the list.
+    pub(crate) fn index_of(&self, bad: *const W::Raw) -> usize {
+        let base = self.wrs.as_ptr() as usize;
+        let size = std::mem::size_of::<W::Raw>().max(1);
+        (bad as usize).wrapping_sub(base) / size
+    }
+}
+
+impl<W: WorkRequest> fmt::Debug for PostList<'_, W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostList")
+            .field("len", &self.len())
+            .field("capacity", &self.capacity())
+            .finish()
+    }
+}

@@ -1,0 +1,158 @@
+//! Helpers shared by the device tests: a context on the test device, connected queue pairs of
+//! each transport on it (loopback through the device), and bounded completion waits.
+
+#![allow(dead_code)] // each test binary uses a different part
+#![allow(unreachable_pub)] // `pub` here means "shared by the test files", which lint cannot see
+
+use std::time::{Duration, Instant};
+
+use rdma_test_support::TestDevice;
+use rdma_verbs::*;
+
+/// How long a test waits for a completion before failing: rxe under emulation is slow.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+pub struct Fixture {
+    pub device: TestDevice,
+    pub context: Context,
+    pub pd: ProtectionDomain,
+}
+
+/// The test device's context and a protection domain, or `None` (skipped visibly).
+pub fn fixture() -> Option<Fixture> {
+    let device = rdma_test_support::device()?;
+    let context = Context::open(&device.name).expect("open the test device");
+    let pd = context.alloc_pd().expect("ibv_alloc_pd");
+    Some(Fixture {
+        device,
+        context,
+        pd,
+    })
+}
+
+impl Fixture {
+    pub fn cq(&self, n: u32) -> CompletionQueue {
+        self.context.create_cq(n).expect("ibv_create_cq")
+    }
+
+    /// The path to this device's own port (loopback through the device).
+    pub fn av(&self) -> AddressVector {
+        let av = AddressVector::new(self.device.port).dlid(self.device.lid);
+        if self.device.is_ethernet {
+            av.grh(Gid(self.device.gid), self.device.gid_index as u8)
+        } else {
+            av
+        }
+    }
+
+    /// Two RC queue pairs connected to each other, each with `access` for the peer.
+    pub fn rc_pair(
+        &self,
+        a: QpBuilder<'_, Rc>,
+        b: QpBuilder<'_, Rc>,
+        access: AccessFlags,
+    ) -> (QueuePair<Rc, Rts>, QueuePair<Rc, Rts>) {
+        let a = a.build().expect("create QP a");
+        let b = b.build().expect("create QP b");
+        let init = ConnectedInitAttr::new(self.device.port).access(access);
+        let a = a.into_init(&init).expect("a INIT");
+        let b = b.into_init(&init).expect("b INIT");
+        let (a_num, b_num) = (a.qp_num(), b.qp_num());
+        let a = a
+            .into_rtr(&RcRtrAttr::new(self.av(), b_num, 0x100))
+            .expect("a RTR")
+            .into_rts(&RcRtsAttr::new(0x200))
+            .expect("a RTS");
+        let b = b
+            .into_rtr(&RcRtrAttr::new(self.av(), a_num, 0x200))
+            .expect("b RTR")
+            .into_rts(&RcRtsAttr::new(0x100))
+            .expect("b RTS");
+        (a, b)
+    }
+
+    /// Two UC queue pairs connected to each other.
+    pub fn uc_pair(
+        &self,
+        a: QpBuilder<'_, Uc>,
+        b: QpBuilder<'_, Uc>,
+        access: AccessFlags,
+    ) -> (QueuePair<Uc, Rts>, QueuePair<Uc, Rts>) {
+        let a = a.build().expect("create QP a");
+        let b = b.build().expect("create QP b");
+        let init = ConnectedInitAttr::new(self.device.port).access(access);
+        let a = a.into_init(&init).expect("a INIT");
+        let b = b.into_init(&init).expect("b INIT");
+        let (a_num, b_num) = (a.qp_num(), b.qp_num());
+        let a = a
+            .into_rtr(&UcRtrAttr::new(self.av(), b_num, 7))
+            .expect("a RTR")
+            .into_rts(&SqPsnRtsAttr::new(9))
+            .expect("a RTS");
+        let b = b
+            .into_rtr(&UcRtrAttr::new(self.av(), a_num, 9))
+            .expect("b RTR")
+            .into_rts(&SqPsnRtsAttr::new(7))
+            .expect("b RTS");
+        (a, b)
+    }
+
+    /// A UD queue pair in RTS with Q_Key `qkey`.
+    pub fn ud_qp(&self, builder: QpBuilder<'_, Ud>, qkey: u32) -> QueuePair<Ud, Rts> {
+        builder
+            .build()
+            .expect("create UD QP")
+            .into_init(&UdInitAttr::new(self.device.port, qkey))
+            .expect("UD INIT")
+            .into_rtr(&UdRtrAttr)
+            .expect("UD RTR")
+            .into_rts(&SqPsnRtsAttr::new(0))
+            .expect("UD RTS")
+    }
+}
+
+/// Polls `cq` until `n` completions arrived or [`WAIT`] passed; fails the test on timeout.
+pub fn wait_for(cq: &mut CompletionQueue, n: usize) -> Vec<WorkCompletion> {
+    let mut out = Vec::with_capacity(n);
+    let mut buf = [WorkCompletion::default(); 16];
+    let deadline = Instant::now() + WAIT;
+    while out.len() < n {
+        let want = (n - out.len()).min(buf.len());
+        let got = cq.poll(&mut buf[..want]).expect("ibv_poll_cq");
+        out.extend_from_slice(got);
+        if got.is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "timed out: {} of {n} completions after {WAIT:?}: {out:?}",
+                out.len()
+            );
+            std::thread::yield_now();
+        }
+    }
+    out
+}
+
+/// Asserts that no completion arrives within `quiet`.
+pub fn assert_no_completion(cq: &mut CompletionQueue, quiet: Duration) {
+    let mut buf = [WorkCompletion::default(); 4];
+    let deadline = Instant::now() + quiet;
+    while Instant::now() < deadline {
+        let got = cq.poll(&mut buf).expect("ibv_poll_cq");
+        assert!(got.is_empty(), "unexpected completions: {got:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Asserts a successful completion with `wr_id` and `opcode`.
+pub fn assert_ok(wc: &WorkCompletion, wr_id: u64, opcode: WcOpcode) {
+    assert!(wc.is_success(), "completion failed: {wc:?}");
+    assert_eq!(wc.wr_id(), wr_id, "{wc:?}");
+    assert_eq!(wc.opcode(), opcode, "{wc:?}");
+}
+
+/// `len` bytes of a recognisable pattern.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}

@@ -1,0 +1,528 @@
+//! Reliable-connection data path on the device: every operation, checked by data and completion.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use rdma_verbs::*;
+
+const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;
+
+#[test]
+fn send_and_receive() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let mut src = f.pd.register(4096, LOCAL).unwrap();
+    let dst = f.pd.register(4096, LOCAL).unwrap();
+    let data = pattern(1000, 7);
+    src.as_mut_slice().unwrap()[..1000].copy_from_slice(&data);
+
+    // SAFETY: the buffers live until the completions are polled below and are not touched.
+    unsafe {
+        b.post_recv_one(&RecvRequest::new(11, dst.slice(..).unwrap()))
+            .unwrap();
+        a.post_send_one(&SendRequest::send(22, src.slice(..1000).unwrap()).signaled())
+            .unwrap();
+    }
+    let sent = wait_for(&mut cq_a, 1);
+    assert_ok(&sent[0], 22, WcOpcode::Send);
+    let received = wait_for(&mut cq_b, 1);
+    assert_ok(&received[0], 11, WcOpcode::Recv);
+    assert_eq!(received[0].byte_len(), 1000);
+    assert_eq!(received[0].qp_num(), b.qp_num());
+    assert_eq!(received[0].imm_data(), None);
+    assert_eq!(&dst.as_slice().unwrap()[..1000], &data[..]);
+    assert!(dst.as_slice().unwrap()[1000..].iter().all(|&x| x == 0));
+}
+
+#[test]
+fn send_with_immediate_and_inline() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a).max_inline_data(64),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    assert!(a.caps().max_inline_data >= 64, "{:?}", a.caps());
+    let dst = f.pd.register(256, LOCAL).unwrap();
+    // Inline data need not be registered, and may be dropped right after the post.
+    let message = b"inline bytes, never registered".to_vec();
+    // SAFETY: `dst` lives until its completion is polled; inline data is copied by the post.
+    unsafe {
+        b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
+            .unwrap();
+        a.post_send_one(
+            &SendRequest::send(2, Payload::Inline(&message))
+                .with_imm(0xdead_beef)
+                .signaled(),
+        )
+        .unwrap();
+    }
+    drop(message);
+    assert_ok(&wait_for(&mut cq_a, 1)[0], 2, WcOpcode::Send);
+    let wc = wait_for(&mut cq_b, 1)[0];
+    assert_ok(&wc, 1, WcOpcode::Recv);
+    assert_eq!(wc.imm_data(), Some(0xdead_beef));
+    assert!(wc.flags().contains(WcFlags::WITH_IMM));
+    assert_eq!(
+        &dst.as_slice().unwrap()[..30],
+        b"inline bytes, never registered"
+    );
+}
+
+#[test]
+fn rdma_write_and_write_with_immediate() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let remote_rights = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::REMOTE_WRITE,
+    );
+    let mut src = f.pd.register(8192, LOCAL).unwrap();
+    let target = f.pd.register(8192, remote_rights).unwrap();
+    // A remotely writable region hands out no references.
+    assert!(matches!(target.as_slice(), Err(Error::RemotelyWritable)));
+    let data = pattern(8192, 3);
+    src.as_mut_slice().unwrap().copy_from_slice(&data);
+    let remote = target.remote(..).unwrap();
+
+    // SAFETY: buffers outlive the polled completions.
+    unsafe {
+        a.post_send_one(
+            &SendRequest::write(
+                1,
+                src.slice(..4096).unwrap(),
+                remote.slice(4096, 4096).unwrap(),
+            )
+            .signaled(),
+        )
+        .unwrap();
+    }
+    assert_ok(&wait_for(&mut cq_a, 1)[0], 1, WcOpcode::RdmaWrite);
+    let mut got = vec![0; 8192];
+    target.read_at(0, &mut got).unwrap();
+    assert!(
+        got[..4096].iter().all(|&x| x == 0),
+        "write landed at the wrong place"
+    );
+    assert_eq!(&got[4096..], &data[..4096]);
+    // A plain write consumes no receive and makes no completion at the target.
+    assert_no_completion(&mut cq_b, Duration::from_millis(50));
+
+    // Write with immediate: consumes a receive (no buffer needed) and reports the immediate.
+    // SAFETY: as above.
+    unsafe {
+        b.post_recv_one(&RecvRequest::empty(5)).unwrap();
+        a.post_send_one(
+            &SendRequest::write(
+                2,
+                src.slice(4096..4196).unwrap(),
+                remote.slice(0, 100).unwrap(),
+            )
+            .with_imm(42)
+            .signaled(),
+        )
+        .unwrap();
+    }
+    assert_ok(&wait_for(&mut cq_a, 1)[0], 2, WcOpcode::RdmaWrite);
+    let wc = wait_for(&mut cq_b, 1)[0];
+    assert_ok(&wc, 5, WcOpcode::RecvRdmaWithImm);
+    assert_eq!(wc.imm_data(), Some(42));
+    assert_eq!(wc.byte_len(), 100);
+    target.read_at(0, &mut got[..100]).unwrap();
+    assert_eq!(&got[..100], &data[4096..4196]);
+}
+
+#[test]
+fn rdma_read() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, _b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::REMOTE_READ,
+    );
+    let mut source =
+        f.pd.register(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+            .unwrap();
+    let data = pattern(4096, 99);
+    // Remote read only: the peer cannot change it, so references are fine.
+    source.as_mut_slice().unwrap().copy_from_slice(&data);
+    let sink = f.pd.register(4096, LOCAL).unwrap();
+    // SAFETY: buffers outlive the polled completion.
+    unsafe {
+        a.post_send_one(
+            &SendRequest::read(
+                3,
+                sink.slice(..2048).unwrap(),
+                source.remote(1024..3072).unwrap(),
+            )
+            .signaled(),
+        )
+        .unwrap();
+    }
+    let wc = wait_for(&mut cq_a, 1)[0];
+    assert_ok(&wc, 3, WcOpcode::RdmaRead);
+    assert_eq!(wc.byte_len(), 2048);
+    assert_eq!(&sink.as_slice().unwrap()[..2048], &data[1024..3072]);
+}
+
+#[test]
+fn atomics_return_the_old_value() {
+    let Some(f) = fixture() else { return };
+    let attr = f.context.query_device().unwrap();
+    assert_ne!(
+        attr.atomic_cap,
+        AtomicCap::None,
+        "the device reports no atomics"
+    );
+    let (mut cq_a, cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, _b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::REMOTE_ATOMIC,
+    );
+    let mut word =
+        f.pd.register(8, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC)
+            .unwrap();
+    word.write_at(0, &100u64.to_ne_bytes()).unwrap();
+    let old = f.pd.register(8, LOCAL).unwrap();
+    let remote = word.remote(..).unwrap();
+    let mut op = |request: SendRequest<'_>, wr_id: u64, opcode: WcOpcode| -> u64 {
+        // SAFETY: `old` and `word` outlive the polled completion.
+        unsafe { a.post_send_one(&request.signaled()).unwrap() };
+        assert_ok(&wait_for(&mut cq_a, 1)[0], wr_id, opcode);
+        old.load_u64(0).unwrap()
+    };
+
+    let slice = old.slice(..).unwrap();
+    assert_eq!(
+        op(
+            SendRequest::fetch_add(1, slice, remote, 5),
+            1,
+            WcOpcode::FetchAdd
+        ),
+        100
+    );
+    assert_eq!(word.load_u64(0).unwrap(), 105);
+    // A matching compare swaps.
+    assert_eq!(
+        op(
+            SendRequest::compare_swap(2, slice, remote, 105, 7),
+            2,
+            WcOpcode::CompSwap
+        ),
+        105
+    );
+    assert_eq!(word.load_u64(0).unwrap(), 7);
+    // A failing compare leaves the word and still returns the old value.
+    assert_eq!(
+        op(
+            SendRequest::compare_swap(3, slice, remote, 1, 9),
+            3,
+            WcOpcode::CompSwap
+        ),
+        7
+    );
+    assert_eq!(word.load_u64(0).unwrap(), 7);
+}
+
+#[test]
+fn post_list_of_32_completes_in_order() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(64), f.cq(64));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a).max_send_wr(32),
+        f.pd.create_qp(&cq_b, &cq_b).max_recv_wr(32),
+        AccessFlags::empty(),
+    );
+    let mut src = f.pd.register(32 * 64, LOCAL).unwrap();
+    for (i, chunk) in src.as_mut_slice().unwrap().chunks_mut(64).enumerate() {
+        chunk.fill(i as u8);
+    }
+    let dst = f.pd.register(32 * 64, LOCAL).unwrap();
+    let mut recvs = RecvList::with_capacity(32);
+    let mut sends = SendList::with_capacity(32);
+    for i in 0..32usize {
+        recvs
+            .push(RecvRequest::new(
+                i as u64,
+                dst.slice(i * 64..(i + 1) * 64).unwrap(),
+            ))
+            .unwrap();
+        sends
+            .push(
+                SendRequest::send(100 + i as u64, src.slice(i * 64..(i + 1) * 64).unwrap())
+                    .signaled(),
+            )
+            .unwrap();
+    }
+    assert!(
+        sends.push(SendRequest::send(0, Payload::None)).is_err(),
+        "the list is full"
+    );
+    // SAFETY: buffers outlive the polled completions.
+    unsafe {
+        b.post_recv(&mut recvs).unwrap();
+        a.post_send(&mut sends).unwrap();
+    }
+    let sent = wait_for(&mut cq_a, 32);
+    let received = wait_for(&mut cq_b, 32);
+    for i in 0..32 {
+        assert_ok(&sent[i], 100 + i as u64, WcOpcode::Send);
+        assert_ok(&received[i], i as u64, WcOpcode::Recv);
+        assert_eq!(received[i].byte_len(), 64);
+    }
+    for (i, chunk) in dst.as_slice().unwrap().chunks(64).enumerate() {
+        assert!(chunk.iter().all(|&x| x == i as u8), "message {i} corrupted");
+    }
+    // The same storage serves the next batch, borrowing again.
+    let mut sends = sends.reuse::<SendRequest<'_>>();
+    assert!(sends.is_empty());
+    assert_eq!(sends.capacity(), 32);
+    sends
+        .push(SendRequest::send(1, src.slice(..1).unwrap()))
+        .unwrap();
+    assert_eq!(sends.len(), 1);
+}
+
+#[test]
+fn unsignaled_sends_with_a_periodic_signaled_one() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(64), f.cq(64));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a).max_send_wr(16),
+        f.pd.create_qp(&cq_b, &cq_b).max_recv_wr(16),
+        AccessFlags::empty(),
+    );
+    let src = f.pd.register(64, LOCAL).unwrap();
+    let dst = f.pd.register(16 * 64, LOCAL).unwrap();
+    let mut sends = SendList::with_capacity(16);
+    let mut recvs = RecvList::with_capacity(16);
+    for i in 0..16u64 {
+        let request = SendRequest::send(i, src.slice(..).unwrap());
+        sends
+            .push(if i % 4 == 3 {
+                request.signaled()
+            } else {
+                request
+            })
+            .unwrap();
+        let at = i as usize * 64;
+        recvs
+            .push(RecvRequest::new(i, dst.slice(at..at + 64).unwrap()))
+            .unwrap();
+    }
+    // SAFETY: buffers outlive the polled completions.
+    unsafe {
+        b.post_recv(&mut recvs).unwrap();
+        a.post_send(&mut sends).unwrap();
+    }
+    assert_eq!(wait_for(&mut cq_b, 16).len(), 16);
+    let signaled: Vec<u64> = wait_for(&mut cq_a, 4).iter().map(|wc| wc.wr_id()).collect();
+    assert_eq!(signaled, vec![3, 7, 11, 15]);
+    assert_no_completion(&mut cq_a, Duration::from_millis(50));
+}
+
+#[test]
+fn wrong_rkey_is_a_remote_access_error() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::REMOTE_WRITE,
+    );
+    let src = f.pd.register(64, LOCAL).unwrap();
+    let target =
+        f.pd.register(64, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+            .unwrap();
+    let mut bad = target.remote(..).unwrap();
+    bad.rkey ^= 0x5a5a_5a00;
+    // SAFETY: buffers outlive the polled completion.
+    unsafe {
+        a.post_send_one(&SendRequest::write(9, src.slice(..).unwrap(), bad).signaled())
+            .unwrap();
+    }
+    let wc = wait_for(&mut cq_a, 1)[0];
+    assert_eq!(wc.wr_id(), 9);
+    assert_eq!(wc.status(), WcStatus::RemAccessErr, "{wc:?}");
+    // The failure moved the requester to the error state; the type still says RTS, the device
+    // says ERR, and a new post is flushed or refused, never undefined.
+    assert_eq!(a.query_state().unwrap(), QpStateKind::Error);
+    // SAFETY: as above.
+    let posted =
+        unsafe { a.post_send_one(&SendRequest::send(10, src.slice(..).unwrap()).signaled()) };
+    if posted.is_ok() {
+        let wc = wait_for(&mut cq_a, 1)[0];
+        assert_eq!(wc.status(), WcStatus::WrFlushErr, "{wc:?}");
+    } else {
+        assert!(matches!(posted, Err(Error::Post { .. })), "{posted:?}");
+    }
+    drop(b);
+}
+
+#[test]
+fn error_state_flushes_posted_receives() {
+    let Some(f) = fixture() else { return };
+    let (cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (_a, mut b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let dst = f.pd.register(4 * 64, LOCAL).unwrap();
+    for i in 0..4usize {
+        // SAFETY: `dst` outlives the flush completions polled below.
+        unsafe {
+            b.post_recv_one(&RecvRequest::new(
+                i as u64,
+                dst.slice(i * 64..(i + 1) * 64).unwrap(),
+            ))
+            .unwrap();
+        }
+    }
+    let b = b.into_error().expect("RTS -> ERR");
+    let flushed = wait_for(&mut cq_b, 4);
+    for (i, wc) in flushed.iter().enumerate() {
+        assert_eq!(wc.wr_id(), i as u64);
+        assert_eq!(wc.status(), WcStatus::WrFlushErr, "{wc:?}");
+    }
+    // ERR -> RESET -> INIT works, and the queue pair is usable again.
+    let b = b.into_reset().expect("ERR -> RESET");
+    assert_eq!(b.query_state().unwrap(), QpStateKind::Reset);
+    let b = b
+        .into_init(&ConnectedInitAttr::new(f.device.port))
+        .expect("RESET -> INIT");
+    assert_eq!(b.query_state().unwrap(), QpStateKind::Init);
+}
+
+#[test]
+fn failed_transition_returns_the_queue_pair() {
+    let Some(f) = fixture() else { return };
+    let cq = f.cq(4);
+    let qp = f.pd.create_qp::<Rc>(&cq, &cq).build().unwrap();
+    // Port 0 does not exist.
+    let error = qp.into_init(&ConnectedInitAttr::new(0)).unwrap_err();
+    assert!(
+        matches!(
+            error.error(),
+            Error::ModifyQp {
+                from: QpStateKind::Reset,
+                to: QpStateKind::Init,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let (qp, _) = error.into_parts();
+    assert_eq!(qp.query_state().unwrap(), QpStateKind::Reset);
+    let qp = qp
+        .into_init(&ConnectedInitAttr::new(f.device.port))
+        .unwrap();
+    // A GID index the port does not have is refused at RTR, again handing the QP back.
+    let mut av = f.av();
+    av.grh = Some(GlobalRoute {
+        dgid: Gid(f.device.gid),
+        flow_label: 0,
+        sgid_index: 250,
+        hop_limit: 1,
+        traffic_class: 0,
+    });
+    let (qp, error) = qp
+        .into_rtr(&RcRtrAttr::new(av, qp_num_of_nothing(), 0))
+        .unwrap_err()
+        .into_parts();
+    assert!(error.errno().is_some(), "{error}");
+    assert_eq!(qp.query_state().unwrap(), QpStateKind::Init);
+}
+
+fn qp_num_of_nothing() -> u32 {
+    0xfffff
+}
+
+#[test]
+fn full_send_queue_is_a_typed_error() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, cq_b) = (f.cq(64), f.cq(64));
+    // The receiver never posts a receive: the first send waits in receiver-not-ready retries
+    // (RNR retry 7 is infinite), so the sends behind it fill the queue.
+    let (mut a, _b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a).max_send_wr(4),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let depth = a.caps().max_send_wr as usize;
+    let src = f.pd.register(64, LOCAL).unwrap();
+    let mut posted = 0;
+    let mut outcome = Ok(());
+    for i in 0..depth * 4 {
+        // SAFETY: `src` outlives the queue pair's flush below.
+        outcome = unsafe {
+            a.post_send_one(&SendRequest::send(i as u64, src.slice(..).unwrap()).signaled())
+        };
+        if outcome.is_err() {
+            break;
+        }
+        posted += 1;
+    }
+    assert!(
+        matches!(
+            outcome,
+            Err(Error::QueueFull {
+                verb: "ibv_post_send",
+                index: 0
+            })
+        ),
+        "after {posted} posts: {outcome:?}"
+    );
+    // Providers may round their rings up (rxe grants 4 but its ring holds 7).
+    assert!(
+        posted >= depth,
+        "the queue took {posted}, less than its capacity {depth}"
+    );
+    let _a = a.into_error().unwrap();
+    let flushed = wait_for(&mut cq_a, posted);
+    assert!(
+        flushed
+            .iter()
+            .all(|wc| wc.status() == WcStatus::WrFlushErr || wc.is_success())
+    );
+}
+
+#[test]
+fn operations_the_transport_lacks_are_refused_before_posting() {
+    let Some(f) = fixture() else { return };
+    let (cq_a, cq_b) = (f.cq(8), f.cq(8));
+    let (mut a, _b) = f.uc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let mr = f.pd.register(64, LOCAL).unwrap();
+    let remote = RemoteMemory {
+        addr: 0,
+        len: 64,
+        rkey: 1,
+    };
+    // SAFETY: nothing is posted (refused before the post call).
+    let read = unsafe { a.post_send_one(&SendRequest::read(1, mr.slice(..).unwrap(), remote)) };
+    assert!(matches!(read, Err(Error::InvalidArgument(_))), "{read:?}");
+    // SAFETY: as above.
+    let imm = unsafe {
+        a.post_send_one(&SendRequest::fetch_add(1, mr.slice(..8).unwrap(), remote, 1).with_imm(1))
+    };
+    assert!(matches!(imm, Err(Error::InvalidArgument(_))), "{imm:?}");
+    // Bounds are checked when slicing.
+    assert!(mr.slice(..65).is_err());
+    assert!(mr.slice(60..70).is_err());
+}
