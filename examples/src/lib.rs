@@ -1,1 +1,4 @@
-//! Shared code of the example programs.
+//! Shared code of the example programs: the pingpongs' out-of-band exchange and loop.
+
+pub mod exchange;
+pub mod pingpong;

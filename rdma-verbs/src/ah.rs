@@ -91,6 +91,8 @@ impl Drop for AddressHandle {
         // SAFETY: live address handle, destroyed once. Posted UD requests that use it are the
         // caller's responsibility under the post contract.
         let ret = unsafe { ffi::ibv_destroy_ah(self.raw.as_ptr()) };
-        debug_assert_eq!(ret, 0, "ibv_destroy_ah failed");
+        // Drop cannot report a failure and must not panic (see "Resource cleanup" in the
+        // crate documentation).
+        let _ = ret;
     }
 }

@@ -3,8 +3,8 @@
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::ptr::NonNull;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::cq::{CompletionQueue, EventCounter};
@@ -20,6 +20,15 @@ const ACK_BATCH: u32 = 64;
 pub(crate) struct ChannelInner {
     raw: NonNull<ffi::ibv_comp_channel>,
     context: Context,
+    /// Whether [`CompletionChannel::get_event`] returns `Ok(None)` rather than waiting when no
+    /// event is ready. The descriptor itself is always non-blocking: switching its flag around
+    /// each read would race with other threads reading the same channel (one thread's restore
+    /// could leave another's read blocking past its time-out).
+    nonblocking: AtomicBool,
+    /// Held from taking an event to counting it against its CQ, and by a CQ's drop while it
+    /// takes the count: without it, a CQ could be destroyed (and its counter freed) between
+    /// the two, leaving `ibv_destroy_cq` waiting for an event nobody acknowledges.
+    events: Mutex<()>,
 }
 
 // SAFETY: a completion channel is a file descriptor plus libibverbs bookkeeping that is safe to
@@ -32,13 +41,20 @@ impl ChannelInner {
     pub(crate) fn as_raw(&self) -> *mut ffi::ibv_comp_channel {
         self.raw.as_ptr()
     }
+
+    pub(crate) fn lock_events(&self) -> MutexGuard<'_, ()> {
+        // Nothing panics while holding it; a poisoned lock still serializes.
+        self.events.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl Drop for ChannelInner {
     fn drop(&mut self) {
         // SAFETY: every CQ using the channel holds an Arc to it, so none is left.
         let ret = unsafe { ffi::ibv_destroy_comp_channel(self.raw.as_ptr()) };
-        debug_assert_eq!(ret, 0, "ibv_destroy_comp_channel failed");
+        // Drop cannot report a failure and must not panic (see "Resource cleanup" in the
+        // crate documentation).
+        let _ = ret;
     }
 }
 
@@ -88,18 +104,23 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// [`Error::Verb`] with the errno of `ibv_create_comp_channel`.
+    /// [`Error::Verb`] with the errno of `ibv_create_comp_channel`, or of `fcntl` making its
+    /// descriptor non-blocking.
     #[doc(alias = "ibv_create_comp_channel")]
     pub fn create_comp_channel(&self) -> Result<CompletionChannel> {
         // SAFETY: live context.
         let raw = unsafe { ffi::ibv_create_comp_channel(self.as_raw()) };
         let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_create_comp_channel"))?;
-        Ok(CompletionChannel {
-            inner: Arc::new(ChannelInner {
-                raw,
-                context: self.clone(),
-            }),
-        })
+        let inner = Arc::new(ChannelInner {
+            raw,
+            context: self.clone(),
+            nonblocking: AtomicBool::new(false),
+            events: Mutex::new(()),
+        });
+        // SAFETY: `raw` is live (owned by `inner`, which destroys it on every path).
+        let fd = unsafe { (*raw.as_ptr()).fd };
+        set_nonblocking(fd, true)?;
+        Ok(CompletionChannel { inner })
     }
 }
 
@@ -117,11 +138,15 @@ impl CompletionChannel {
     /// Makes [`get_event`](Self::get_event) return `Ok(None)` instead of blocking when no event
     /// is ready (or blocking again, with `false`).
     ///
+    /// This is a mode of the channel, not of its descriptor: the descriptor is always
+    /// non-blocking, as event loops (for example tokio's `AsyncFd`) need it.
+    ///
     /// # Errors
     ///
-    /// [`Error::Verb`] if `fcntl` fails.
+    /// None at present; the `Result` is kept for API stability.
     pub fn set_nonblocking(&self, nonblocking: bool) -> Result<()> {
-        set_nonblocking(self.as_raw_fd(), nonblocking)
+        self.inner.nonblocking.store(nonblocking, Ordering::Relaxed);
+        Ok(())
     }
 
     /// `ibv_get_cq_event`: takes the next event: `Ok(Some(event))`, or `Ok(None)` if the channel
@@ -131,27 +156,67 @@ impl CompletionChannel {
     ///
     /// # Errors
     ///
-    /// [`Error::Verb`] with the errno of `ibv_get_cq_event`.
+    /// [`Error::Verb`] with the errno of `ibv_get_cq_event` (or of `poll` while waiting).
     #[doc(alias = "ibv_get_cq_event")]
     pub fn get_event(&self) -> Result<Option<CqEvent>> {
+        loop {
+            if let Some(event) = self.try_get_event()? {
+                return Ok(Some(event));
+            }
+            if self.inner.nonblocking.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            // Another thread may take the event this one was woken for: then wait again.
+            poll_readable(self.as_raw_fd(), None)?;
+        }
+    }
+
+    /// Waits up to `timeout` for the next event. [`Duration::MAX`] (or any time-out too long
+    /// to represent) waits without a deadline; [`Duration::ZERO`] only takes an event that is
+    /// already there. Works the same on a blocking and a non-blocking channel, and with other
+    /// threads waiting on the same channel.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] if none arrives in time, else as [`get_event`](Self::get_event).
+    pub fn wait(&self, timeout: Duration) -> Result<CqEvent> {
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            if let Some(event) = self.try_get_event()? {
+                return Ok(event);
+            }
+            if !poll_readable(self.as_raw_fd(), deadline)? {
+                return Err(Error::Timeout(timeout));
+            }
+        }
+    }
+
+    /// One non-blocking `ibv_get_cq_event`: `Ok(None)` when no event is ready.
+    fn try_get_event(&self) -> Result<Option<CqEvent>> {
         let mut cq: *mut ffi::ibv_cq = std::ptr::null_mut();
         let mut cq_context: *mut libc::c_void = std::ptr::null_mut();
-        // SAFETY: live channel; valid out-pointers.
+        // Until the event is counted, its CQ cannot finish dropping (see `ChannelInner`).
+        let _counting = self.inner.lock_events();
+        // SAFETY: live channel whose descriptor is non-blocking (the lock is not held across a
+        // wait); valid out-pointers.
         let ret = unsafe { ffi::ibv_get_cq_event(self.as_raw(), &mut cq, &mut cq_context) };
         if ret != 0 {
             let errno = Errno::last();
-            if errno == Errno::AGAIN {
+            if errno == Errno::AGAIN || errno.raw() == libc::EINTR {
                 return Ok(None);
             }
             return Err(Error::verb("ibv_get_cq_event", errno));
         }
         if !cq_context.is_null() {
             // SAFETY: every CQ this crate creates has a boxed EventCounter as its cq_context,
-            // alive until the CQ is destroyed; ibv_destroy_cq waits for this event's
-            // acknowledgement, so the CQ (and the counter) is alive here.
+            // freed after ibv_destroy_cq returns; that waits for this event's acknowledgement,
+            // which happens below (here, or in the CQ's drop, which takes the count only under
+            // the lock held here), so the counter is alive until then.
             let counter = unsafe { &*cq_context.cast::<EventCounter>() };
             let unacked = counter.unacked.fetch_add(1, Ordering::AcqRel) + 1;
-            if unacked >= ACK_BATCH {
+            // A CQ being dropped is waiting in ibv_destroy_cq for this event: acknowledge it
+            // now. Nothing touches the counter after the acknowledgement.
+            if unacked >= ACK_BATCH || counter.closing.load(Ordering::Relaxed) {
                 let taken = counter.unacked.swap(0, Ordering::AcqRel);
                 if taken > 0 {
                     // SAFETY: live CQ with at least `taken` unacknowledged events.
@@ -160,33 +225,6 @@ impl CompletionChannel {
             }
         }
         Ok(Some(CqEvent { cq }))
-    }
-
-    /// Waits up to `timeout` for the next event.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Timeout`] if none arrives in time, else as [`get_event`](Self::get_event).
-    pub fn wait(&self, timeout: Duration) -> Result<CqEvent> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            if !poll_readable(self.as_raw_fd(), remaining)? {
-                return Err(Error::Timeout(timeout));
-            }
-            // The descriptor may be blocking: it is readable, so this does not block.
-            let was_nonblocking = is_nonblocking(self.as_raw_fd())?;
-            if !was_nonblocking {
-                set_nonblocking(self.as_raw_fd(), true)?;
-            }
-            let event = self.get_event();
-            if !was_nonblocking {
-                set_nonblocking(self.as_raw_fd(), false)?;
-            }
-            if let Some(event) = event? {
-                return Ok(event);
-            }
-        }
     }
 }
 
@@ -232,12 +270,18 @@ pub(crate) fn set_nonblocking(fd: RawFd, nonblocking: bool) -> Result<()> {
     Ok(())
 }
 
-/// Waits up to `timeout` for `fd` to be readable; `Ok(false)` on timeout.
-pub(crate) fn poll_readable(fd: RawFd, timeout: Duration) -> Result<bool> {
-    let deadline = Instant::now() + timeout;
+/// Waits until `fd` is readable (`Ok(true)`) or `deadline` passes (`Ok(false)`); `None` waits
+/// without a deadline.
+pub(crate) fn poll_readable(fd: RawFd, deadline: Option<Instant>) -> Result<bool> {
     loop {
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let millis = i32::try_from(remaining.as_millis()).unwrap_or(i32::MAX);
+        let millis = match deadline {
+            None => -1,
+            Some(deadline) => {
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                // Rounded up, so that the wait never ends before the deadline.
+                i32::try_from(remaining.as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX)
+            }
+        };
         let mut pollfd = libc::pollfd {
             fd,
             events: libc::POLLIN,
@@ -249,7 +293,7 @@ pub(crate) fn poll_readable(fd: RawFd, timeout: Duration) -> Result<bool> {
             return Ok(true);
         }
         if n == 0 {
-            if Instant::now() >= deadline {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(false);
             }
             continue;

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::channel::{ChannelInner, CompletionChannel};
 use crate::device::{Context, c_enum};
@@ -15,6 +15,10 @@ use crate::flags::WcFlags;
 /// not yet acknowledged.
 pub(crate) struct EventCounter {
     pub(crate) unacked: AtomicU32,
+    /// Set (under the channel's event lock) when the CQ is being destroyed: an event for it
+    /// taken from the channel after that is acknowledged at once, because `ibv_destroy_cq`
+    /// waits for it and would otherwise wait forever.
+    pub(crate) closing: AtomicBool,
 }
 
 pub(crate) struct CqInner {
@@ -22,7 +26,7 @@ pub(crate) struct CqInner {
     events: Box<EventCounter>,
     pub(crate) context: Context,
     // Dropped after the CQ: a CQ must be destroyed before its channel.
-    _channel: Option<Arc<ChannelInner>>,
+    channel: Option<Arc<ChannelInner>>,
 }
 
 // SAFETY: libibverbs CQs may be polled, armed and destroyed from any thread (the provider locks
@@ -39,7 +43,16 @@ impl CqInner {
 
 impl Drop for CqInner {
     fn drop(&mut self) {
-        let unacked = self.events.unacked.swap(0, Ordering::AcqRel);
+        // Under the channel's event lock no thread is between taking an event of this CQ and
+        // counting it, so the count is complete; events taken after it see `closing`.
+        let unacked = match &self.channel {
+            Some(channel) => {
+                let _counting = channel.lock_events();
+                self.events.closing.store(true, Ordering::Relaxed);
+                self.events.unacked.swap(0, Ordering::AcqRel)
+            }
+            None => self.events.unacked.swap(0, Ordering::AcqRel),
+        };
         // SAFETY: live CQ; no queue pair is left using it (each holds an Arc to this inner).
         // ibv_destroy_cq waits for every event to be acknowledged, so acknowledge them first.
         unsafe {
@@ -47,7 +60,9 @@ impl Drop for CqInner {
                 ffi::ibv_ack_cq_events(self.raw.as_ptr(), unacked);
             }
             let ret = ffi::ibv_destroy_cq(self.raw.as_ptr());
-            debug_assert_eq!(ret, 0, "ibv_destroy_cq failed");
+            // Drop cannot report a failure and must not panic (see "Resource cleanup" in the
+            // crate documentation).
+            let _ = ret;
         }
     }
 }
@@ -144,6 +159,7 @@ impl<'a> CqBuilder<'a> {
         };
         let events = Box::new(EventCounter {
             unacked: AtomicU32::new(0),
+            closing: AtomicBool::new(false),
         });
         let vector = i32::try_from(self.comp_vector)
             .map_err(|_| Error::InvalidArgument("completion vector out of range".into()))?;
@@ -168,7 +184,7 @@ impl<'a> CqBuilder<'a> {
                 raw,
                 events,
                 context: self.context.clone(),
-                _channel: channel,
+                channel,
             }),
             capacity,
         })

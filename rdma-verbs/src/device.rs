@@ -672,7 +672,9 @@ impl Drop for ContextInner {
             // SAFETY: every child object holds an Arc to this context, so none is left; the
             // context is closed once.
             let ret = unsafe { ffi::ibv_close_device(self.raw.as_ptr()) };
-            debug_assert_eq!(ret, 0, "ibv_close_device failed");
+            // Drop cannot report a failure and must not panic (see "Resource cleanup" in the
+            // crate documentation).
+            let _ = ret;
         }
     }
 }

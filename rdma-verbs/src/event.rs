@@ -252,20 +252,21 @@ impl Context {
         Ok(Some(event))
     }
 
-    /// Waits up to `timeout` for the next asynchronous event.
+    /// Waits up to `timeout` for the next asynchronous event; [`Duration::MAX`] (or any
+    /// time-out too long to represent) waits without a deadline.
     ///
     /// # Errors
     ///
     /// [`Error::Timeout`] when none arrives in time, else as
     /// [`get_async_event`](Self::get_async_event).
     pub fn wait_async_event(&self, timeout: Duration) -> Result<AsyncEvent> {
-        let deadline = std::time::Instant::now() + timeout;
+        // No representable deadline (for example `Duration::MAX`): wait without one.
+        let deadline = std::time::Instant::now().checked_add(timeout);
         loop {
             if let Some(event) = self.get_async_event()? {
                 return Ok(event);
             }
-            let remaining = deadline.saturating_duration_since(std::time::Instant::now());
-            if remaining.is_zero() || !poll_readable(self.as_raw_fd_async(), remaining)? {
+            if !poll_readable(self.as_raw_fd_async(), deadline)? {
                 return Err(Error::Timeout(timeout));
             }
         }

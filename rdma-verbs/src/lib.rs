@@ -46,9 +46,10 @@
 //!
 //! # Resource cleanup
 //!
-//! Dropping an object destroys it after its children: destruction errors cannot be returned
-//! from `Drop`, are checked with `debug_assert!` in debug builds, and never panic in release
-//! builds.
+//! Dropping an object destroys it after its children. A destroy verb that fails (for example
+//! `EBUSY` when a memory window is still bound to a region) cannot report from `Drop`, and
+//! `Drop` never panics: the failure is ignored, and memory the device might still reach is
+//! leaked rather than freed. The kernel releases every object when the device context closes.
 
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -63,6 +64,7 @@ mod error;
 mod event;
 mod flags;
 mod mr;
+mod mw;
 mod pd;
 pub mod qp;
 mod srq;
@@ -79,6 +81,7 @@ pub use error::{Errno, Error, Result};
 pub use event::AsyncEvent;
 pub use flags::{AccessFlags, SendFlags, WcFlags};
 pub use mr::{MemoryRegion, MrSlice, RemoteMemory};
+pub use mw::{MemoryWindow, MwType};
 pub use pd::ProtectionDomain;
 pub use qp::{
     AddressVector, CanPostRecv, ConnectedInitAttr, GlobalRoute, Init, QpBuilder, QpCaps, QpState,

@@ -382,7 +382,9 @@ impl Drop for MemoryRegion {
     fn drop(&mut self) {
         // SAFETY: the registration is live and deregistered once, before its memory is freed.
         let ret = unsafe { ffi::ibv_dereg_mr(self.raw.as_ptr()) };
-        debug_assert_eq!(ret, 0, "ibv_dereg_mr failed");
+        // Drop cannot report a failure and must not panic (see "Resource cleanup" in the
+        // crate documentation).
+        let _ = ret;
         if let Storage::Owned(layout) = self.storage {
             if ret == 0 {
                 // SAFETY: allocated by `register` with this layout; the HCA can no longer reach

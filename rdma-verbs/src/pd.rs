@@ -22,7 +22,9 @@ impl Drop for PdInner {
     fn drop(&mut self) {
         // SAFETY: every object in the domain holds an Arc to it, so none is left; freed once.
         let ret = unsafe { ffi::ibv_dealloc_pd(self.raw.as_ptr()) };
-        debug_assert_eq!(ret, 0, "ibv_dealloc_pd failed");
+        // Drop cannot report a failure and must not panic (see "Resource cleanup" in the
+        // crate documentation).
+        let _ = ret;
     }
 }
 

@@ -24,7 +24,9 @@ impl Drop for SrqInner {
         // SAFETY: live SRQ; every queue pair using it holds an Arc to this inner, so none is
         // left.
         let ret = unsafe { ffi::ibv_destroy_srq(self.raw.as_ptr()) };
-        debug_assert_eq!(ret, 0, "ibv_destroy_srq failed");
+        // Drop cannot report a failure and must not panic (see "Resource cleanup" in the
+        // crate documentation).
+        let _ = ret;
     }
 }
 

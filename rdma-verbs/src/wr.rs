@@ -7,12 +7,14 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::ops::RangeBounds;
 
 use crate::ah::AddressHandle;
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::flags::SendFlags;
+use crate::flags::{AccessFlags, SendFlags};
 use crate::mr::{MemoryRegion, MrSlice, RemoteMemory};
+use crate::mw::{MemoryWindow, MwType, check_bind};
 
 /// A scatter/gather entry (`struct ibv_sge`) over registered memory. Same layout as the C
 /// structure, so lists of them go to the hardware as they are.
@@ -142,12 +144,17 @@ pub(crate) mod op {
     pub(crate) const WRITE_WITH_IMM: u32 = 1 << 3;
     pub(crate) const READ: u32 = 1 << 4;
     pub(crate) const ATOMIC: u32 = 1 << 5;
-    /// An operation that cannot take immediate data was given some.
+    pub(crate) const BIND_MW: u32 = 1 << 6;
+    pub(crate) const LOCAL_INV: u32 = 1 << 7;
+    pub(crate) const SEND_WITH_INV: u32 = 1 << 8;
+    /// A malformed request: immediate data on an operation that cannot carry it, or inline
+    /// data as the target of a read.
     pub(crate) const INVALID: u32 = 1 << 31;
 }
 
 /// A send work request (`struct ibv_send_wr`): SEND, SEND_WITH_IMM, RDMA_WRITE,
-/// RDMA_WRITE_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP or ATOMIC_FETCH_AND_ADD, with its options.
+/// RDMA_WRITE_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD, BIND_MW, LOCAL_INV
+/// or SEND_WITH_INV, with its options.
 ///
 /// Options chain by value:
 ///
@@ -168,6 +175,19 @@ pub struct SendRequest<'a> {
     remote: (u64, u32),
     atomic: (u64, u64),
     ud: Option<(&'a AddressHandle, u32, u32)>,
+    invalidate_rkey: u32,
+    bind: Option<MwBind<'a>>,
+}
+
+/// The window, key, region, range and rights of a BIND_MW request.
+#[derive(Copy, Clone, Debug)]
+struct MwBind<'a> {
+    mw: &'a MemoryWindow,
+    rkey: u32,
+    mr: &'a MemoryRegion,
+    addr: u64,
+    length: u64,
+    access: AccessFlags,
 }
 
 impl<'a> SendRequest<'a> {
@@ -182,6 +202,8 @@ impl<'a> SendRequest<'a> {
             remote: (0, 0),
             atomic: (0, 0),
             ud: None,
+            invalidate_rkey: 0,
+            bind: None,
         }
     }
 
@@ -199,8 +221,15 @@ impl<'a> SendRequest<'a> {
     }
 
     /// RDMA_READ: reads `remote` into `local` (which needs `LOCAL_WRITE`).
+    ///
+    /// The target cannot be [`Payload::Inline`] (the device writes it); posting such a request
+    /// fails with `InvalidArgument`.
     pub fn read(wr_id: u64, local: impl Into<Payload<'a>>, remote: RemoteMemory) -> Self {
-        let mut request = Self::new(wr_id, ffi::IBV_WR_RDMA_READ, op::READ, local.into());
+        let local = local.into();
+        let mut request = Self::new(wr_id, ffi::IBV_WR_RDMA_READ, op::READ, local);
+        if let Payload::Inline(_) = local {
+            request.op |= op::INVALID;
+        }
         request.remote = (remote.addr, remote.rkey);
         request
     }
@@ -236,6 +265,104 @@ impl<'a> SendRequest<'a> {
         );
         request.remote = (remote.addr, remote.rkey);
         request.atomic = (add, 0);
+        request
+    }
+
+    /// BIND_MW (`IBV_WR_BIND_MW`): binds type 2 window `mw` to bytes `range` of `mr` with rights
+    /// `access`, giving it a new key (`ibv_inc_rkey` of its current one).
+    ///
+    /// The window's [`rkey`](MemoryWindow::rkey) is the new key as soon as the request is built.
+    /// The request (and a list holding it) borrows the window exclusively;
+    /// [`bind_rkey`](Self::bind_rkey) reads the key meanwhile. Post the request once: the device
+    /// checks the key being replaced, so a request built and never posted leaves the window
+    /// unusable for later binds.
+    ///
+    /// The window is bound to the queue pair the request is posted on, which must belong to the
+    /// window's protection domain (else the bind completes with
+    /// [`WcStatus::MwBindErr`](crate::WcStatus::MwBindErr)); peers reach it only through that
+    /// queue pair. It stays bound until invalidated ([`local_invalidate`](Self::local_invalidate),
+    /// a peer's [`send_with_invalidate`](Self::send_with_invalidate)) and can then be bound
+    /// again.
+    ///
+    /// `access` may hold [`REMOTE_READ`](AccessFlags::REMOTE_READ),
+    /// [`REMOTE_WRITE`](AccessFlags::REMOTE_WRITE), [`REMOTE_ATOMIC`](AccessFlags::REMOTE_ATOMIC)
+    /// and [`ZERO_BASED`](AccessFlags::ZERO_BASED). A window may only grant remote write and
+    /// atomic rights that `mr` was registered with, so that the region keeps refusing Rust
+    /// references to memory a peer may write.
+    ///
+    /// Posting it is `unsafe` like every post: besides the contract of
+    /// [`post_send`](crate::QueuePair::post_send), `mr` stays registered (is not dropped) until
+    /// the bind has executed (its completion, or a later signaled one, is polled), because the
+    /// device finds the region by its key when the bind executes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if `mw` is not of type 2, the window and region belong to
+    /// different protection domains, the range is empty or outside the region, or the region
+    /// lacks [`MW_BIND`](AccessFlags::MW_BIND) or a right the window would grant.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use rdma_verbs::{AccessFlags, MwType, ProtectionDomain, QueuePair, Rc, Rts, SendRequest};
+    ///
+    /// # fn f(qp: &mut QueuePair<Rc, Rts>, pd: &ProtectionDomain) -> rdma_verbs::Result<()> {
+    /// let rights = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    /// let mr = pd.register(8192, rights | AccessFlags::MW_BIND)?;
+    /// let mut mw = pd.alloc_mw(MwType::Type2)?;
+    /// let bind = SendRequest::bind_mw(1, &mut mw, &mr, 0..4096, AccessFlags::REMOTE_WRITE)?;
+    /// // SAFETY: `mr` outlives the bind's completion (and the window).
+    /// unsafe { qp.post_send_one(&bind.signaled())? };
+    /// // ... poll the completion, then send `mr.addr()`, 4096 and `mw.rkey()` to the peer.
+    /// # Ok(()) }
+    /// ```
+    #[doc(alias = "IBV_WR_BIND_MW")]
+    pub fn bind_mw(
+        wr_id: u64,
+        mw: &'a mut MemoryWindow,
+        mr: &'a MemoryRegion,
+        range: impl RangeBounds<usize>,
+        access: AccessFlags,
+    ) -> Result<Self> {
+        let range = check_bind(mw, MwType::Type2, mr, range, access)?;
+        let rkey = mw.next_type2_rkey();
+        let mut request = Self::new(wr_id, ffi::IBV_WR_BIND_MW, op::BIND_MW, Payload::None);
+        request.bind = Some(MwBind {
+            mw,
+            rkey,
+            mr,
+            addr: range.addr,
+            length: range.length,
+            access,
+        });
+        Ok(request)
+    }
+
+    /// LOCAL_INV (`IBV_WR_LOCAL_INV`): invalidates the type 2 memory window with remote key
+    /// `rkey`, posted on the queue pair the window is bound to. Once it has executed the key grants
+    /// nothing, and the window may be bound again. Completes with
+    /// [`WcOpcode::LocalInv`](crate::WcOpcode::LocalInv) when signaled.
+    #[doc(alias = "IBV_WR_LOCAL_INV")]
+    pub fn local_invalidate(wr_id: u64, rkey: u32) -> Self {
+        let mut request = Self::new(wr_id, ffi::IBV_WR_LOCAL_INV, op::LOCAL_INV, Payload::None);
+        request.invalidate_rkey = rkey;
+        request
+    }
+
+    /// SEND_WITH_INV (`IBV_WR_SEND_WITH_INV`): a SEND that also invalidates the peer's type 2
+    /// memory window with remote key `rkey` before the peer's receive completes; the receive's
+    /// completion reports the key
+    /// ([`WorkCompletion::invalidated_rkey`](crate::WorkCompletion::invalidated_rkey)). The
+    /// window must be bound to the receiving queue pair.
+    #[doc(alias = "IBV_WR_SEND_WITH_INV")]
+    pub fn send_with_invalidate(wr_id: u64, payload: impl Into<Payload<'a>>, rkey: u32) -> Self {
+        let mut request = Self::new(
+            wr_id,
+            ffi::IBV_WR_SEND_WITH_INV,
+            op::SEND_WITH_INV,
+            payload.into(),
+        );
+        request.invalidate_rkey = rkey;
         request
     }
 
@@ -295,6 +422,11 @@ impl<'a> SendRequest<'a> {
         self.wr_id
     }
 
+    /// The key a BIND_MW request gives its window, or `None` for other operations.
+    pub fn bind_rkey(&self) -> Option<u32> {
+        self.bind.map(|bind| bind.rkey)
+    }
+
     pub(crate) fn op(&self) -> u32 {
         self.op
     }
@@ -332,6 +464,24 @@ impl<'a> SendRequest<'a> {
                     remote_addr: self.remote.0,
                     rkey: self.remote.1,
                 };
+            }
+            op::BIND_MW => {
+                if let Some(bind) = self.bind {
+                    raw.__bindgen_anon_2.bind_mw = ffi::ibv_send_wr__bindgen_ty_4__bindgen_ty_1 {
+                        mw: bind.mw.as_raw(),
+                        rkey: bind.rkey,
+                        bind_info: ffi::ibv_mw_bind_info {
+                            mr: bind.mr.as_raw(),
+                            addr: bind.addr,
+                            length: bind.length,
+                            mw_access_flags: bind.access.bits(),
+                        },
+                    };
+                }
+            }
+            // The key shares its union with the immediate data, which these cannot carry.
+            op::LOCAL_INV | op::SEND_WITH_INV => {
+                raw.__bindgen_anon_1.invalidate_rkey = self.invalidate_rkey;
             }
             _ => {
                 if let Some((ah, remote_qpn, remote_qkey)) = self.ud {

@@ -70,6 +70,9 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
         println!("harness: ==> {} (host)", binary.name);
         let output = Command::new(&binary.path)
             .current_dir(&binary.package_dir)
+            // As cargo test would: the harness itself runs under `cargo run -p xtask`, whose
+            // value would otherwise leak into the test (trybuild reads it).
+            .env("CARGO_MANIFEST_DIR", &binary.package_dir)
             .args(&options.test_args)
             .stderr(Stdio::inherit())
             .output()
@@ -208,7 +211,7 @@ fn build_tests(root: &Path) -> Result<Vec<TestBinary>, String> {
     }
     let mut binaries = Vec::new();
     for line in String::from_utf8_lossy(&output.stdout).lines() {
-        if !line.contains("\"reason\":\"compiler-artifact\"") || !line.contains("\"test\":true") {
+        if !line.contains("\"reason\":\"compiler-artifact\"") || !profile_is_test(line) {
             continue;
         }
         let (Some(path), Some(manifest), Some(name)) = (
@@ -238,6 +241,18 @@ fn build_tests(root: &Path) -> Result<Vec<TestBinary>, String> {
         return Err("cargo built no test binaries".to_string());
     }
     Ok(binaries)
+}
+
+/// Whether an artifact line was built by the test profile (a test harness), as opposed to, say,
+/// a binary built for integration tests: its `"profile"` object says `"test":true`. (The
+/// `"target"` object has a `"test"` field of its own, meaning something else.)
+fn profile_is_test(line: &str) -> bool {
+    let Some(start) = line.find("\"profile\":{") else {
+        return false;
+    };
+    let profile = &line[start..];
+    let end = profile.find('}').unwrap_or(profile.len());
+    profile[..end].contains("\"test\":true")
 }
 
 /// The value of the first `"key":"value"` string field of a line of cargo's JSON output.
@@ -309,6 +324,7 @@ fn run_on_host(
         println!("harness: ==> {}", binary.name);
         let output = Command::new(&binary.path)
             .current_dir(&binary.package_dir)
+            .env("CARGO_MANIFEST_DIR", &binary.package_dir)
             .arg("--test-threads=1")
             .args(test_args)
             .env("RDMA_TEST_REQUIRE_DEVICE", "1")
@@ -547,7 +563,7 @@ echo "guest: {GUEST_DEVICE} on d0 ({GUEST_ADDR}) is active"
 run() {{
     name=$1; dir=$2; shift 2
     echo "guest: ==> $name"
-    (cd "$dir" && timeout --kill-after=10 900 "$@")
+    (cd "$dir" && CARGO_MANIFEST_DIR="$dir" timeout --kill-after=10 900 "$@")
     echo "$? $name" >> {statuses}
 }}
 "#,
@@ -676,6 +692,14 @@ mod tests {
             Some("/w/t/x\"y")
         );
         assert_eq!(json_string(line, "missing"), None);
+    }
+
+    #[test]
+    fn only_test_profile_artifacts_are_test_binaries() {
+        let harness = r#"{"reason":"compiler-artifact","target":{"name":"x","test":true},"profile":{"opt_level":"0","test":true},"executable":"/t/x-1"}"#;
+        let plain_bin = r#"{"reason":"compiler-artifact","target":{"name":"x","test":true},"profile":{"opt_level":"0","test":false},"executable":"/t/x"}"#;
+        assert!(profile_is_test(harness));
+        assert!(!profile_is_test(plain_bin));
     }
 
     #[test]

@@ -156,3 +156,39 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
 }
+
+impl Fixture {
+    /// Like [`Fixture::rc_pair`], with `rts` for both sides' RTR → RTS (timeouts, retry
+    /// counts); its `sq_psn` is replaced by the PSN each peer expects.
+    pub fn rc_pair_with(
+        &self,
+        a: QpBuilder<'_, Rc>,
+        b: QpBuilder<'_, Rc>,
+        access: AccessFlags,
+        rts: RcRtsAttr,
+    ) -> (QueuePair<Rc, Rts>, QueuePair<Rc, Rts>) {
+        let a = a.build().expect("create QP a");
+        let b = b.build().expect("create QP b");
+        let init = ConnectedInitAttr::new(self.device.port).access(access);
+        let a = a.into_init(&init).expect("a INIT");
+        let b = b.into_init(&init).expect("b INIT");
+        let (a_num, b_num) = (a.qp_num(), b.qp_num());
+        let a = a
+            .into_rtr(&RcRtrAttr::new(self.av(), b_num, 0x100))
+            .expect("a RTR")
+            .into_rts(&RcRtsAttr {
+                sq_psn: 0x200,
+                ..rts
+            })
+            .expect("a RTS");
+        let b = b
+            .into_rtr(&RcRtrAttr::new(self.av(), a_num, 0x200))
+            .expect("b RTR")
+            .into_rts(&RcRtsAttr {
+                sq_psn: 0x100,
+                ..rts
+            })
+            .expect("b RTS");
+        (a, b)
+    }
+}

@@ -1,0 +1,430 @@
+//! What rdma-core's `ibv_rc_pingpong`, `ibv_uc_pingpong` and `ibv_ud_pingpong` share: the
+//! command line, device and port set-up, and the ping-pong loop.
+//!
+//! The loop is the C programs': the client posts the first send; each side keeps up to
+//! `rx_depth` receives posted, and sends its next message once both its last send and a
+//! receive have completed.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use rdma_verbs::*;
+
+use crate::exchange::Dest;
+
+/// The `wr_id` of receive requests.
+const RECV_WRID: u64 = 1;
+/// The `wr_id` of send requests.
+const SEND_WRID: u64 = 2;
+/// The Q_Key of the UD programs.
+pub const UD_QKEY: u32 = 0x1111_1111;
+/// Bytes of the global routing header in front of every UD receive.
+pub const GRH_LEN: usize = 40;
+
+/// The options all pingpong programs take, with the C programs' short names and defaults.
+#[derive(Parser, Debug, Clone)]
+pub struct Options {
+    /// Listen on / connect to TCP port.
+    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    pub port: u16,
+    /// Use IB device (default: the first device found).
+    #[arg(short = 'd', long = "ib-dev")]
+    pub ib_dev: Option<String>,
+    /// Use port of IB device.
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    pub ib_port: u8,
+    /// Size of message to exchange.
+    #[arg(short = 's', long = "size", default_value_t = 4096)]
+    pub size: usize,
+    /// Path MTU (256, 512, 1024, 2048 or 4096).
+    #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
+    pub mtu: u32,
+    /// Number of receives to post at a time.
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
+    pub rx_depth: u32,
+    /// Number of exchanges.
+    #[arg(short = 'n', long = "iters", default_value_t = 1000)]
+    pub iters: u32,
+    /// Service level value.
+    #[arg(short = 'l', long = "sl", default_value_t = 0)]
+    pub sl: u8,
+    /// Sleep on CQ events (default: poll).
+    #[arg(short = 'e', long = "events")]
+    pub events: bool,
+    /// Local port GID index.
+    #[arg(short = 'g', long = "gid-idx")]
+    pub gid_idx: Option<u32>,
+    /// Validate received buffer.
+    #[arg(short = 'c', long = "chk")]
+    pub chk: bool,
+    /// Give up when no completion arrives for this many seconds (the peer may be gone).
+    #[arg(long = "timeout", default_value_t = 30)]
+    pub timeout: u64,
+    /// Server to connect to (without it, act as the server).
+    pub servername: Option<String>,
+}
+
+/// Prints `program: message` on stderr and exits with status 1: how every example reports a
+/// failure.
+pub fn fail(program: &str, message: impl std::fmt::Display) -> ! {
+    let _ = std::io::stdout().flush();
+    eprintln!("{program}: {message}");
+    std::process::exit(1)
+}
+
+/// The device, protection domain, buffer and completion queue of one pingpong process.
+#[derive(Debug)]
+pub struct Setup {
+    /// The device context.
+    pub context: Context,
+    /// The protection domain.
+    pub pd: ProtectionDomain,
+    /// The completion channel, with `-e`.
+    pub channel: Option<CompletionChannel>,
+    /// The completion queue, shared by sends and receives.
+    pub cq: CompletionQueue,
+    /// The port's attributes.
+    pub port: PortAttr,
+    /// The local GID (zero without `-g`).
+    pub gid: Gid,
+}
+
+/// Opens the device, checks the port, and makes the PD and CQ.
+pub fn setup(options: &Options, cq_size: u32) -> Result<Setup, String> {
+    let devices =
+        rdma_verbs::devices().map_err(|e| format!("failed to get IB devices list: {e}"))?;
+    let device = match &options.ib_dev {
+        Some(name) => devices
+            .find(name)
+            .ok_or_else(|| format!("IB device {name} not found"))?,
+        None => devices.iter().next().ok_or("No IB devices found")?,
+    };
+    let context = device
+        .open()
+        .map_err(|e| format!("couldn't get context for {}: {e}", device.name()))?;
+    let port = context
+        .query_port(options.ib_port)
+        .map_err(|e| format!("couldn't get port info for port {}: {e}", options.ib_port))?;
+    if port.state != PortState::Active {
+        return Err(format!(
+            "port {} of {} is not active (state {:?})",
+            options.ib_port,
+            device.name(),
+            port.state
+        ));
+    }
+    if !port.is_ethernet() && port.lid == 0 {
+        return Err("couldn't get local LID".into());
+    }
+    let gid = match options.gid_idx {
+        Some(index) => {
+            context
+                .query_gid(options.ib_port, index)
+                .map_err(|e| format!("can't read sgid of index {index}: {e}"))?
+                .gid
+        }
+        None => Gid::default(),
+    };
+    let pd = context
+        .alloc_pd()
+        .map_err(|e| format!("couldn't allocate PD: {e}"))?;
+    let channel = if options.events {
+        Some(
+            context
+                .create_comp_channel()
+                .map_err(|e| format!("couldn't create completion channel: {e}"))?,
+        )
+    } else {
+        None
+    };
+    let mut builder = context.cq_builder(cq_size);
+    if let Some(channel) = &channel {
+        builder = builder.channel(channel);
+    }
+    let cq = builder
+        .build()
+        .map_err(|e| format!("couldn't create CQ: {e}"))?;
+    if channel.is_some() {
+        // Armed before anything is posted, as the C programs do: a completion that lands
+        // before the arming would raise no event, and the loop would sleep forever.
+        cq.req_notify(false)
+            .map_err(|e| format!("couldn't request CQ notification: {e}"))?;
+    }
+    Ok(Setup {
+        context,
+        pd,
+        channel,
+        cq,
+        port,
+        gid,
+    })
+}
+
+/// The path MTU of `-m`.
+pub fn mtu(options: &Options) -> Result<Mtu, String> {
+    Mtu::from_bytes(options.mtu).ok_or_else(|| format!("invalid MTU {}", options.mtu))
+}
+
+/// The address vector to a peer: GRH only when its GID's interface ID is non-zero, as the C
+/// programs decide.
+pub fn address_vector(
+    options: &Options,
+    remote: &Dest,
+    hop_limit: u8,
+) -> Result<AddressVector, String> {
+    let mut av = AddressVector::new(options.ib_port).dlid(remote.lid);
+    av.sl = options.sl;
+    if remote.gid.interface_id() != 0 {
+        let sgid_index = options
+            .gid_idx
+            .ok_or("the peer uses a GID: pass -g with a local GID index")?;
+        let mut route = av.grh(remote.gid, sgid_index as u8).grh.ok_or("no route")?;
+        route.hop_limit = hop_limit;
+        av.grh = Some(route);
+    }
+    Ok(av)
+}
+
+/// Prints an address line as the C programs do (`ud` selects ud_pingpong's colon quirk).
+pub fn print_address(which: &str, dest: &Dest, ud: bool) {
+    let separator = if ud { ":" } else { "," };
+    let pad = if which == "local" { "  " } else { " " };
+    println!(
+        "  {which} address:{pad}LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}{separator} GID {}",
+        dest.lid, dest.qpn, dest.psn, dest.gid
+    );
+}
+
+/// Prints the two result lines.
+pub fn print_results(size: usize, iters: u32, elapsed: Duration) {
+    let usec = elapsed.as_secs_f64() * 1_000_000.0;
+    let bytes = size as u64 * u64::from(iters) * 2;
+    println!(
+        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
+        usec / 1_000_000.0,
+        bytes as f64 * 8.0 / usec
+    );
+    println!(
+        "{iters} iters in {:.2} seconds = {:.2} usec/iter",
+        usec / 1_000_000.0,
+        usec / f64::from(iters)
+    );
+}
+
+/// One side of a connected pingpong: a queue pair in RTS and the buffer it sends from and
+/// receives into.
+#[derive(Debug)]
+pub struct Pingpong<T: Transport> {
+    /// Declared before `buffer`: fields drop in order, so the queue pair is destroyed before
+    /// its memory is deregistered.
+    qp: Option<QueuePair<T, Rts>>,
+    ah: Option<AddressHandle>,
+    buffer: MemoryRegion,
+    remote_qpn: u32,
+    size: usize,
+    /// Where messages start in the buffer: after the GRH for UD.
+    offset: usize,
+    send_flags: SendFlags,
+}
+
+impl<T: Transport> Pingpong<T> {
+    /// A pingpong over `qp`; UD passes the address handle of the peer and `offset` 40.
+    pub fn new(
+        qp: QueuePair<T, Rts>,
+        ah: Option<AddressHandle>,
+        buffer: MemoryRegion,
+        remote_qpn: u32,
+        size: usize,
+        offset: usize,
+    ) -> Self {
+        let mut send_flags = SendFlags::SIGNALED;
+        if qp.caps().max_inline_data as usize >= size {
+            send_flags |= SendFlags::INLINE;
+        }
+        Self {
+            qp: Some(qp),
+            ah,
+            buffer,
+            remote_qpn,
+            size,
+            offset,
+            send_flags,
+        }
+    }
+
+    fn post_send(&mut self) -> Result<(), String> {
+        let qp = self.qp.as_mut().ok_or("no queue pair")?;
+        let slice = self
+            .buffer
+            .slice(self.offset..self.offset + self.size)
+            .map_err(|e| e.to_string())?;
+        // With IBV_SEND_INLINE in the flags, the provider copies the bytes during the post.
+        let mut request = SendRequest::send(SEND_WRID, slice).flags(self.send_flags);
+        if let Some(ah) = &self.ah {
+            request = request.to(ah, self.remote_qpn, UD_QKEY);
+        }
+        // SAFETY: the buffer is registered for as long as the queue pair exists (`qp` is
+        // dropped first) and Rust code does not touch it while requests are outstanding.
+        unsafe { qp.post_send_one(&request) }.map_err(|e| format!("couldn't post send: {e}"))
+    }
+
+    fn post_recv(&mut self, n: u32) -> Result<u32, String> {
+        let qp = self.qp.as_mut().ok_or("no queue pair")?;
+        post_receives(qp, &self.buffer, self.offset + self.size, n)
+    }
+
+    /// Runs the loop: `iters` sends and receives each, the client sending first. Returns the
+    /// time from the first send to the last completion.
+    pub fn run(
+        &mut self,
+        setup: &mut Setup,
+        options: &Options,
+        mut routs: u32,
+    ) -> Result<Duration, String> {
+        let is_client = options.servername.is_some();
+        let mut pending = RECV_WRID;
+        if is_client {
+            self.post_send()?;
+            pending |= SEND_WRID;
+        }
+        let start = Instant::now();
+        let (mut rcnt, mut scnt) = (0u32, 0u32);
+        let idle = Duration::from_secs(options.timeout);
+        let mut completions = [WorkCompletion::default(); 2];
+        while rcnt < options.iters || scnt < options.iters {
+            let done = wait(setup, &mut completions, idle)?;
+            for wc in done {
+                if !wc.is_success() {
+                    return Err(format!(
+                        "Failed status {} for wr_id {}",
+                        wc.status(),
+                        wc.wr_id()
+                    ));
+                }
+                match wc.wr_id() {
+                    SEND_WRID => scnt += 1,
+                    RECV_WRID => {
+                        routs -= 1;
+                        if routs <= 1 {
+                            routs += self.post_recv(options.rx_depth - routs)?;
+                            if routs < options.rx_depth {
+                                return Err(format!("couldn't post receive ({routs})"));
+                            }
+                        }
+                        rcnt += 1;
+                    }
+                    other => return Err(format!("completion for unknown wr_id {other}")),
+                }
+                pending &= !wc.wr_id();
+                if scnt < options.iters && pending == 0 {
+                    self.post_send()?;
+                    pending = RECV_WRID | SEND_WRID;
+                }
+            }
+        }
+        Ok(start.elapsed())
+    }
+
+    /// Destroys the queue pair (no request is outstanding any more), then checks the pages of
+    /// the buffer as `-c` asks (`invalid data in page N` lines).
+    pub fn finish(&mut self, options: &Options) {
+        self.qp = None;
+        if options.chk && options.servername.is_none() {
+            let page = page_size();
+            let mut byte = [0u8; 1];
+            let mut at = 0;
+            while at < self.size {
+                if self.buffer.read_at(self.offset + at, &mut byte).is_ok() && byte[0] != 0 {
+                    println!("invalid data in page {}", at / page);
+                }
+                at += page;
+            }
+        }
+    }
+
+    /// Prepares the buffer: 0x7b everywhere, and with `-c` on the client the page-start bytes
+    /// the server checks (always 0, as in the C programs).
+    pub fn fill_buffer(buffer: &mut MemoryRegion, options: &Options, offset: usize) {
+        let len = buffer.len();
+        let fill = vec![0x7bu8; len];
+        let _ = buffer.write_at(0, &fill);
+        if options.chk && options.servername.is_some() {
+            let page = page_size();
+            let mut at = 0;
+            while at < options.size {
+                let _ = buffer.write_at(offset + at, &[0]);
+                at += page;
+            }
+        }
+    }
+}
+
+/// Posts `n` receives of the first `len` bytes of `buffer`; returns how many were posted
+/// (fewer when the receive queue is full).
+pub fn post_receives<T: Transport, S: CanPostRecv>(
+    qp: &mut QueuePair<T, S>,
+    buffer: &MemoryRegion,
+    len: usize,
+    n: u32,
+) -> Result<u32, String> {
+    let slice = buffer.slice(..len).map_err(|e| e.to_string())?;
+    for i in 0..n {
+        // SAFETY: the programs keep the buffer registered until the queue pair is destroyed
+        // (the `Pingpong` drops its queue pair first), and Rust code does not touch it while
+        // receives are outstanding.
+        if let Err(e) = unsafe { qp.post_recv_one(&RecvRequest::new(RECV_WRID, slice)) } {
+            if i == 0 {
+                return Err(format!("couldn't post receive: {e}"));
+            }
+            return Ok(i);
+        }
+    }
+    Ok(n)
+}
+
+/// Waits for at least one completion: polls, or with `-e` sleeps on the channel. Fails after
+/// `idle` without any.
+fn wait<'a>(
+    setup: &mut Setup,
+    completions: &'a mut [WorkCompletion],
+    idle: Duration,
+) -> Result<&'a [WorkCompletion], String> {
+    let deadline = Instant::now() + idle;
+    let stalled = || {
+        format!(
+            "no completion for {} s: the peer is gone or stalled",
+            idle.as_secs()
+        )
+    };
+    if let Some(channel) = &setup.channel {
+        channel.wait(idle).map_err(|e| match e {
+            Error::Timeout(_) => stalled(),
+            e => format!("failed to get cq_event: {e}"),
+        })?;
+        setup
+            .cq
+            .req_notify(false)
+            .map_err(|e| format!("couldn't request CQ notification: {e}"))?;
+    }
+    loop {
+        let n = setup
+            .cq
+            .poll(completions)
+            .map_err(|e| format!("poll CQ failed: {e}"))?
+            .len();
+        if n > 0 || setup.channel.is_some() {
+            return Ok(&completions[..n]);
+        }
+        if Instant::now() > deadline {
+            return Err(stalled());
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// The page size `-c` validates at (the C programs ask sysconf; every Linux target this
+/// workspace builds for uses 4 KiB base pages).
+fn page_size() -> usize {
+    4096
+}

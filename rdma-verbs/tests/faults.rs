@@ -1,0 +1,205 @@
+//! Failures on the device: a peer that vanishes, a completion queue that overflows, a receiver
+//! that is not ready. Each must end in a definite completion status or event, in bounded time.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use rdma_verbs::*;
+
+const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;
+
+#[test]
+fn fault_peer_destroyed_mid_traffic_is_retry_exceeded() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    // Ack timeout code 8 (about 1 ms) and two retries: the loss is noticed quickly.
+    let rts = RcRtsAttr {
+        timeout: 8,
+        retry_cnt: 2,
+        ..RcRtsAttr::new(0)
+    };
+    let (mut a, mut b) = f.rc_pair_with(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::empty(),
+        rts,
+    );
+    let mut src = f.pd.register(256, LOCAL).unwrap();
+    src.as_mut_slice()
+        .unwrap()
+        .copy_from_slice(&pattern(256, 9));
+    let dst = f.pd.register(256, LOCAL).unwrap();
+
+    // Traffic flows first.
+    // SAFETY: buffers outlive the polled completions.
+    unsafe {
+        b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
+            .unwrap();
+        a.post_send_one(&SendRequest::send(2, src.slice(..).unwrap()).signaled())
+            .unwrap();
+    }
+    assert_ok(&wait_for(&mut cq_a, 1)[0], 2, WcOpcode::Send);
+    assert_ok(&wait_for(&mut cq_b, 1)[0], 1, WcOpcode::Recv);
+    assert_eq!(dst.as_slice().unwrap(), &pattern(256, 9)[..]);
+
+    // The peer goes away; the next send has nobody to acknowledge it.
+    drop(b);
+    let started = Instant::now();
+    // SAFETY: `src` outlives the polled completion.
+    unsafe {
+        a.post_send_one(&SendRequest::send(3, src.slice(..).unwrap()).signaled())
+            .unwrap();
+    }
+    let wc = wait_for(&mut cq_a, 1)[0];
+    let took = started.elapsed();
+    assert_eq!(wc.wr_id(), 3);
+    assert_eq!(wc.status(), WcStatus::RetryExcErr, "{wc:?} after {took:?}");
+    assert!(took < WAIT, "took {took:?}");
+    assert_eq!(a.query_state().unwrap(), QpStateKind::Error);
+    eprintln!("retry exceeded after {took:?}");
+}
+
+#[test]
+fn fault_receiver_not_ready_without_rnr_retry() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let rts = RcRtsAttr {
+        rnr_retry: 0,
+        ..RcRtsAttr::new(0)
+    };
+    let (mut a, b) = f.rc_pair_with(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::empty(),
+        rts,
+    );
+    let src = f.pd.register(64, LOCAL).unwrap();
+    // The peer has posted no receive.
+    // SAFETY: `src` outlives the polled completion.
+    unsafe {
+        a.post_send_one(&SendRequest::send(5, src.slice(..).unwrap()).signaled())
+            .unwrap();
+    }
+    let wc = wait_for(&mut cq_a, 1)[0];
+    assert_eq!(wc.wr_id(), 5);
+    assert_eq!(wc.status(), WcStatus::RnrRetryExcErr, "{wc:?}");
+    assert_eq!(a.query_state().unwrap(), QpStateKind::Error);
+    // The receiver saw nothing and is unharmed.
+    assert_no_completion(&mut cq_b, Duration::from_millis(50));
+    assert_eq!(b.query_state().unwrap(), QpStateKind::Rts);
+}
+
+#[test]
+fn fault_cq_overflow_is_an_async_event() {
+    let Some(f) = fixture() else { return };
+    let mut tiny = f.cq(1);
+    let capacity = tiny.capacity();
+    assert!(capacity >= 1, "capacity {capacity}");
+    let n = capacity as usize + 1;
+    let (cq_a_recv, mut cq_b) = (f.cq(16), f.cq(64));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.create_qp(&tiny, &cq_a_recv).max_send_wr(n as u32),
+        f.pd.create_qp(&cq_b, &cq_b).max_recv_wr(n as u32),
+        AccessFlags::empty(),
+    );
+    assert!(
+        f.context.get_async_event().unwrap().is_none(),
+        "no event before the overflow"
+    );
+    let src = f.pd.register(64 * n, LOCAL).unwrap();
+    let dst = f.pd.register(64 * n, LOCAL).unwrap();
+    // One signaled send more than the tiny CQ holds, none polled.
+    // SAFETY: buffers outlive the completions polled below.
+    unsafe {
+        for i in 0..n {
+            b.post_recv_one(&RecvRequest::new(
+                i as u64,
+                dst.slice(i * 64..(i + 1) * 64).unwrap(),
+            ))
+            .unwrap();
+        }
+        for i in 0..n {
+            a.post_send_one(
+                &SendRequest::send(100 + i as u64, src.slice(i * 64..(i + 1) * 64).unwrap())
+                    .signaled(),
+            )
+            .unwrap();
+        }
+    }
+    // The messages themselves arrive.
+    let received = wait_for(&mut cq_b, n);
+    assert!(
+        received.iter().all(WorkCompletion::is_success),
+        "{received:?}"
+    );
+
+    let event = f.context.wait_async_event(WAIT).expect("an async event");
+    assert_eq!(
+        event,
+        AsyncEvent::CqError {
+            cq_handle: tiny.handle()
+        },
+        "{}",
+        event.type_name()
+    );
+    // The CQ kept what it could hold; the completion that did not fit is gone.
+    let mut buf = [WorkCompletion::default(); 8];
+    let kept = tiny.poll(&mut buf).unwrap().to_vec();
+    assert_eq!(kept.len(), capacity as usize, "{kept:?}");
+    for (i, wc) in kept.iter().enumerate() {
+        assert_ok(wc, 100 + i as u64, WcOpcode::Send);
+    }
+    assert_no_completion(&mut tiny, Duration::from_millis(100));
+    eprintln!(
+        "CQ of capacity {capacity}: {n} completions gave {}; requester now {}",
+        event.type_name(),
+        a.query_state().unwrap()
+    );
+}
+
+#[test]
+fn fault_async_event_wait_without_deadline() {
+    let Some(f) = fixture() else { return };
+    // Duration::MAX means "no deadline": the wait returns the event, it does not panic on the
+    // deadline's arithmetic.
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let context = f.context.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(context.wait_async_event(Duration::MAX));
+        });
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    // Make an event: overflow a CQ of one entry with two completions.
+    let tiny = f.cq(1);
+    let cq_b = f.cq(16);
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.create_qp(&tiny, &tiny),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let n = tiny.capacity() as usize + 1;
+    let src = f.pd.register(64, LOCAL).unwrap();
+    let dst = f.pd.register(64, LOCAL).unwrap();
+    // SAFETY: buffers outlive the queue pairs, which are destroyed at the end of the test.
+    unsafe {
+        for i in 0..n {
+            b.post_recv_one(&RecvRequest::new(i as u64, dst.slice(..).unwrap()))
+                .unwrap();
+            a.post_send_one(&SendRequest::send(i as u64, src.slice(..).unwrap()).signaled())
+                .unwrap();
+        }
+    }
+    match rx.recv_timeout(WAIT) {
+        Ok(Ok(event)) => assert_eq!(
+            event,
+            AsyncEvent::CqError {
+                cq_handle: tiny.handle()
+            }
+        ),
+        Ok(Err(e)) => panic!("wait_async_event(Duration::MAX) failed: {e}"),
+        Err(e) => panic!("wait_async_event(Duration::MAX) gave nothing (died or hangs): {e}"),
+    }
+}

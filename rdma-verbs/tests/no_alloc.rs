@@ -1,0 +1,152 @@
+//! The data path allocates nothing: a counting global allocator watches 10,000 rounds of
+//! reusing post lists, posting a receive and a send, and polling both completions.
+//!
+//! Only allocations made through Rust's global allocator on the test's own thread are counted
+//! (libtest's other threads allocate at any time); memory libibverbs and its provider take with
+//! `malloc` is not seen here.
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use common::*;
+use rdma_verbs::*;
+
+/// The system allocator, counting the allocations of threads that asked to be counted.
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    // Const-initialised and without a destructor: reading it never allocates, so the allocator
+    // may use it.
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+}
+
+fn record() {
+    if COUNTING.try_with(Cell::get).unwrap_or(false) {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so `System`'s
+// guarantees hold; counting touches no allocated memory.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        record();
+        // SAFETY: forwarded caller contract (`layout` has a non-zero size).
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        record();
+        // SAFETY: as `alloc`.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        record();
+        // SAFETY: forwarded caller contract: `ptr` came from this allocator (that is, from
+        // `System`) with `layout`, and `new_size` is valid for it.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded caller contract: `ptr` came from `System` with `layout`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Counts the allocations `f` makes on this thread.
+fn count_allocations<R>(f: impl FnOnce() -> R) -> (R, usize) {
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    COUNTING.with(|c| c.set(true));
+    let result = f();
+    COUNTING.with(|c| c.set(false));
+    (result, ALLOCATIONS.load(Ordering::Relaxed) - before)
+}
+
+const ROUNDS: u64 = 10_000;
+const LEN: usize = 64;
+
+#[test]
+fn no_alloc_post_and_poll_round_trips() {
+    // The counter sees this thread's allocations (else a zero below would prove nothing).
+    let (boxed, allocations) = count_allocations(|| std::hint::black_box(Box::new(7u64)));
+    assert_eq!((*boxed, allocations), (7, 1));
+
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let mut src = f.pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let dst = f.pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let data = pattern(LEN, 5);
+    src.as_mut_slice().unwrap()[..LEN].copy_from_slice(&data);
+    let src_slice = src.slice(..LEN).unwrap();
+    let dst_slice = dst.slice(..LEN).unwrap();
+    let mut sends = SendList::with_capacity(4);
+    let mut recvs = RecvList::with_capacity(4);
+    let mut completions = [WorkCompletion::default(); 4];
+
+    let ((), allocations) = count_allocations(|| {
+        for round in 0..ROUNDS {
+            // Alternate the two ways of emptying a list; neither may allocate.
+            if round % 2 == 0 {
+                sends.clear();
+                recvs.clear();
+            } else {
+                sends = sends.reuse();
+                recvs = recvs.reuse();
+            }
+            recvs.push(RecvRequest::new(round, dst_slice)).unwrap();
+            // SAFETY: `dst` lives until after the loop, which polls this receive's completion
+            // before the next round, and is not touched meanwhile.
+            unsafe { b.post_recv(&mut recvs) }.unwrap();
+            sends
+                .push(SendRequest::send(round, src_slice).signaled())
+                .unwrap();
+            // SAFETY: `src` lives until after the loop and is only read; the send's completion
+            // is polled before the next round.
+            unsafe { a.post_send(&mut sends) }.unwrap();
+
+            let (mut sent, mut received) = (false, false);
+            let deadline = Instant::now() + WAIT;
+            while !(sent && received) {
+                for wc in cq_a.poll(&mut completions).unwrap() {
+                    assert!(wc.is_success(), "round {round}: {wc:?}");
+                    assert_eq!((wc.wr_id(), wc.opcode()), (round, WcOpcode::Send), "{wc:?}");
+                    sent = true;
+                }
+                for wc in cq_b.poll(&mut completions).unwrap() {
+                    assert!(wc.is_success(), "round {round}: {wc:?}");
+                    assert_eq!(
+                        (wc.wr_id(), wc.opcode(), wc.byte_len()),
+                        (round, WcOpcode::Recv, LEN as u32),
+                        "{wc:?}"
+                    );
+                    received = true;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "round {round}: timed out (sent: {sent}, received: {received})"
+                );
+            }
+        }
+    });
+
+    assert_eq!(
+        allocations, 0,
+        "{allocations} allocations in {ROUNDS} post/poll rounds"
+    );
+    assert_eq!(&dst.as_slice().unwrap()[..LEN], &data[..]);
+}

@@ -1,0 +1,211 @@
+//! Unreliable datagram on the device: sends through address handles, the GRH in front of every
+//! received datagram, replies through an address handle made from a completion, and what a UD
+//! queue pair refuses or drops.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use rdma_verbs::*;
+
+const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;
+const QKEY: u32 = 0x1111_1111;
+/// Bytes of the global routing header in front of every UD receive.
+const GRH: usize = 40;
+const SIZE: usize = 512;
+
+/// Checks the 40 GRH bytes a UD receive starts with: on RoCE v2 over IPv4 the last 20 hold the
+/// IPv4 header (version 4, source and destination the port's own address, in loopback); on
+/// InfiniBand and RoCE over IPv6 it is an IPv6-style header with the source and destination
+/// GIDs.
+fn check_grh(grh: &[u8; GRH], own: Gid) {
+    match own.ipv4() {
+        Some(ip) => {
+            assert!(grh[..20].iter().all(|&b| b == 0), "GRH: {grh:02x?}");
+            assert_eq!(grh[20], 0x45, "not an IPv4 header: {grh:02x?}");
+            assert_eq!(&grh[32..36], &ip.octets(), "IPv4 source: {grh:02x?}");
+            assert_eq!(&grh[36..40], &ip.octets(), "IPv4 destination: {grh:02x?}");
+        }
+        None => {
+            assert_eq!(grh[0] >> 4, 6, "not an IPv6-style GRH: {grh:02x?}");
+            assert_eq!(&grh[8..24], &own.0, "source GID: {grh:02x?}");
+            assert_eq!(&grh[24..40], &own.0, "destination GID: {grh:02x?}");
+        }
+    }
+}
+
+#[test]
+fn ud_send_with_grh_and_reply_through_ah_from_wc() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let mut a = f.ud_qp(f.pd.create_qp(&cq_a, &cq_a), QKEY);
+    let mut b = f.ud_qp(f.pd.create_qp(&cq_b, &cq_b), QKEY);
+    let ah = f.pd.create_ah(&f.av()).expect("ibv_create_ah");
+
+    let mut src = f.pd.register(SIZE, LOCAL).unwrap();
+    let data = pattern(SIZE, 5);
+    src.as_mut_slice().unwrap().copy_from_slice(&data);
+    let dst = f.pd.register(SIZE + GRH, LOCAL).unwrap();
+    // SAFETY: both buffers live until the completions are polled below and are not touched.
+    unsafe {
+        b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
+            .unwrap();
+        a.post_send_one(
+            &SendRequest::send(2, src.slice(..).unwrap())
+                .to(&ah, b.qp_num(), QKEY)
+                .signaled(),
+        )
+        .unwrap();
+    }
+    assert_ok(&wait_for(&mut cq_a, 1)[0], 2, WcOpcode::Send);
+    let wc = wait_for(&mut cq_b, 1)[0];
+    assert_ok(&wc, 1, WcOpcode::Recv);
+    assert!(wc.flags().contains(WcFlags::GRH), "{wc:?} {:?}", wc.flags());
+    assert_eq!(wc.byte_len() as usize, SIZE + GRH, "{wc:?}");
+    assert_eq!(wc.src_qp(), a.qp_num(), "{wc:?}");
+    assert_eq!(wc.qp_num(), b.qp_num(), "{wc:?}");
+    let received = dst.as_slice().unwrap();
+    assert_eq!(&received[GRH..], &data[..], "payload after the GRH");
+    let grh: [u8; GRH] = received[..GRH].try_into().unwrap();
+    check_grh(&grh, Gid(f.device.gid));
+
+    // Reply to whoever sent that, knowing nothing but the completion and the GRH.
+    let back =
+        f.pd.create_ah_from_wc(f.device.port, &wc, &grh)
+            .expect("ibv_create_ah_from_wc");
+    let mut reply = f.pd.register(64, LOCAL).unwrap();
+    let reply_data = pattern(64, 200);
+    reply.as_mut_slice().unwrap().copy_from_slice(&reply_data);
+    let answer = f.pd.register(64 + GRH, LOCAL).unwrap();
+    // SAFETY: as above.
+    unsafe {
+        a.post_recv_one(&RecvRequest::new(3, answer.slice(..).unwrap()))
+            .unwrap();
+        b.post_send_one(
+            &SendRequest::send(4, reply.slice(..).unwrap())
+                .with_imm(0x0bad_cafe)
+                .to(&back, wc.src_qp(), QKEY)
+                .signaled(),
+        )
+        .unwrap();
+    }
+    assert_ok(&wait_for(&mut cq_b, 1)[0], 4, WcOpcode::Send);
+    let wc = wait_for(&mut cq_a, 1)[0];
+    assert_ok(&wc, 3, WcOpcode::Recv);
+    assert!(wc.flags().contains(WcFlags::GRH), "{wc:?}");
+    assert_eq!(wc.src_qp(), b.qp_num(), "{wc:?}");
+    assert_eq!(wc.imm_data(), Some(0x0bad_cafe), "{wc:?}");
+    assert_eq!(wc.byte_len() as usize, 64 + GRH, "{wc:?}");
+    let received = answer.as_slice().unwrap();
+    assert_eq!(&received[GRH..], &reply_data[..]);
+    check_grh(&received[..GRH].try_into().unwrap(), Gid(f.device.gid));
+}
+
+#[test]
+fn ud_send_without_destination_is_refused() {
+    let Some(f) = fixture() else { return };
+    let mut cq = f.cq(16);
+    let mut qp = f.ud_qp(f.pd.create_qp(&cq, &cq), QKEY);
+    let ah = f.pd.create_ah(&f.av()).unwrap();
+    let src = f.pd.register(64, LOCAL).unwrap();
+
+    // SAFETY: refused before anything reaches the device.
+    let one = unsafe { qp.post_send_one(&SendRequest::send(1, src.slice(..).unwrap()).signaled()) };
+    assert!(matches!(one, Err(Error::InvalidArgument(_))), "{one:?}");
+
+    // In a list, one request without a destination refuses the whole list.
+    let mut list = SendList::with_capacity(2);
+    list.push(
+        SendRequest::send(2, src.slice(..).unwrap())
+            .to(&ah, qp.qp_num(), QKEY)
+            .signaled(),
+    )
+    .unwrap();
+    list.push(SendRequest::send(3, src.slice(..).unwrap()).signaled())
+        .unwrap();
+    // SAFETY: as above.
+    let listed = unsafe { qp.post_send(&mut list) };
+    assert!(
+        matches!(listed, Err(Error::InvalidArgument(_))),
+        "{listed:?}"
+    );
+    // Nothing was posted: no completion, not even for the addressed first request.
+    assert_no_completion(&mut cq, Duration::from_millis(200));
+
+    // UD has no RDMA: a write is refused too.
+    let remote = RemoteMemory {
+        addr: 0,
+        len: 64,
+        rkey: 1,
+    };
+    // SAFETY: as above.
+    let write = unsafe {
+        qp.post_send_one(&SendRequest::write(4, src.slice(..).unwrap(), remote).to(
+            &ah,
+            qp.qp_num(),
+            QKEY,
+        ))
+    };
+    assert!(matches!(write, Err(Error::InvalidArgument(_))), "{write:?}");
+
+    // The queue pair still works: the same addressed request alone goes out.
+    // SAFETY: `src` outlives the polled completion.
+    unsafe {
+        qp.post_send_one(
+            &SendRequest::send(5, src.slice(..).unwrap())
+                .to(&ah, qp.qp_num(), QKEY)
+                .signaled(),
+        )
+        .unwrap();
+    }
+    assert_ok(&wait_for(&mut cq, 1)[0], 5, WcOpcode::Send);
+}
+
+#[test]
+fn ud_wrong_qkey_is_dropped_but_the_send_succeeds() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let mut a = f.ud_qp(f.pd.create_qp(&cq_a, &cq_a), QKEY);
+    let mut b = f.ud_qp(f.pd.create_qp(&cq_b, &cq_b), QKEY);
+    let ah = f.pd.create_ah(&f.av()).unwrap();
+    let mut src = f.pd.register(128, LOCAL).unwrap();
+    let dst = f.pd.register(128 + GRH, LOCAL).unwrap();
+    src.as_mut_slice().unwrap()[..64].copy_from_slice(&pattern(64, 1));
+    src.as_mut_slice().unwrap()[64..].copy_from_slice(&pattern(64, 2));
+
+    // SAFETY: buffers live until the completions are polled and are not touched before.
+    unsafe {
+        b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
+            .unwrap();
+        a.post_send_one(
+            &SendRequest::send(2, src.slice(..64).unwrap())
+                .to(&ah, b.qp_num(), 0x2222_2222)
+                .signaled(),
+        )
+        .unwrap();
+    }
+    // Unreliable: the sender learns nothing of the drop.
+    assert_ok(&wait_for(&mut cq_a, 1)[0], 2, WcOpcode::Send);
+    assert_no_completion(&mut cq_b, Duration::from_millis(300));
+
+    // The receive is still posted: a datagram with the right Q_Key takes it.
+    // SAFETY: as above.
+    unsafe {
+        a.post_send_one(
+            &SendRequest::send(3, src.slice(64..).unwrap())
+                .to(&ah, b.qp_num(), QKEY)
+                .signaled(),
+        )
+        .unwrap();
+    }
+    assert_ok(&wait_for(&mut cq_a, 1)[0], 3, WcOpcode::Send);
+    let wc = wait_for(&mut cq_b, 1)[0];
+    assert_ok(&wc, 1, WcOpcode::Recv);
+    assert_eq!(wc.byte_len() as usize, 64 + GRH);
+    assert_eq!(
+        &dst.as_slice().unwrap()[GRH..GRH + 64],
+        &pattern(64, 2)[..],
+        "the datagram with the right Q_Key"
+    );
+}

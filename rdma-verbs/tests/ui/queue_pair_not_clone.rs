@@ -1,0 +1,14 @@
+// A queue pair is the one handle that may change its state and post to it: it is not `Clone`.
+
+use rdma_verbs::{QueuePair, Rc, Rts};
+
+fn require_clone<T: Clone>() {}
+
+fn duplicate(qp: QueuePair<Rc, Rts>) {
+    let _copy = qp.clone();
+    require_clone::<QueuePair<Rc, Rts>>();
+}
+
+fn main() {
+    let _ = duplicate;
+}

@@ -1,0 +1,18 @@
+// A send list borrows the regions its requests name: the region cannot be dropped while the
+// list may still be posted.
+
+use rdma_verbs::{AccessFlags, ProtectionDomain, QueuePair, Rc, Rts, SendList, SendRequest};
+
+fn drop_region_first(pd: &ProtectionDomain, qp: &mut QueuePair<Rc, Rts>) {
+    let mut list = SendList::with_capacity(4);
+    let mr = pd.register(64, AccessFlags::LOCAL_WRITE).unwrap();
+    list.push(SendRequest::send(1, mr.slice(..).unwrap()))
+        .unwrap();
+    drop(mr);
+    // SAFETY: never runs; the region was dropped above, which must not compile.
+    let _ = unsafe { qp.post_send(&mut list) };
+}
+
+fn main() {
+    let _ = drop_region_first;
+}
