@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use rdma_verbs::*;
 
-use crate::exchange::Dest;
+use crate::exchange::{self, Dest};
 
 /// The `wr_id` of receive requests.
 const RECV_WRID: u64 = 1;
@@ -34,9 +34,9 @@ pub struct Options {
     /// Use port of IB device.
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
     pub ib_port: u8,
-    /// Size of message to exchange.
-    #[arg(short = 's', long = "size", default_value_t = 4096)]
-    pub size: usize,
+    /// Size of message to exchange (default 4096; 1024 for UD).
+    #[arg(short = 's', long = "size")]
+    pub size: Option<usize>,
     /// Path MTU (256, 512, 1024, 2048 or 4096).
     #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
     pub mtu: u32,
@@ -63,6 +63,13 @@ pub struct Options {
     pub timeout: u64,
     /// Server to connect to (without it, act as the server).
     pub servername: Option<String>,
+}
+
+impl Options {
+    /// The message size: `-s`, or `default` (each program's C default).
+    pub fn message_size(&self, default: usize) -> usize {
+        self.size.unwrap_or(default)
+    }
 }
 
 /// Prints `program: message` on stderr and exits with status 1: how every example reports a
@@ -345,14 +352,14 @@ impl<T: Transport> Pingpong<T> {
 
     /// Prepares the buffer: 0x7b everywhere, and with `-c` on the client the page-start bytes
     /// the server checks (always 0, as in the C programs).
-    pub fn fill_buffer(buffer: &mut MemoryRegion, options: &Options, offset: usize) {
+    pub fn fill_buffer(buffer: &mut MemoryRegion, options: &Options, offset: usize, size: usize) {
         let len = buffer.len();
         let fill = vec![0x7bu8; len];
         let _ = buffer.write_at(0, &fill);
         if options.chk && options.servername.is_some() {
             let page = page_size();
             let mut at = 0;
-            while at < options.size {
+            while at < size {
                 let _ = buffer.write_at(offset + at, &[0]);
                 at += page;
             }
@@ -427,4 +434,103 @@ fn wait<'a>(
 /// workspace builds for uses 4 KiB base pages).
 fn page_size() -> usize {
     4096
+}
+
+/// What differs between the RC and UC pingpongs: the RTR and RTS attributes.
+pub trait Connected: Transport<InitAttr = ConnectedInitAttr> {
+    /// INIT → RTR towards `remote` over `av`.
+    fn rtr(av: AddressVector, remote: &Dest, mtu: Mtu) -> Self::RtrAttr;
+    /// RTR → RTS starting at `psn`.
+    fn rts(psn: u32) -> Self::RtsAttr;
+}
+
+impl Connected for Rc {
+    fn rtr(av: AddressVector, remote: &Dest, mtu: Mtu) -> RcRtrAttr {
+        // The C defaults: one outstanding read/atomic, RNR timer 12.
+        let mut attr = RcRtrAttr::new(av, remote.qpn, remote.psn);
+        attr.path_mtu = mtu;
+        attr
+    }
+    fn rts(psn: u32) -> RcRtsAttr {
+        // Timeout 14, retry 7, RNR retry 7, one outstanding read/atomic.
+        RcRtsAttr::new(psn)
+    }
+}
+
+impl Connected for Uc {
+    fn rtr(av: AddressVector, remote: &Dest, mtu: Mtu) -> UcRtrAttr {
+        let mut attr = UcRtrAttr::new(av, remote.qpn, remote.psn);
+        attr.path_mtu = mtu;
+        attr
+    }
+    fn rts(psn: u32) -> SqPsnRtsAttr {
+        SqPsnRtsAttr::new(psn)
+    }
+}
+
+/// The whole of `rc_pingpong` and `uc_pingpong`: set up, exchange addresses, connect, run.
+pub fn run_connected<T: Connected>(options: &Options) -> Result<(), String> {
+    let mtu = mtu(options)?;
+    let size = options.message_size(4096);
+    let mut setup = setup(options, options.rx_depth + 1)?;
+    let mut buffer = setup
+        .pd
+        .register(size.max(1), AccessFlags::LOCAL_WRITE)
+        .map_err(|e| format!("couldn't register MR: {e}"))?;
+    Pingpong::<T>::fill_buffer(&mut buffer, options, 0, size);
+
+    // One send outstanding at a time, rx_depth receives; both on the same CQ.
+    let qp = setup
+        .pd
+        .create_qp::<T>(&setup.cq, &setup.cq)
+        .max_send_wr(1)
+        .max_recv_wr(options.rx_depth)
+        .build()
+        .map_err(|e| format!("couldn't create QP: {e}"))?;
+    let mut qp = qp
+        .into_init(&ConnectedInitAttr::new(options.ib_port))
+        .map_err(|e| format!("failed to modify QP to INIT: {e}"))?;
+    // Receives may be posted from INIT on: have them ready before the peer can send.
+    let routs = post_receives(&mut qp, &buffer, size, options.rx_depth)?;
+    if routs < options.rx_depth {
+        return Err(format!("couldn't post receive ({routs})"));
+    }
+
+    let mine = Dest {
+        lid: setup.port.lid,
+        qpn: qp.qp_num(),
+        psn: exchange::random_psn(),
+        gid: setup.gid,
+    };
+    print_address("local", &mine, false);
+
+    let connect = |qp: QueuePair<T, Init>, remote: &Dest| {
+        let av = address_vector(options, remote, 1)?;
+        qp.into_rtr(&T::rtr(av, remote, mtu))
+            .map_err(|e| format!("failed to modify QP to RTR: {e}"))?
+            .into_rts(&T::rts(mine.psn))
+            .map_err(|e| format!("failed to modify QP to RTS: {e}"))
+    };
+    let (qp, remote) = match &options.servername {
+        Some(host) => {
+            let remote = exchange::client_exchange(host, options.port, &[mine])?[0];
+            print_address("remote", &remote, false);
+            (connect(qp, &remote)?, remote)
+        }
+        None => {
+            let exchange = exchange::server_accept(options.port, 1)?;
+            let remote = exchange.remote[0];
+            print_address("remote", &remote, false);
+            // The server's QP is in RTS before it answers, as in the C programs.
+            let qp = connect(qp, &remote)?;
+            exchange.reply(&[mine])?;
+            (qp, remote)
+        }
+    };
+
+    let mut pingpong = Pingpong::new(qp, None, buffer, remote.qpn, size, 0);
+    let elapsed = pingpong.run(&mut setup, options, routs)?;
+    print_results(size, options.iters, elapsed);
+    pingpong.finish(options);
+    Ok(())
 }

@@ -31,6 +31,8 @@ fn program(side: Side, name: &str) -> String {
         Side::C => format!("ibv_{name}"),
         Side::Rust => match name {
             "rc_pingpong" => env!("CARGO_BIN_EXE_rc_pingpong").to_string(),
+            "uc_pingpong" => env!("CARGO_BIN_EXE_uc_pingpong").to_string(),
+            "ud_pingpong" => env!("CARGO_BIN_EXE_ud_pingpong").to_string(),
             other => panic!("no Rust program {other}"),
         },
     }
@@ -227,4 +229,35 @@ fn rc_c_server_rust_client() {
 #[test]
 fn rc_rust_to_rust() {
     matrix("rc_pingpong", Side::Rust, Side::Rust, &[1, 64, 4096]);
+}
+
+#[test]
+fn uc_rust_server_c_client() {
+    matrix("uc_pingpong", Side::Rust, Side::C, &[1, 64, 4096]);
+}
+
+#[test]
+fn uc_c_server_rust_client() {
+    matrix("uc_pingpong", Side::C, Side::Rust, &[1, 64, 4096]);
+}
+
+#[test]
+fn uc_rust_to_rust() {
+    matrix("uc_pingpong", Side::Rust, Side::Rust, &[1, 64, 4096]);
+}
+
+// UD messages fit in one MTU: rxe's active MTU is 1024 on a 1500-byte netdev.
+#[test]
+fn ud_rust_server_c_client() {
+    matrix("ud_pingpong", Side::Rust, Side::C, &[1, 64, 1024]);
+}
+
+#[test]
+fn ud_c_server_rust_client() {
+    matrix("ud_pingpong", Side::C, Side::Rust, &[1, 64, 1024]);
+}
+
+#[test]
+fn ud_rust_to_rust() {
+    matrix("ud_pingpong", Side::Rust, Side::Rust, &[1, 64, 1024]);
 }

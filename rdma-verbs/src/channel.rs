@@ -192,7 +192,7 @@ impl CompletionChannel {
     }
 
     /// One non-blocking `ibv_get_cq_event`: `Ok(None)` when no event is ready.
-    fn try_get_event(&self) -> Result<Option<CqEvent>> {
+    pub(crate) fn try_get_event(&self) -> Result<Option<CqEvent>> {
         let mut cq: *mut ffi::ibv_cq = std::ptr::null_mut();
         let mut cq_context: *mut libc::c_void = std::ptr::null_mut();
         // Until the event is counted, its CQ cannot finish dropping (see `ChannelInner`).

@@ -517,6 +517,88 @@ pub struct DeviceAttr {
     pub hca_core_clock: u64,
     /// Maximum device memory, bytes (0 if none).
     pub max_dm_size: u64,
+    /// Maximum outstanding RDMA reads and atomics per end-to-end context (`max_ee_rd_atom`).
+    pub max_ee_rd_atom: u32,
+    /// Maximum outstanding RDMA reads and atomics the device accepts as target, in total
+    /// (`max_res_rd_atom`).
+    pub max_res_rd_atom: u32,
+    /// Maximum outstanding RDMA reads and atomics per end-to-end context as initiator
+    /// (`max_ee_init_rd_atom`).
+    pub max_ee_init_rd_atom: u32,
+    /// Maximum number of end-to-end contexts (`max_ee`).
+    pub max_ee: u32,
+    /// Maximum number of reliable datagram domains (`max_rdd`).
+    pub max_rdd: u32,
+    /// Maximum number of raw IPv6 datagram queue pairs (`max_raw_ipv6_qp`).
+    pub max_raw_ipv6_qp: u32,
+    /// Maximum number of raw Ethertype datagram queue pairs (`max_raw_ethy_qp`).
+    pub max_raw_ethy_qp: u32,
+    /// Maximum number of multicast groups (`max_mcast_grp`).
+    pub max_mcast_grp: u32,
+    /// Maximum queue pairs attached to one multicast group (`max_mcast_qp_attach`).
+    pub max_mcast_qp_attach: u32,
+    /// Maximum queue pairs attached to multicast groups, in total
+    /// (`max_total_mcast_qp_attach`).
+    pub max_total_mcast_qp_attach: u32,
+    /// Maximum number of fast memory regions (`max_fmr`; 0 on current devices).
+    pub max_fmr: u32,
+    /// Maximum remaps per fast memory region (`max_map_per_fmr`).
+    pub max_map_per_fmr: u32,
+    /// On-demand paging: `IBV_ODP_SUPPORT*` general capability bits (`odp_caps.general_caps`;
+    /// 0 where the extended query is unsupported).
+    pub odp_general_caps: u64,
+    /// On-demand paging: `IBV_ODP_SUPPORT_*` bits of RC queue pairs
+    /// (`odp_caps.per_transport_caps.rc_odp_caps`).
+    pub rc_odp_caps: u32,
+    /// On-demand paging: `IBV_ODP_SUPPORT_*` bits of UC queue pairs.
+    pub uc_odp_caps: u32,
+    /// On-demand paging: `IBV_ODP_SUPPORT_*` bits of UD queue pairs.
+    pub ud_odp_caps: u32,
+    /// On-demand paging: `IBV_ODP_SUPPORT_*` bits of XRC queue pairs (`xrc_odp_caps`).
+    pub xrc_odp_caps: u32,
+    /// `IBV_RAW_PACKET_CAP_*` offloads of raw packet queue pairs (`raw_packet_caps`).
+    pub raw_packet_caps: u32,
+    /// Largest TCP segmentation offload, bytes (`tso_caps.max_tso`; 0 without TSO).
+    pub max_tso: u32,
+    /// Queue pair types with TSO, as a bit mask of `1 << IBV_QPT_*` (`tso_caps.supported_qpts`).
+    pub tso_supported_qpts: u32,
+    /// Receive-side scaling: maximum indirection tables
+    /// (`rss_caps.max_rwq_indirection_tables`).
+    pub max_rwq_indirection_tables: u32,
+    /// Receive-side scaling: maximum indirection table size
+    /// (`rss_caps.max_rwq_indirection_table_size`).
+    pub max_rwq_indirection_table_size: u32,
+    /// Receive-side scaling: supported hash functions (`rss_caps.rx_hash_function`).
+    pub rx_hash_function: u8,
+    /// Receive-side scaling: fields the hash may cover (`rss_caps.rx_hash_fields_mask`).
+    pub rx_hash_fields_mask: u64,
+    /// Queue pair types with receive-side scaling, as a bit mask of `1 << IBV_QPT_*`
+    /// (`rss_caps.supported_qpts`).
+    pub rss_supported_qpts: u32,
+    /// Maximum number of receive work queues (`max_wq_type_rq`).
+    pub max_wq_type_rq: u32,
+    /// Packet pacing: lowest rate limit, kbit/s (`packet_pacing_caps.qp_rate_limit_min`).
+    pub qp_rate_limit_min: u32,
+    /// Packet pacing: highest rate limit, kbit/s (0 without packet pacing).
+    pub qp_rate_limit_max: u32,
+    /// Queue pair types with packet pacing, as a bit mask of `1 << IBV_QPT_*`
+    /// (`packet_pacing_caps.supported_qpts`).
+    pub packet_pacing_supported_qpts: u32,
+    /// Tag matching: largest rendezvous header, bytes (`tm_caps.max_rndv_hdr_size`).
+    pub tm_max_rndv_hdr_size: u32,
+    /// Tag matching: maximum tags (`tm_caps.max_num_tags`; 0 without tag matching).
+    pub tm_max_num_tags: u32,
+    /// Tag matching: `IBV_TM_CAP_*` flags (`tm_caps.flags`).
+    pub tm_flags: u32,
+    /// Tag matching: maximum outstanding list operations (`tm_caps.max_ops`).
+    pub tm_max_ops: u32,
+    /// Tag matching: maximum scatter/gather entries per tagged receive (`tm_caps.max_sge`).
+    pub tm_max_sge: u32,
+    /// CQ moderation: largest completion count (`cq_mod_caps.max_cq_count`; 0 without
+    /// moderation).
+    pub max_cq_moderation_count: u16,
+    /// CQ moderation: longest period, microseconds (`cq_mod_caps.max_cq_period`).
+    pub max_cq_moderation_period: u16,
 }
 
 impl DeviceAttr {
@@ -573,6 +655,42 @@ impl DeviceAttr {
             completion_timestamp_mask: ex.completion_timestamp_mask,
             hca_core_clock: ex.hca_core_clock,
             max_dm_size: ex.max_dm_size,
+            max_ee_rd_atom: count(a.max_ee_rd_atom),
+            max_res_rd_atom: count(a.max_res_rd_atom),
+            max_ee_init_rd_atom: count(a.max_ee_init_rd_atom),
+            max_ee: count(a.max_ee),
+            max_rdd: count(a.max_rdd),
+            max_raw_ipv6_qp: count(a.max_raw_ipv6_qp),
+            max_raw_ethy_qp: count(a.max_raw_ethy_qp),
+            max_mcast_grp: count(a.max_mcast_grp),
+            max_mcast_qp_attach: count(a.max_mcast_qp_attach),
+            max_total_mcast_qp_attach: count(a.max_total_mcast_qp_attach),
+            max_fmr: count(a.max_fmr),
+            max_map_per_fmr: count(a.max_map_per_fmr),
+            odp_general_caps: ex.odp_caps.general_caps,
+            rc_odp_caps: ex.odp_caps.per_transport_caps.rc_odp_caps,
+            uc_odp_caps: ex.odp_caps.per_transport_caps.uc_odp_caps,
+            ud_odp_caps: ex.odp_caps.per_transport_caps.ud_odp_caps,
+            xrc_odp_caps: ex.xrc_odp_caps,
+            raw_packet_caps: ex.raw_packet_caps,
+            max_tso: ex.tso_caps.max_tso,
+            tso_supported_qpts: ex.tso_caps.supported_qpts,
+            max_rwq_indirection_tables: ex.rss_caps.max_rwq_indirection_tables,
+            max_rwq_indirection_table_size: ex.rss_caps.max_rwq_indirection_table_size,
+            rx_hash_function: ex.rss_caps.rx_hash_function,
+            rx_hash_fields_mask: ex.rss_caps.rx_hash_fields_mask,
+            rss_supported_qpts: ex.rss_caps.supported_qpts,
+            max_wq_type_rq: ex.max_wq_type_rq,
+            qp_rate_limit_min: ex.packet_pacing_caps.qp_rate_limit_min,
+            qp_rate_limit_max: ex.packet_pacing_caps.qp_rate_limit_max,
+            packet_pacing_supported_qpts: ex.packet_pacing_caps.supported_qpts,
+            tm_max_rndv_hdr_size: ex.tm_caps.max_rndv_hdr_size,
+            tm_max_num_tags: ex.tm_caps.max_num_tags,
+            tm_flags: ex.tm_caps.flags,
+            tm_max_ops: ex.tm_caps.max_ops,
+            tm_max_sge: ex.tm_caps.max_sge,
+            max_cq_moderation_count: ex.cq_mod_caps.max_cq_count,
+            max_cq_moderation_period: ex.cq_mod_caps.max_cq_period,
         }
     }
 }
@@ -615,6 +733,14 @@ pub struct PortAttr {
     pub phys_state: u8,
     /// Link layer: InfiniBand or Ethernet (RoCE).
     pub link_layer: LinkLayer,
+    /// `IBV_PORT_*2` capability flags (`port_cap_flags2`).
+    pub port_cap_flags2: u16,
+    /// Bad partition key counter (`bad_pkey_cntr`).
+    pub bad_pkey_cntr: u32,
+    /// Q_Key violation counter (`qkey_viol_cntr`).
+    pub qkey_viol_cntr: u32,
+    /// Type of initialisation the subnet manager requested (`init_type_reply`).
+    pub init_type_reply: u8,
 }
 
 impl PortAttr {
@@ -637,6 +763,10 @@ impl PortAttr {
             active_speed: a.active_speed,
             phys_state: a.phys_state,
             link_layer: LinkLayer::from_raw(a.link_layer),
+            port_cap_flags2: a.port_cap_flags2,
+            bad_pkey_cntr: a.bad_pkey_cntr,
+            qkey_viol_cntr: a.qkey_viol_cntr,
+            init_type_reply: a.init_type_reply,
         }
     }
 
@@ -745,6 +875,15 @@ impl Context {
             }
             CStr::from_ptr(name).to_string_lossy().into_owned()
         }
+    }
+
+    /// The number of completion vectors of the device (`num_comp_vectors`): the vectors a
+    /// completion queue may be assigned to.
+    pub fn num_comp_vectors(&self) -> u32 {
+        // SAFETY: a live context; `num_comp_vectors` is a plain integer set when it was opened
+        // and never changed afterwards.
+        let n = unsafe { (*self.as_raw()).num_comp_vectors };
+        u32::try_from(n).unwrap_or(0)
     }
 
     /// `ibv_query_device_ex`: the device's attributes (the classic ones, plus the extended

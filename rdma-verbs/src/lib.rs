@@ -36,7 +36,14 @@
 //!
 //! # Features
 //!
-//! None yet: async support (`tokio`) is planned.
+//! All off by default.
+//!
+//! - `tokio`: async waits on tokio's reactor (`AsyncFd`), without a blocked thread.
+//!   `AsyncCompletionChannel` awaits completion events (`ibv_get_cq_event`),
+//!   `CompletionQueue::poll_async` awaits completions with the poll / arm / poll / wait
+//!   sequence done right, and `AsyncContextEvents` awaits the context's asynchronous events
+//!   (`ibv_get_async_event`). The futures are cancel-safe: dropping one (a time-out, a losing
+//!   `select!` branch) loses no event and no completion.
 //!
 //! # Thread safety
 //!
@@ -57,6 +64,8 @@
 pub use rdma_verbs_sys as ffi;
 
 mod ah;
+#[cfg(feature = "tokio")]
+mod asynchronous;
 mod channel;
 mod cq;
 mod device;
@@ -71,6 +80,8 @@ mod srq;
 mod wr;
 
 pub use ah::AddressHandle;
+#[cfg(feature = "tokio")]
+pub use asynchronous::{AsyncCompletionChannel, AsyncContextEvents};
 pub use channel::{CompletionChannel, CqEvent};
 pub use cq::{CompletionQueue, CqBuilder, WcOpcode, WcStatus, WorkCompletion};
 pub use device::{

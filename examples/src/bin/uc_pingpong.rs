@@ -1,0 +1,17 @@
+//! `uc_pingpong`: rdma-core's `ibv_uc_pingpong` with rdma-verbs. Same options, same TCP
+//! exchange, same output: a C peer and a Rust peer work together.
+//!
+//! Server: `uc_pingpong -g 1`. Client: `uc_pingpong -g 1 <server>`. The flow (device,
+//! UC queue pair, receives posted in INIT, address exchange, RTR/RTS, the ping-pong loop) is in
+//! [`rdma_examples::pingpong::run_connected`]; the UC-specific attributes are in its
+//! `Connected` implementation for `Uc`.
+
+use clap::Parser;
+use rdma_examples::pingpong::{self, Options};
+
+fn main() {
+    let options = Options::parse();
+    if let Err(message) = pingpong::run_connected::<rdma_verbs::Uc>(&options) {
+        pingpong::fail("uc_pingpong", message);
+    }
+}

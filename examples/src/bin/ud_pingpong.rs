@@ -1,0 +1,96 @@
+//! `ud_pingpong`: rdma-core's `ibv_ud_pingpong` with rdma-verbs. Same options, same TCP
+//! exchange, same output: a C peer and a Rust peer work together.
+//!
+//! Server: `ud_pingpong -g 1`. Client: `ud_pingpong -g 1 <server>`.
+//!
+//! Datagrams differ from the connected pingpongs in three ways: the queue pair is not tied to
+//! the peer (each send names its destination through an address handle and the Q_Key), a
+//! message fits in one MTU, and every receive starts with 40 bytes of global routing header.
+
+use clap::Parser;
+use rdma_examples::exchange::{self, Dest};
+use rdma_examples::pingpong::{self, GRH_LEN, Options, Pingpong, UD_QKEY};
+use rdma_verbs::{AccessFlags, SqPsnRtsAttr, Ud, UdInitAttr, UdRtrAttr};
+
+const PROGRAM: &str = "ud_pingpong";
+
+fn main() {
+    let options = Options::parse();
+    if let Err(message) = run(&options) {
+        pingpong::fail(PROGRAM, message);
+    }
+}
+
+fn run(options: &Options) -> Result<(), String> {
+    let size = options.message_size(1024);
+    let mut setup = pingpong::setup(options, options.rx_depth + 1)?;
+    let mtu = setup.port.active_mtu.bytes().unwrap_or(0) as usize;
+    if size > mtu {
+        return Err(format!("Requested size larger than port MTU ({mtu})"));
+    }
+    // Receives land after the GRH; sends go out from the same offset.
+    let mut buffer = setup
+        .pd
+        .register(size + GRH_LEN, AccessFlags::LOCAL_WRITE)
+        .map_err(|e| format!("couldn't register MR: {e}"))?;
+    Pingpong::<Ud>::fill_buffer(&mut buffer, options, GRH_LEN, size);
+
+    let qp = setup
+        .pd
+        .create_qp::<Ud>(&setup.cq, &setup.cq)
+        .max_send_wr(1)
+        .max_recv_wr(options.rx_depth)
+        .build()
+        .map_err(|e| format!("couldn't create QP: {e}"))?;
+    let mut qp = qp
+        .into_init(&UdInitAttr::new(options.ib_port, UD_QKEY))
+        .map_err(|e| format!("failed to modify QP to INIT: {e}"))?;
+    let routs = pingpong::post_receives(&mut qp, &buffer, GRH_LEN + size, options.rx_depth)?;
+    if routs < options.rx_depth {
+        return Err(format!("couldn't post receive ({routs})"));
+    }
+    let mine = Dest {
+        lid: setup.port.lid,
+        qpn: qp.qp_num(),
+        psn: exchange::random_psn(),
+        gid: setup.gid,
+    };
+    pingpong::print_address("local", &mine, true);
+
+    // A UD queue pair needs no peer to reach RTS; the peer's address goes into an address
+    // handle that each send names.
+    let activate = |qp: rdma_verbs::QueuePair<Ud, rdma_verbs::Init>, remote: &Dest| {
+        let qp = qp
+            .into_rtr(&UdRtrAttr)
+            .map_err(|e| format!("failed to modify QP to RTR: {e}"))?
+            .into_rts(&SqPsnRtsAttr::new(mine.psn))
+            .map_err(|e| format!("failed to modify QP to RTS: {e}"))?;
+        let av = pingpong::address_vector(options, remote, 64)?;
+        let ah = setup
+            .pd
+            .create_ah(&av)
+            .map_err(|e| format!("failed to create AH: {e}"))?;
+        Ok::<_, String>((qp, ah))
+    };
+    let ((qp, ah), remote) = match &options.servername {
+        Some(host) => {
+            let remote = exchange::client_exchange(host, options.port, &[mine])?[0];
+            pingpong::print_address("remote", &remote, false);
+            (activate(qp, &remote)?, remote)
+        }
+        None => {
+            let exchange = exchange::server_accept(options.port, 1)?;
+            let remote = exchange.remote[0];
+            pingpong::print_address("remote", &remote, false);
+            let active = activate(qp, &remote)?;
+            exchange.reply(&[mine])?;
+            (active, remote)
+        }
+    };
+
+    let mut pingpong = Pingpong::new(qp, Some(ah), buffer, remote.qpn, size, GRH_LEN);
+    let elapsed = pingpong.run(&mut setup, options, routs)?;
+    pingpong::print_results(size, options.iters, elapsed);
+    pingpong.finish(options);
+    Ok(())
+}
