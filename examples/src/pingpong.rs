@@ -21,6 +21,10 @@ const SEND_WRID: u64 = 2;
 pub const UD_QKEY: u32 = 0x1111_1111;
 /// Bytes of the global routing header in front of every UD receive.
 pub const GRH_LEN: usize = 40;
+/// The `wr_id` of the pingpongs' receive requests.
+pub const RECV_ID: u64 = RECV_WRID;
+/// The `wr_id` of the pingpongs' send requests.
+pub const SEND_ID: u64 = SEND_WRID;
 
 /// The options all pingpong programs take, with the C programs' short names and defaults.
 #[derive(Parser, Debug, Clone)]
@@ -390,9 +394,9 @@ pub fn post_receives<T: Transport, S: CanPostRecv>(
     Ok(n)
 }
 
-/// Waits for at least one completion: polls, or with `-e` sleeps on the channel. Fails after
-/// `idle` without any.
-fn wait<'a>(
+/// Waits for at least one completion: polls, or with `-e` sleeps on the channel (and re-arms
+/// it). Fails after `idle` without any. With `-e` the result may be empty.
+pub fn wait<'a>(
     setup: &mut Setup,
     completions: &'a mut [WorkCompletion],
     idle: Duration,

@@ -33,6 +33,7 @@ fn program(side: Side, name: &str) -> String {
             "rc_pingpong" => env!("CARGO_BIN_EXE_rc_pingpong").to_string(),
             "uc_pingpong" => env!("CARGO_BIN_EXE_uc_pingpong").to_string(),
             "ud_pingpong" => env!("CARGO_BIN_EXE_ud_pingpong").to_string(),
+            "srq_pingpong" => env!("CARGO_BIN_EXE_srq_pingpong").to_string(),
             other => panic!("no Rust program {other}"),
         },
     }
@@ -260,4 +261,20 @@ fn ud_c_server_rust_client() {
 #[test]
 fn ud_rust_to_rust() {
     matrix("ud_pingpong", Side::Rust, Side::Rust, &[1, 64, 1024]);
+}
+
+// 16 queue pairs on one shared receive queue (the C default), 256 address records each way.
+#[test]
+fn srq_rust_server_c_client() {
+    matrix("srq_pingpong", Side::Rust, Side::C, &[1, 64, 4096]);
+}
+
+#[test]
+fn srq_c_server_rust_client() {
+    matrix("srq_pingpong", Side::C, Side::Rust, &[1, 64, 4096]);
+}
+
+#[test]
+fn srq_rust_to_rust() {
+    matrix("srq_pingpong", Side::Rust, Side::Rust, &[1, 64, 4096]);
 }

@@ -1,0 +1,371 @@
+//! The `tokio` feature on the device: awaiting completions (and proving the wait sleeps rather
+//! than blocking the runtime's one thread), cancelled waits, many events through the async path
+//! (the batched acknowledgement), and the context's asynchronous events.
+
+#![cfg(feature = "tokio")]
+
+mod common;
+
+use std::future::poll_fn;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+use rdma_verbs::*;
+use tokio::time::{sleep, timeout};
+
+const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;
+
+/// How long the sending thread waits before sending, so that the await really sleeps.
+const DELAY: Duration = Duration::from_millis(300);
+
+fn assert_send<T: Send>(_: &T) {}
+
+/// Posts a signaled send of all of `src`.
+fn send(qp: &mut QueuePair<Rc, Rts>, wr_id: u64, src: &MemoryRegion) {
+    // SAFETY: callers keep `src` alive and untouched until the completion is polled.
+    unsafe {
+        qp.post_send_one(&SendRequest::send(wr_id, src.slice(..).unwrap()).signaled())
+            .unwrap();
+    }
+}
+
+/// Posts a receive into all of `dst`.
+fn recv(qp: &mut QueuePair<Rc, Rts>, wr_id: u64, dst: &MemoryRegion) {
+    // SAFETY: callers keep `dst` alive and do not read it until the completion is polled.
+    unsafe {
+        qp.post_recv_one(&RecvRequest::new(wr_id, dst.slice(..).unwrap()))
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn tokio_await_a_receive_while_the_runtime_runs_other_tasks() {
+    let Some(f) = fixture() else { return };
+    let channel = f.context.create_comp_channel().unwrap();
+    let mut recv_cq = f.context.cq_builder(16).channel(&channel).build().unwrap();
+    let (mut cq_a, send_cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&send_cq_b, &recv_cq),
+        AccessFlags::empty(),
+    );
+    let channel = AsyncCompletionChannel::new(channel).expect("register the channel");
+    let dst = f.pd.register(4096, LOCAL).unwrap();
+    let mut src = f.pd.register(1000, LOCAL).unwrap();
+    src.as_mut_slice()
+        .unwrap()
+        .copy_from_slice(&pattern(1000, 5));
+    recv(&mut b, 21, &dst);
+
+    // poll_async: the queue is empty, so it arms it and sleeps; the send comes later, from a
+    // thread. The runtime has one thread: the ticker only runs if the wait does not block it.
+    let sender = thread::spawn(move || {
+        thread::sleep(DELAY);
+        send(&mut a, 12, &src);
+        assert_ok(&wait_for(&mut cq_a, 1)[0], 12, WcOpcode::Send);
+        (a, src, cq_a)
+    });
+    let started = Instant::now();
+    let mut completions = [WorkCompletion::default(); 4];
+    let receive = async {
+        let future = recv_cq.poll_async(&channel, &mut completions);
+        assert_send(&future);
+        let got = timeout(WAIT, future)
+            .await
+            .expect("no receive completion in time")
+            .expect("poll_async")
+            .to_vec();
+        (got, Instant::now())
+    };
+    let ticker = async {
+        for _ in 0..3 {
+            sleep(Duration::from_millis(30)).await;
+        }
+        Instant::now()
+    };
+    let ((got, received_at), ticked_at) = tokio::join!(receive, ticker);
+    assert!(
+        ticked_at < received_at,
+        "the ticker did not run while the receive was awaited"
+    );
+    assert!(
+        received_at - started >= DELAY - Duration::from_millis(50),
+        "returned before the send: {:?}",
+        received_at - started
+    );
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_ok(&got[0], 21, WcOpcode::Recv);
+    assert_eq!(got[0].byte_len(), 1000);
+    assert_eq!(got[0].qp_num(), b.qp_num());
+    assert_eq!(&dst.as_slice().unwrap()[..1000], &pattern(1000, 5)[..]);
+    let (mut a, src, mut cq_a) = sender.join().expect("the sending thread");
+
+    // wait() itself: arm by hand, the event names the receive CQ, the completion is there.
+    recv(&mut b, 22, &dst);
+    recv_cq.req_notify(false).unwrap();
+    let sender = thread::spawn(move || {
+        thread::sleep(DELAY);
+        send(&mut a, 13, &src);
+        assert_ok(&wait_for(&mut cq_a, 1)[0], 13, WcOpcode::Send);
+        (a, src, cq_a)
+    });
+    let started = Instant::now();
+    let wait = channel.wait();
+    assert_send(&wait);
+    let event = timeout(WAIT, wait)
+        .await
+        .expect("no completion event in time")
+        .expect("wait");
+    assert!(started.elapsed() >= DELAY - Duration::from_millis(50));
+    assert!(event.is_for(&recv_cq), "{event:?}");
+    assert!(!event.is_for(&send_cq_b));
+    assert_ok(&wait_for(&mut recv_cq, 1)[0], 22, WcOpcode::Recv);
+    let _keep = sender.join().expect("the sending thread");
+}
+
+#[tokio::test]
+async fn tokio_cancelled_waits_lose_nothing() {
+    let Some(f) = fixture() else { return };
+    let channel = f.context.create_comp_channel().unwrap();
+    let mut cq = f.context.cq_builder(16).channel(&channel).build().unwrap();
+    let (mut cq_a, send_cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&send_cq_b, &cq),
+        AccessFlags::empty(),
+    );
+    let async_channel = AsyncCompletionChannel::new(channel.clone()).unwrap();
+    let src = f.pd.register(64, LOCAL).unwrap();
+    let dst = f.pd.register(64, LOCAL).unwrap();
+
+    // One registration per channel and runtime.
+    match AsyncCompletionChannel::new(channel.clone()) {
+        Err(e) => assert_eq!(e.errno(), Some(Errno::from_raw(libc::EEXIST)), "{e}"),
+        Ok(_) => panic!("the channel was registered twice"),
+    }
+    // poll_async refuses what would never wake.
+    let mut none: [WorkCompletion; 0] = [];
+    assert!(matches!(
+        cq.poll_async(&async_channel, &mut none).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    let mut completions = [WorkCompletion::default(); 4];
+    let mut plain = f.cq(4);
+    assert!(matches!(
+        plain.poll_async(&async_channel, &mut completions).await,
+        Err(Error::InvalidArgument(_))
+    ));
+
+    // Armed, nothing pending: the wait times out, and is dropped.
+    cq.req_notify(false).unwrap();
+    let bound = Duration::from_millis(200);
+    let started = Instant::now();
+    assert!(timeout(bound, async_channel.wait()).await.is_err());
+    assert!(started.elapsed() >= bound);
+    // The channel still works: the next completion's event arrives, through the poll function.
+    recv(&mut b, 1, &dst);
+    send(&mut a, 2, &src);
+    let event = timeout(WAIT, poll_fn(|cx| async_channel.poll_wait(cx)))
+        .await
+        .expect("no event after a cancelled wait")
+        .unwrap();
+    assert!(event.is_for(&cq));
+    assert_ok(&wait_for(&mut cq, 1)[0], 1, WcOpcode::Recv);
+    assert_ok(&wait_for(&mut cq_a, 1)[0], 2, WcOpcode::Send);
+
+    // A cancelled poll_async leaves the queue armed: the next call still gets the completion.
+    assert!(
+        timeout(bound, cq.poll_async(&async_channel, &mut completions))
+            .await
+            .is_err()
+    );
+    recv(&mut b, 3, &dst);
+    send(&mut a, 4, &src);
+    let got = timeout(WAIT, cq.poll_async(&async_channel, &mut completions))
+        .await
+        .expect("no completion after a cancelled poll_async")
+        .unwrap();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_ok(&got[0], 3, WcOpcode::Recv);
+    assert_ok(&wait_for(&mut cq_a, 1)[0], 4, WcOpcode::Send);
+    // The event of the cancelled call's arm is still pending: a spurious wake-up, which
+    // poll_async absorbs (it polls, arms, polls again and sleeps until the real completion).
+    recv(&mut b, 5, &dst);
+    let sender = thread::spawn(move || {
+        thread::sleep(DELAY);
+        send(&mut a, 6, &src);
+        assert_ok(&wait_for(&mut cq_a, 1)[0], 6, WcOpcode::Send);
+        (a, src, cq_a)
+    });
+    let got = timeout(WAIT, cq.poll_async(&async_channel, &mut completions))
+        .await
+        .expect("no completion")
+        .unwrap();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_ok(&got[0], 5, WcOpcode::Recv);
+    let _keep = sender.join().expect("the sending thread");
+
+    // Deregistered, the channel can be registered again; the blocking API still works.
+    let channel = async_channel.into_inner();
+    let again = AsyncCompletionChannel::new(channel.clone()).expect("register again");
+    assert_eq!(again.channel().as_raw(), channel.as_raw());
+    // Every event was taken: none is left for the blocking wait.
+    assert!(matches!(
+        channel.wait(Duration::from_millis(50)),
+        Err(Error::Timeout(_))
+    ));
+}
+
+#[tokio::test]
+async fn tokio_hundred_round_trips_through_the_async_path() {
+    const ROUNDS: u32 = 100;
+    let Some(f) = fixture() else { return };
+    let channel = f.context.create_comp_channel().unwrap();
+    let mut recv_cq = f.context.cq_builder(16).channel(&channel).build().unwrap();
+    let (mut cq_a, mut send_cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&send_cq_b, &recv_cq),
+        AccessFlags::empty(),
+    );
+    let channel = AsyncCompletionChannel::new(channel).unwrap();
+
+    // The echo side, on a thread: each ping (a number) comes back as a pong (number + 1000).
+    let a_recv = f.pd.register(4, LOCAL).unwrap();
+    let mut a_send = f.pd.register(4, LOCAL).unwrap();
+    recv(&mut a, 0, &a_recv);
+    let echo = thread::spawn(move || {
+        for i in 0..ROUNDS {
+            let wc = wait_for(&mut cq_a, 1)[0];
+            assert_ok(&wc, u64::from(i), WcOpcode::Recv);
+            let mut ping = [0u8; 4];
+            ping.copy_from_slice(a_recv.as_slice().unwrap());
+            assert_eq!(u32::from_le_bytes(ping), i);
+            recv(&mut a, u64::from(i + 1), &a_recv);
+            a_send
+                .as_mut_slice()
+                .unwrap()
+                .copy_from_slice(&(i + 1000).to_le_bytes());
+            send(&mut a, u64::from(i), &a_send);
+            assert_ok(&wait_for(&mut cq_a, 1)[0], u64::from(i), WcOpcode::Send);
+        }
+        (a, a_recv, a_send, cq_a)
+    });
+
+    let b_recv = f.pd.register(4, LOCAL).unwrap();
+    let mut b_send = f.pd.register(4, LOCAL).unwrap();
+    let mut completions = [WorkCompletion::default(); 4];
+    for i in 0..ROUNDS {
+        recv(&mut b, u64::from(i), &b_recv);
+        b_send
+            .as_mut_slice()
+            .unwrap()
+            .copy_from_slice(&i.to_le_bytes());
+        // Armed before the ping goes out, so the pong always raises an event: 100 events, one
+        // acknowledgement batch and the rest at the CQ's drop.
+        recv_cq.req_notify(false).unwrap();
+        send(&mut b, u64::from(i), &b_send);
+        let event = timeout(WAIT, channel.wait())
+            .await
+            .unwrap_or_else(|_| panic!("round {i}: no event"))
+            .unwrap();
+        assert!(event.is_for(&recv_cq), "round {i}: {event:?}");
+        // The completion is there (poll_async returns it without sleeping).
+        let got = timeout(WAIT, recv_cq.poll_async(&channel, &mut completions))
+            .await
+            .unwrap_or_else(|_| panic!("round {i}: no completion"))
+            .unwrap();
+        assert_eq!(got.len(), 1, "round {i}: {got:?}");
+        assert_ok(&got[0], u64::from(i), WcOpcode::Recv);
+        let mut pong = [0u8; 4];
+        pong.copy_from_slice(b_recv.as_slice().unwrap());
+        assert_eq!(u32::from_le_bytes(pong), i + 1000, "round {i}");
+        assert_ok(
+            &wait_for(&mut send_cq_b, 1)[0],
+            u64::from(i),
+            WcOpcode::Send,
+        );
+    }
+    let _keep = echo.join().expect("the echo thread");
+    // No event is left over, and dropping everything (36 events unacknowledged) returns.
+    assert!(
+        timeout(Duration::from_millis(100), channel.wait())
+            .await
+            .is_err()
+    );
+    drop(b);
+    drop(recv_cq);
+    drop(channel);
+}
+
+#[tokio::test]
+async fn tokio_async_events_yield_the_srq_limit_event() {
+    let Some(f) = fixture() else { return };
+    let mut srq = f.pd.create_srq(16, 1).expect("ibv_create_srq");
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, _b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b).srq(&srq),
+        AccessFlags::empty(),
+    );
+    let events = AsyncContextEvents::new(f.context.clone()).expect("register the events");
+    assert_eq!(events.context().as_raw(), f.context.as_raw());
+    match AsyncContextEvents::new(f.context.clone()) {
+        Err(e) => assert_eq!(e.errno(), Some(Errno::from_raw(libc::EEXIST)), "{e}"),
+        Ok(_) => panic!("the context's events were registered twice"),
+    }
+    let dst = f.pd.register(4 * 64, LOCAL).unwrap();
+    for i in 0..4usize {
+        // SAFETY: `dst` outlives the completions polled below.
+        unsafe {
+            srq.post_recv_one(&RecvRequest::new(
+                i as u64,
+                dst.slice(i * 64..(i + 1) * 64).unwrap(),
+            ))
+            .unwrap();
+        }
+    }
+    srq.arm_limit(2).expect("arm the SRQ limit");
+
+    // Nothing yet: the wait times out (and is dropped).
+    let next = events.next();
+    assert_send(&next);
+    assert!(timeout(Duration::from_millis(200), next).await.is_err());
+
+    // Three sends from a thread, after a delay, leave one receive: below the limit.
+    let src = f.pd.register(64, LOCAL).unwrap();
+    let sender = thread::spawn(move || {
+        thread::sleep(DELAY);
+        for wr_id in 10..13 {
+            send(&mut a, wr_id, &src);
+        }
+        assert_eq!(wait_for(&mut cq_a, 3).len(), 3);
+        (a, src, cq_a)
+    });
+    let started = Instant::now();
+    let event = timeout(WAIT, events.next())
+        .await
+        .expect("no SRQ limit event in time")
+        .expect("next");
+    assert!(started.elapsed() >= DELAY - Duration::from_millis(50));
+    assert_eq!(
+        event,
+        AsyncEvent::SrqLimitReached {
+            srq_handle: srq.handle()
+        }
+    );
+    assert_eq!(srq.limit().unwrap(), 0, "the event disarms the limit");
+    let _keep = sender.join().expect("the sending thread");
+    assert_eq!(wait_for(&mut cq_b, 3).len(), 3);
+
+    // The poll function sees nothing more.
+    assert!(
+        timeout(
+            Duration::from_millis(200),
+            poll_fn(|cx| events.poll_next(cx))
+        )
+        .await
+        .is_err()
+    );
+}
