@@ -26,8 +26,10 @@ pub const RECV_ID: u64 = RECV_WRID;
 /// The `wr_id` of the pingpongs' send requests.
 pub const SEND_ID: u64 = SEND_WRID;
 
-/// The options all pingpong programs take, with the C programs' short names and defaults.
+/// The options all pingpong programs take, with the C programs' short names and defaults. As
+/// with the C programs' getopt, an option given twice takes its last value.
 #[derive(Parser, Debug, Clone)]
+#[command(args_override_self = true)]
 pub struct Options {
     /// Listen on / connect to TCP port.
     #[arg(short = 'p', long = "port", default_value_t = 18515)]

@@ -14,7 +14,7 @@ use rdma_verbs::AsyncEvent;
 
 const PROGRAM: &str = "asyncwatch";
 
-/// Print the asynchronous events of an RDMA device (rdma-core's `ibv_asyncwatch`).
+/// Print the asynchronous events of an RDMA device (rdma-core's ibv_asyncwatch).
 #[derive(Parser, Debug)]
 #[command(name = PROGRAM)]
 struct Options {

@@ -9,7 +9,7 @@ use rdma_examples::pingpong::fail;
 
 const PROGRAM: &str = "devices";
 
-/// List the RDMA devices and their node GUIDs (rdma-core's `ibv_devices`).
+/// List the RDMA devices and their node GUIDs (rdma-core's ibv_devices).
 #[derive(Parser, Debug)]
 #[command(name = PROGRAM)]
 struct Options {}

@@ -18,7 +18,7 @@ use rdma_verbs::{
 
 const PROGRAM: &str = "devinfo";
 
-/// Print the attributes of RDMA devices (rdma-core's `ibv_devinfo`).
+/// Print the attributes of RDMA devices (rdma-core's ibv_devinfo).
 #[derive(Parser, Debug)]
 #[command(name = PROGRAM)]
 struct Options {

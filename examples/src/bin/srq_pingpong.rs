@@ -22,6 +22,7 @@ const PROGRAM: &str = "srq_pingpong";
 const MAX_QP: usize = 256;
 
 #[derive(Parser, Debug)]
+#[command(args_override_self = true)]
 struct Args {
     #[command(flatten)]
     options: Options,

@@ -1,0 +1,207 @@
+//! Bad input and faults for the pingpong programs, on the device: each gives one line on
+//! stderr and a non-zero exit within a bounded time, never a hang or a panic.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use rdma_test_support::TestDevice;
+
+const BOUND: Duration = Duration::from_secs(40);
+
+fn rc() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rc_pingpong"))
+}
+
+fn base<'a>(cmd: &'a mut Command, device: &TestDevice, port: u16) -> &'a mut Command {
+    cmd.args(["-d", &device.name])
+        .args(["-g", &device.gid_index.to_string()])
+        .args(["-p", &port.to_string()])
+        .args(["--timeout", "5"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+}
+
+/// Waits for `child` for at most [`BOUND`]; fails the test if it is still running.
+fn finish(mut child: Child, what: &str) -> Output {
+    let deadline = Instant::now() + BOUND;
+    while child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "{what}: still running after {BOUND:?}\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// The process failed with exactly one line on stderr that contains `expected`.
+fn assert_one_line_error(out: &Output, expected: &str, what: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{what}: exited 0\nstderr: {stderr}");
+    assert!(!stderr.contains("panicked"), "{what}: panicked: {stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "{what}: expected one line on stderr, got:\n{stderr}"
+    );
+    assert!(
+        lines[0].starts_with("rc_pingpong: ") && lines[0].contains(expected),
+        "{what}: expected {expected:?} in {:?}",
+        lines[0]
+    );
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr").port()
+}
+
+#[test]
+fn pingpong_fault_unknown_device() {
+    let Some(device) = rdma_test_support::device() else {
+        return;
+    };
+    let mut cmd = rc();
+    base(&mut cmd, &device, free_port()).args(["-d", "nosuchdev0"]);
+    let out = finish(cmd.spawn().expect("spawn"), "unknown device");
+    assert_one_line_error(&out, "IB device nosuchdev0 not found", "unknown device");
+}
+
+#[test]
+fn pingpong_fault_bad_gid_index_and_port() {
+    let Some(device) = rdma_test_support::device() else {
+        return;
+    };
+    let mut cmd = rc();
+    base(&mut cmd, &device, free_port()).args(["-g", "4000"]);
+    let out = finish(cmd.spawn().expect("spawn"), "bad GID index");
+    assert_one_line_error(&out, "sgid of index 4000", "bad GID index");
+
+    let mut cmd = rc();
+    base(&mut cmd, &device, free_port()).args(["-i", "7"]);
+    let out = finish(cmd.spawn().expect("spawn"), "missing port");
+    assert_one_line_error(&out, "port 7", "missing port");
+
+    let mut cmd = rc();
+    base(&mut cmd, &device, free_port()).args(["-m", "1500"]);
+    let out = finish(cmd.spawn().expect("spawn"), "bad MTU");
+    assert_one_line_error(&out, "invalid MTU 1500", "bad MTU");
+}
+
+#[test]
+fn pingpong_fault_connection_refused() {
+    let Some(device) = rdma_test_support::device() else {
+        return;
+    };
+    let port = free_port();
+    let mut cmd = rc();
+    base(&mut cmd, &device, port).arg("127.0.0.1");
+    let out = finish(cmd.spawn().expect("spawn"), "connection refused");
+    assert_one_line_error(&out, "couldn't connect to 127.0.0.1", "connection refused");
+}
+
+/// A fake server that answers a client's record with `reply` and then closes.
+fn fake_server(reply: &'static [u8]) -> (u16, std::thread::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let handle = std::thread::spawn(move || {
+        if let Ok((mut stream, _)) = listener.accept() {
+            let mut record = [0u8; 52];
+            let _ = stream.read_exact(&mut record);
+            let _ = stream.write_all(reply);
+        }
+    });
+    (port, handle)
+}
+
+#[test]
+fn pingpong_fault_malformed_and_short_records() {
+    let Some(device) = rdma_test_support::device() else {
+        return;
+    };
+    let cases: [(&'static [u8], &str); 3] = [
+        (
+            b"this is not an address record at all, not even hex!\0",
+            "malformed",
+        ),
+        (
+            b"0000:zzzzzz:000000:00000000000000000000000000000000\0",
+            "malformed QPN",
+        ),
+        (b"0000:0000", "couldn't read remote address"),
+    ];
+    for (reply, expected) in cases {
+        let (port, server) = fake_server(reply);
+        let mut cmd = rc();
+        base(&mut cmd, &device, port).arg("127.0.0.1");
+        let out = finish(cmd.spawn().expect("spawn"), expected);
+        assert_one_line_error(&out, expected, expected);
+        server.join().expect("fake server");
+    }
+
+    // A client that sends garbage to a real server.
+    let port = free_port();
+    let mut cmd = rc();
+    let server = base(&mut cmd, &device, port).spawn().expect("spawn");
+    let deadline = Instant::now() + BOUND;
+    let mut stream = loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(stream) => break stream,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => panic!("server never listened: {e}"),
+        }
+    };
+    stream.write_all(&[b'x'; 52]).expect("write");
+    let out = finish(server, "server given garbage");
+    assert_one_line_error(&out, "malformed", "server given garbage");
+}
+
+#[test]
+fn pingpong_fault_peer_dies_mid_run() {
+    let Some(device) = rdma_test_support::device() else {
+        return;
+    };
+    let port = free_port();
+    // Enough iterations that the run is still going when the client is killed.
+    let mut server_cmd = rc();
+    base(&mut server_cmd, &device, port).args(["-n", "100000000", "-s", "64"]);
+    let server = server_cmd.spawn().expect("spawn server");
+    let deadline = Instant::now() + BOUND;
+    let mut client = loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let mut client_cmd = rc();
+        base(&mut client_cmd, &device, port)
+            .args(["-n", "100000000", "-s", "64"])
+            .arg("127.0.0.1");
+        let mut child = client_cmd.spawn().expect("spawn client");
+        std::thread::sleep(Duration::from_millis(500));
+        match child.try_wait().expect("try_wait") {
+            // Refused because the server was not listening yet: try again.
+            Some(_) if Instant::now() < deadline => continue,
+            Some(status) => panic!("the client could not start: {status}"),
+            None => break child,
+        }
+    };
+    // Let traffic flow, then kill the client without warning.
+    std::thread::sleep(Duration::from_secs(1));
+    client.kill().expect("kill client");
+    let _ = client.wait();
+    let out = finish(server, "server after the client died");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "server exited 0 after its peer died");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line on stderr: {stderr}");
+    assert!(
+        stderr.contains("Failed status") || stderr.contains("no completion for"),
+        "{stderr}"
+    );
+}
