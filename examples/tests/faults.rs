@@ -1,12 +1,15 @@
 //! Bad input and faults for the pingpong programs, on the device: each gives one line on
 //! stderr and a non-zero exit within a bounded time, never a hang or a panic.
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::listening;
 use rdma_test_support::TestDevice;
+
+mod common;
 
 const BOUND: Duration = Duration::from_secs(40);
 
@@ -175,22 +178,27 @@ fn pingpong_fault_peer_dies_mid_run() {
     let mut server_cmd = rc();
     base(&mut server_cmd, &device, port).args(["-n", "100000000", "-s", "64"]);
     let server = server_cmd.spawn().expect("spawn server");
-    let deadline = Instant::now() + BOUND;
-    let mut client = loop {
-        std::thread::sleep(Duration::from_millis(100));
-        let mut client_cmd = rc();
-        base(&mut client_cmd, &device, port)
-            .args(["-n", "100000000", "-s", "64"])
-            .arg("127.0.0.1");
-        let mut child = client_cmd.spawn().expect("spawn client");
-        std::thread::sleep(Duration::from_millis(500));
-        match child.try_wait().expect("try_wait") {
-            // Refused because the server was not listening yet: try again.
-            Some(_) if Instant::now() < deadline => continue,
-            Some(status) => panic!("the client could not start: {status}"),
-            None => break child,
+    let started = Instant::now();
+    while !listening(port) {
+        assert!(started.elapsed() < BOUND, "the server never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut client_cmd = rc();
+    base(&mut client_cmd, &device, port)
+        .args(["-n", "100000000", "-s", "64"])
+        .arg("127.0.0.1");
+    let mut client = client_cmd.spawn().expect("spawn client");
+    // Wait until the client has exchanged addresses (it prints the remote address then).
+    let stdout = client.stdout.take().expect("client stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.contains("remote address:") {
+                let _ = tx.send(());
+            }
         }
-    };
+    });
+    rx.recv_timeout(BOUND).expect("the client never connected");
     // Let traffic flow, then kill the client without warning.
     std::thread::sleep(Duration::from_secs(1));
     client.kill().expect("kill client");

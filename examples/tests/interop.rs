@@ -8,7 +8,10 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
+use common::listening;
 use rdma_test_support::TestDevice;
+
+mod common;
 
 const ITERS: u32 = 200;
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -37,19 +40,6 @@ fn program(side: Side, name: &str) -> String {
             other => panic!("no Rust program {other}"),
         },
     }
-}
-
-/// Whether something listens on TCP `port` (from /proc/net/tcp*, without connecting: the
-/// pingpong server accepts exactly one connection).
-fn listening(port: u16) -> bool {
-    let wanted = format!(":{port:04X} ");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|file| {
-        std::fs::read_to_string(file).is_ok_and(|text| {
-            text.lines()
-                .skip(1)
-                .any(|line| line.contains(&wanted) && line.split_whitespace().nth(3) == Some("0A"))
-        })
-    })
 }
 
 /// Waits for both processes, for [`DEADLINE`] at most; on timeout kills both and fails with

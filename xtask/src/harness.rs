@@ -391,26 +391,24 @@ pub(crate) fn find_kernel() -> Result<PathBuf, String> {
     })
 }
 
-fn run_in_vm(
-    root: &Path,
-    work: &Path,
-    binaries: &[TestBinary],
-    report: &Path,
-    test_args: &[String],
-) -> Result<SuiteRun, String> {
+/// What a VM run produced.
+struct VmRun {
+    /// The guest's standard output.
+    log: String,
+    /// Time from starting the VM to the first line starting with the marker.
+    first_marker: Option<Duration>,
+    /// The kernel it booted.
+    kernel: PathBuf,
+}
+
+/// Boots the VM, runs `script` (a path inside the workspace) in it, streams its output, and
+/// stops it after `RDMA_TEST_TIMEOUT` seconds (1500 by default).
+fn boot_vm(root: &Path, script: &Path, marker: &str) -> Result<VmRun, String> {
     let vng = find_vng().ok_or(
         "this host has no active RDMA device and `vng` (virtme-ng) is not installed; \
          run `cargo xtask setup`",
     )?;
     let kernel = find_kernel()?;
-    let statuses_file = work.join("status.txt");
-    let _ = std::fs::remove_file(&statuses_file);
-    let script = work.join("guest.sh");
-    std::fs::write(
-        &script,
-        guest_script(binaries, report, &statuses_file, test_args),
-    )
-    .map_err(|e| format!("writing {}: {e}", script.display()))?;
     println!(
         "harness: no RDMA device on this host; booting {} under QEMU with a Soft-RoCE device",
         kernel.display()
@@ -478,12 +476,12 @@ fn run_in_vm(
         true
     });
     let mut log = String::new();
-    let mut first_test: Option<Duration> = None;
+    let mut first_marker: Option<Duration> = None;
     if let Some(stdout) = child.stdout.take() {
         let mut out = std::io::stdout().lock();
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if first_test.is_none() && line.starts_with("guest: ==>") {
-                first_test = Some(started.elapsed());
+            if first_marker.is_none() && line.starts_with(marker) {
+                first_marker = Some(started.elapsed());
                 let _ = writeln!(
                     out,
                     "harness: VM boot to first test: {:.1} s",
@@ -505,8 +503,7 @@ fn run_in_vm(
             timeout.as_secs()
         ));
     }
-    let statuses = read_statuses(&statuses_file);
-    if first_test.is_none() {
+    if first_marker.is_none() {
         let hint = stderr_text
             .lines()
             .chain(log.lines())
@@ -514,31 +511,50 @@ fn run_in_vm(
             .find(|l| !l.trim().is_empty())
             .unwrap_or("no output");
         return Err(format!(
-            "the VM ran no test ({status}); last output: {hint}"
+            "the VM ran nothing ({status}); last output: {hint}"
         ));
     }
+    Ok(VmRun {
+        log,
+        first_marker,
+        kernel,
+    })
+}
+
+fn run_in_vm(
+    root: &Path,
+    work: &Path,
+    binaries: &[TestBinary],
+    report: &Path,
+    test_args: &[String],
+) -> Result<SuiteRun, String> {
+    let statuses_file = work.join("status.txt");
+    let _ = std::fs::remove_file(&statuses_file);
+    let script = work.join("guest.sh");
+    std::fs::write(
+        &script,
+        guest_script(binaries, report, &statuses_file, test_args),
+    )
+    .map_err(|e| format!("writing {}: {e}", script.display()))?;
+    let run = boot_vm(root, &script, "guest: ==>")?;
     let place = format!(
         "Soft-RoCE {GUEST_DEVICE} in a QEMU VM of {}, boot to first test {:.1} s",
-        kernel.display(),
-        first_test.unwrap_or_default().as_secs_f64()
+        run.kernel.display(),
+        run.first_marker.unwrap_or_default().as_secs_f64()
     );
     Ok(SuiteRun {
-        log,
-        statuses,
+        log: run.log,
+        statuses: read_statuses(&statuses_file),
         place,
     })
 }
 
-/// The script the guest runs: make the rxe device, then run every test binary in turn.
-fn guest_script(
-    binaries: &[TestBinary],
-    report: &Path,
-    statuses: &Path,
-    test_args: &[String],
-) -> String {
-    let mut script = format!(
+/// The start of every guest script: load rdma_rxe, put an rxe device on a dummy interface and
+/// wait until its port is active.
+fn guest_prelude() -> String {
+    format!(
         r#"#!/bin/sh
-# Written by `cargo xtask test`; runs inside the throwaway VM.
+# Written by `cargo xtask`; runs inside the throwaway VM.
 exec 2>&1
 fail() {{ echo "guest: $*"; exit 90; }}
 modprobe rdma_rxe || fail "modprobe rdma_rxe failed"
@@ -554,12 +570,25 @@ until ibv_devinfo -d {GUEST_DEVICE} 2>/dev/null | grep -q PORT_ACTIVE; do
     i=$((i+1)); [ $i -gt 100 ] && fail "{GUEST_DEVICE} port never became active"
     sleep 0.1
 done
-export RDMA_TEST_REQUIRE_DEVICE=1
+export PATH="$PATH:$HOME/.cargo/bin"
+echo "guest: {GUEST_DEVICE} on d0 ({GUEST_ADDR}) is active"
+"#
+    )
+}
+
+/// The script the guest runs: make the rxe device, then run every test binary in turn.
+fn guest_script(
+    binaries: &[TestBinary],
+    report: &Path,
+    statuses: &Path,
+    test_args: &[String],
+) -> String {
+    let mut script = guest_prelude();
+    script.push_str(&format!(
+        r#"export RDMA_TEST_REQUIRE_DEVICE=1
 export RDMA_TEST_REPORT={report}
 export RDMA_TEST_ADDR={GUEST_ADDR}
 export RUST_BACKTRACE=0
-export PATH="$PATH:$HOME/.cargo/bin"
-echo "guest: {GUEST_DEVICE} on d0 ({GUEST_ADDR}) is active"
 run() {{
     name=$1; dir=$2; shift 2
     echo "guest: ==> $name"
@@ -569,7 +598,7 @@ run() {{
 "#,
         report = shell_quote(&report.to_string_lossy()),
         statuses = shell_quote(&statuses.to_string_lossy()),
-    );
+    ));
     let extra: Vec<String> = test_args.iter().map(|a| shell_quote(a)).collect();
     for binary in binaries {
         script.push_str(&format!(
@@ -582,6 +611,90 @@ run() {{
     }
     script.push_str("echo \"guest: done\"\n");
     script
+}
+
+/// `cargo xtask pingpong`: the README's main job: `rc_pingpong` server and client on the
+/// device (in the VM where the host has none), printing their address and result lines.
+pub(crate) fn pingpong(root: &Path, args: &[String]) -> Result<(), String> {
+    let output = Command::new(env!("CARGO"))
+        .current_dir(root)
+        .args([
+            "build",
+            "--package",
+            "rdma-examples",
+            "--bin",
+            "rc_pingpong",
+            "--message-format=json-render-diagnostics",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("running cargo: {e}"))?;
+    if !output.status.success() {
+        return Err("building rc_pingpong failed".to_string());
+    }
+    let binary = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|l| l.contains("\"reason\":\"compiler-artifact\""))
+        .filter_map(|l| json_string(l, "executable"))
+        .find(|p| p.ends_with("/rc_pingpong"))
+        .ok_or("cargo did not report the rc_pingpong binary")?;
+    let extra: Vec<String> = args.iter().map(|a| shell_quote(a)).collect();
+    let extra = extra.join(" ");
+    let port = 18515;
+    if host_has_active_device() {
+        let gid = std::env::var("RDMA_TEST_GID_INDEX").unwrap_or_else(|_| "1".to_string());
+        let mut server = Command::new(&binary)
+            .args(["-g", &gid, "-p", &port.to_string()])
+            .args(args)
+            .spawn()
+            .map_err(|e| format!("starting the server: {e}"))?;
+        std::thread::sleep(Duration::from_secs(1));
+        let client = Command::new(&binary)
+            .args(["-g", &gid, "-p", &port.to_string()])
+            .args(args)
+            .arg("127.0.0.1")
+            .status()
+            .map_err(|e| format!("starting the client: {e}"))?;
+        let server = server.wait().map_err(|e| format!("waiting: {e}"))?;
+        return if client.success() && server.success() {
+            Ok(())
+        } else {
+            Err(format!("server {server}, client {client}"))
+        };
+    }
+    let work = root.join(".rdma-test").join(std::process::id().to_string());
+    std::fs::create_dir_all(&work).map_err(|e| format!("creating {}: {e}", work.display()))?;
+    let script = work.join("pingpong.sh");
+    let mut text = guest_prelude();
+    text.push_str(&format!(
+        r#"echo "guest: ==> rc_pingpong server and client on {GUEST_DEVICE}"
+bin={binary}
+$bin -g 1 -p {port} {extra} > {server_log} 2>&1 &
+server=$!
+i=0
+until grep -q ":$(printf %04X {port}) .* 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null; do
+    i=$((i+1)); [ $i -gt 600 ] && fail "the server never listened"
+    sleep 0.1
+done
+$bin -g 1 -p {port} {extra} 127.0.0.1 > {client_log} 2>&1
+client_status=$?
+wait $server
+server_status=$?
+echo "guest: server (exit $server_status):"; sed 's/^/  /' {server_log}
+echo "guest: client (exit $client_status):"; sed 's/^/  /' {client_log}
+[ $server_status -eq 0 ] && [ $client_status -eq 0 ] && echo "guest: pingpong ok"
+"#,
+        binary = shell_quote(&binary),
+        server_log = shell_quote(&work.join("server.log").to_string_lossy()),
+        client_log = shell_quote(&work.join("client.log").to_string_lossy()),
+    ));
+    std::fs::write(&script, text).map_err(|e| format!("writing {}: {e}", script.display()))?;
+    let run = boot_vm(root, &script, "guest: ==>")?;
+    if run.log.lines().any(|l| l == "guest: pingpong ok") {
+        Ok(())
+    } else {
+        Err("rc_pingpong failed in the VM".to_string())
+    }
 }
 
 fn shell_quote(text: &str) -> String {

@@ -20,6 +20,7 @@ fn main() -> ExitCode {
         Some("bindgen") => run_bindgen(&root),
         Some("setup") => setup::run(),
         Some("test") => harness::run(&root, &args[1..]),
+        Some("pingpong") => harness::pingpong(&root, &args[1..]),
         Some("-h" | "--help") | None => {
             print!("{USAGE}");
             Ok(())
@@ -40,6 +41,8 @@ tasks:
   setup     install the packages a fresh machine needs (idempotent)
   test      build all tests and run them on an RDMA device (Soft-RoCE VM if the host has none)
             options: --vm, --host, --no-doc, -- <test filter and libtest arguments>
+  pingpong  run rc_pingpong server and client on the device (Soft-RoCE VM if the host has none);
+            extra arguments go to both, for example `cargo xtask pingpong -s 64 -n 10000`
   bindgen   regenerate rdma-verbs-sys/src/bindings from the installed headers
 ";
 
