@@ -159,6 +159,18 @@ pub enum Error {
     /// time: it is read and written by copying, never through a Rust reference.
     #[error("the memory region is remotely writable: use its copy methods")]
     RemotelyWritable,
+    /// A [`PostScope`](crate::PostScope) ended with requests whose completions never came: the
+    /// queue pair was moved to the error state to flush them (and to RESET if even that failed),
+    /// so the device no longer uses the scope's memory.
+    #[error(
+        "{pending} work requests were still outstanding when the scope ended; the queue pair was moved to {state}"
+    )]
+    Incomplete {
+        /// Requests outstanding when the scope ended.
+        pending: usize,
+        /// The state the queue pair was left in (ERR, or RESET).
+        state: QpStateKind,
+    },
 }
 
 impl Error {
@@ -173,7 +185,7 @@ impl Error {
             Self::Timeout(_) => Some(Errno::TIMEDOUT),
             Self::InvalidArgument(_) => Some(Errno::INVAL),
             Self::NoSuchDevice(_) => Some(Errno::NODEV),
-            Self::RemotelyWritable => None,
+            Self::RemotelyWritable | Self::Incomplete { .. } => None,
         }
     }
 

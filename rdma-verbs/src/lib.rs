@@ -76,6 +76,7 @@ mod mr;
 mod mw;
 mod pd;
 pub mod qp;
+mod scope;
 mod srq;
 mod wr;
 
@@ -91,7 +92,7 @@ pub use device::{
 pub use error::{Errno, Error, Result};
 pub use event::AsyncEvent;
 pub use flags::{AccessFlags, SendFlags, WcFlags};
-pub use mr::{MemoryRegion, MrSlice, RemoteMemory};
+pub use mr::{MemoryRegion, MrSlice, MrSliceMut, RemoteMemory};
 pub use mw::{MemoryWindow, MwType};
 pub use pd::ProtectionDomain;
 pub use qp::{
@@ -99,5 +100,6 @@ pub use qp::{
     QpStateKind, QueuePair, RawModifyAttr, Rc, RcRtrAttr, RcRtsAttr, Reset, Rtr, Rts, SqPsnRtsAttr,
     TransitionError, Transport, Uc, UcRtrAttr, Ud, UdInitAttr, UdRtrAttr,
 };
+pub use scope::{PostScope, ScopeCqs};
 pub use srq::SharedReceiveQueue;
 pub use wr::{Payload, PostList, RecvList, RecvRequest, SendList, SendRequest, Sge, WorkRequest};

@@ -339,6 +339,47 @@ impl MemoryRegion {
         })
     }
 
+    /// The bytes `range` of the region, borrowed exclusively: while the returned slice lives,
+    /// Rust code cannot read or write the region, so the device may write these bytes (a
+    /// receive, an RDMA read result, an atomic's old value) through the safe
+    /// [`PostScope`](crate::PostScope).
+    ///
+    /// # Errors
+    ///
+    /// As [`slice`](Self::slice).
+    pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<MrSliceMut<'_>> {
+        let slice = self.slice(range)?;
+        Ok(MrSliceMut {
+            addr: slice.addr,
+            length: slice.length,
+            lkey: slice.lkey,
+            _region: std::marker::PhantomData,
+        })
+    }
+
+    /// Splits the region into disjoint exclusive slices of `chunk` bytes (the last may be
+    /// shorter), for example one per posted receive.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if `chunk` is 0 or above 4 GiB - 1.
+    pub fn chunks_mut(&mut self, chunk: usize) -> Result<Vec<MrSliceMut<'_>>> {
+        if chunk == 0 || u32::try_from(chunk).is_err() {
+            return Err(Error::InvalidArgument(format!("bad chunk size {chunk}")));
+        }
+        let lkey = self.lkey();
+        let base = self.addr();
+        Ok((0..self.len)
+            .step_by(chunk)
+            .map(|start| MrSliceMut {
+                addr: base + start as u64,
+                length: chunk.min(self.len - start) as u32,
+                lkey,
+                _region: std::marker::PhantomData,
+            })
+            .collect())
+    }
+
     /// The address, length and rkey of bytes `range`, to hand to a peer for RDMA reads, writes
     /// or atomics into this region.
     ///
@@ -428,6 +469,46 @@ impl MrSlice<'_> {
     /// The region's local key.
     pub fn lkey(&self) -> u32 {
         self.lkey
+    }
+}
+
+/// A bounds-checked byte range of a [`MemoryRegion`] borrowed exclusively (see
+/// [`MemoryRegion::slice_mut`]): the target of receives, RDMA reads and atomics posted through
+/// a [`PostScope`](crate::PostScope). Not `Copy`: sharing it (`&MrSliceMut`) lets several
+/// requests target the same bytes, as C programs do, while Rust still cannot touch them.
+#[derive(Debug, PartialEq, Eq)]
+pub struct MrSliceMut<'a> {
+    pub(crate) addr: u64,
+    pub(crate) length: u32,
+    pub(crate) lkey: u32,
+    _region: std::marker::PhantomData<&'a mut MemoryRegion>,
+}
+
+impl MrSliceMut<'_> {
+    /// Start address.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> u32 {
+        self.length
+    }
+
+    /// Whether the slice is empty.
+    pub fn is_empty(&self) -> bool {
+        self.length == 0
+    }
+
+    /// As a shared slice, for APIs that take one. The exclusive borrow stays in force for as
+    /// long as the result lives.
+    pub fn as_slice(&self) -> MrSlice<'_> {
+        MrSlice {
+            addr: self.addr,
+            length: self.length,
+            lkey: self.lkey,
+            _region: std::marker::PhantomData,
+        }
     }
 }
 

@@ -18,7 +18,7 @@ const PROGRAM: &str = "asyncwatch";
 #[derive(Parser, Debug)]
 #[command(name = PROGRAM)]
 struct Options {
-    /// Use IB device <dev> (default: the first device found).
+    /// Use this IB device (default: the first device found).
     #[arg(short = 'd', long = "ib-dev", value_name = "dev")]
     ib_dev: Option<String>,
 }

@@ -22,10 +22,10 @@ const PROGRAM: &str = "devinfo";
 #[derive(Parser, Debug)]
 #[command(name = PROGRAM)]
 struct Options {
-    /// Use IB device <dev> (default: all devices).
+    /// Use this IB device (default: all devices).
     #[arg(short = 'd', long = "ib-dev", value_name = "dev")]
     ib_dev: Option<String>,
-    /// Use port <port> of IB device (default: all ports).
+    /// Use this port of the IB device (default: all ports).
     #[arg(short = 'i', long = "ib-port", value_name = "port",
           value_parser = clap::value_parser!(u8).range(1..))]
     ib_port: Option<u8>,

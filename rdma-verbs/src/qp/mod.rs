@@ -21,6 +21,7 @@
 //! ```
 
 mod attr;
+mod extended;
 mod state;
 
 use std::fmt;
@@ -35,6 +36,7 @@ pub use attr::{
 /// The ERR state marker (named `Error` in [`state`](self); re-exported as `Err` to keep it apart
 /// from the crate's error type).
 pub use state::Error as Err;
+pub use extended::SendPath;
 pub use state::{CanPostRecv, Init, QpState, QpStateKind, Reset, Rtr, Rts};
 
 use crate::cq::{CompletionQueue, CqInner};
@@ -156,6 +158,8 @@ impl Default for QpCaps {
 
 pub(crate) struct QpInner {
     raw: NonNull<ffi::ibv_qp>,
+    /// The `ibv_qp_ex` whose builders post sends, when the queue pair uses the extended path.
+    extended: Option<extended::ExtendedSend>,
     caps: QpCaps,
     pd: ProtectionDomain,
     // Dropped after the queue pair, which uses them.
@@ -164,9 +168,11 @@ pub(crate) struct QpInner {
     _srq: Option<Arc<SrqInner>>,
 }
 
-// SAFETY: verbs on a queue pair may be called from any thread; posting takes `&mut`.
+// SAFETY: verbs on a queue pair may be called from any thread; posting takes `&mut`, which also
+// keeps every `ibv_wr_start` .. `ibv_wr_complete` batch of the extended path on one thread.
 unsafe impl Send for QpInner {}
-// SAFETY: shared access only queries (thread-safe in libibverbs).
+// SAFETY: shared access only queries (thread-safe in libibverbs); the `ibv_qp_ex` is touched
+// only by posting, through `&mut`.
 unsafe impl Sync for QpInner {}
 
 impl Drop for QpInner {
@@ -209,6 +215,7 @@ pub struct QpBuilder<'a, T: Transport> {
     srq: Option<&'a SharedReceiveQueue>,
     caps: QpCaps,
     sq_sig_all: bool,
+    send_path: SendPath,
     _transport: PhantomData<fn() -> T>,
 }
 
@@ -240,6 +247,7 @@ impl ProtectionDomain {
             srq: None,
             caps: QpCaps::default(),
             sq_sig_all: false,
+            send_path: SendPath::Classic,
             _transport: PhantomData,
         }
     }
@@ -290,14 +298,47 @@ impl<'a, T: Transport> QpBuilder<'a, T> {
         self
     }
 
-    /// `ibv_create_qp`: creates the queue pair, in RESET.
+    /// How sends are posted ([`SendPath::Classic`]): through `ibv_post_send`, or through the
+    /// extended `ibv_wr_*` API of a queue pair created by `ibv_create_qp_ex`, chosen by what
+    /// the provider offers ([`SendPath::Auto`]) or required ([`SendPath::Extended`]).
+    ///
+    /// The path changes neither the posting API nor its safety contract;
+    /// [`QueuePair::post_send`] says how its errors differ.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use rdma_verbs::{Context, Rc, SendPath};
+    ///
+    /// let context = Context::open("rxe0")?;
+    /// let pd = context.alloc_pd()?;
+    /// let cq = context.create_cq(64)?;
+    /// let qp = pd.create_qp::<Rc>(&cq, &cq).send_path(SendPath::Auto).build()?;
+    /// println!("extended sends: {}", qp.uses_extended_post());
+    /// # Ok::<(), rdma_verbs::Error>(())
+    /// ```
+    #[doc(alias = "ibv_create_qp_ex")]
+    pub fn send_path(mut self, path: SendPath) -> Self {
+        self.send_path = path;
+        self
+    }
+
+    /// `ibv_create_qp`: creates the queue pair, in RESET (`ibv_create_qp_ex` first, for the
+    /// [`send_path`](Self::send_path)s `Auto` and `Extended`).
     ///
     /// # Errors
     ///
     /// - [`Error::InvalidArgument`] if a CQ or SRQ belongs to another device context;
     /// - [`Error::Verb`] with the errno of `ibv_create_qp` (`EINVAL` for capacities above the
-    ///   device's limits, `ENOMEM`), [`Error::Unsupported`] for a transport the device lacks.
+    ///   device's limits, `ENOMEM`), [`Error::Unsupported`] for a transport the device lacks;
+    /// - [`Error::Verb`] with the errno of `ibv_create_qp_ex` when it fails for another reason
+    ///   than a refusal of the extended API (`ENOMEM`: no fallback would help);
+    /// - with [`SendPath::Extended`], where [`SendPath::Auto`] would fall back:
+    ///   [`Error::Unsupported`] (`ibv_create_qp_ex`: the provider lacks it or refused the send
+    ///   operations with `EOPNOTSUPP`; `ibv_qp_to_qp_ex`: the queue pair it made has no usable
+    ///   builders) or [`Error::Verb`] (`ibv_create_qp_ex` refused them with `EINVAL`).
     #[doc(alias = "ibv_create_qp")]
+    #[doc(alias = "ibv_create_qp_ex")]
     pub fn build(self) -> Result<QueuePair<T, Reset>> {
         let context = self.pd.context().as_raw();
         let foreign = self.send_cq.context().as_raw() != context
@@ -326,20 +367,52 @@ impl<'a, T: Transport> QpBuilder<'a, T> {
             sq_sig_all: i32::from(self.sq_sig_all),
             ..Default::default()
         };
-        // SAFETY: live PD, CQs and SRQ of one context (checked above); `init` is valid.
-        let raw = unsafe { ffi::ibv_create_qp(self.pd.as_raw(), &mut init) };
-        let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_create_qp"))?;
-        // ibv_create_qp writes back the capacities it granted.
+        let mut created = None;
+        if self.send_path != SendPath::Classic {
+            // SAFETY: live context of the PD, whose CQs and SRQ `init` names (checked above).
+            let attempt =
+                unsafe { extended::create(context, self.pd.as_raw(), &init, T::OPS, T::DATAGRAM) }?;
+            let required = self.send_path == SendPath::Extended;
+            match attempt {
+                extended::Created::Qp {
+                    raw,
+                    extended: None,
+                    ..
+                } if required => {
+                    // SAFETY: the queue pair just created, destroyed once and never used.
+                    let _ = unsafe { ffi::ibv_destroy_qp(raw.as_ptr()) };
+                    return Err(Error::Unsupported("ibv_qp_to_qp_ex"));
+                }
+                extended::Created::Qp { raw, cap, extended } => {
+                    created = Some((raw, cap, extended));
+                }
+                extended::Created::Refused(errno) if required => {
+                    return Err(Error::verb("ibv_create_qp_ex", errno));
+                }
+                extended::Created::Refused(_) => {}
+            }
+        }
+        let (raw, cap, extended) = match created {
+            Some(created) => created,
+            None => {
+                // SAFETY: live PD, CQs and SRQ of one context (checked above); `init` is valid.
+                let raw = unsafe { ffi::ibv_create_qp(self.pd.as_raw(), &mut init) };
+                let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_create_qp"))?;
+                (raw, init.cap, None)
+            }
+        };
+        // Both creators write back the capacities they granted.
         let caps = QpCaps {
-            max_send_wr: init.cap.max_send_wr,
-            max_recv_wr: init.cap.max_recv_wr,
-            max_send_sge: init.cap.max_send_sge,
-            max_recv_sge: init.cap.max_recv_sge,
-            max_inline_data: init.cap.max_inline_data,
+            max_send_wr: cap.max_send_wr,
+            max_recv_wr: cap.max_recv_wr,
+            max_send_sge: cap.max_send_sge,
+            max_recv_sge: cap.max_recv_sge,
+            max_inline_data: cap.max_inline_data,
         };
         Ok(QueuePair {
             inner: QpInner {
                 raw,
+                extended,
                 caps,
                 pd: self.pd.clone(),
                 _send_cq: self.send_cq.inner.clone(),
@@ -414,6 +487,12 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
     /// The capacities the device granted.
     pub fn caps(&self) -> QpCaps {
         self.inner.caps
+    }
+
+    /// Whether sends go through the extended `ibv_wr_*` API (see [`SendPath`]): `false` for
+    /// [`SendPath::Classic`], and for [`SendPath::Auto`] where the provider did not offer it.
+    pub fn uses_extended_post(&self) -> bool {
+        self.inner.extended.is_some()
     }
 
     /// The protection domain.
