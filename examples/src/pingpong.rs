@@ -225,181 +225,264 @@ pub fn print_results(size: usize, iters: u32, elapsed: Duration) {
     );
 }
 
-/// One side of a connected pingpong: a queue pair in RTS and the buffer it sends from and
+/// One side of a pingpong: a queue pair in RTS, the buffer it sends from and the buffer it
 /// receives into.
+///
+/// The C programs send from and receive into one buffer. Here they are two regions: the safe
+/// post path ([`QueuePair::scope`]) lends receive buffers to the device exclusively and send
+/// buffers shared, so one region cannot be both at once. Nothing of this shows on the wire.
 #[derive(Debug)]
 pub struct Pingpong<T: Transport> {
-    /// Declared before `buffer`: fields drop in order, so the queue pair is destroyed before
-    /// its memory is deregistered.
-    qp: Option<QueuePair<T, Rts>>,
+    qp: QueuePair<T, Rts>,
     ah: Option<AddressHandle>,
-    buffer: MemoryRegion,
+    send_buffer: MemoryRegion,
+    recv_buffer: MemoryRegion,
     remote_qpn: u32,
     size: usize,
-    /// Where messages start in the buffer: after the GRH for UD.
+    /// Where messages start in the buffers: after the GRH for UD.
     offset: usize,
     send_flags: SendFlags,
 }
 
 impl<T: Transport> Pingpong<T> {
-    /// A pingpong over `qp`; UD passes the address handle of the peer and `offset` 40.
+    /// A pingpong over `qp` with buffers of `offset + size` bytes (UD: `offset` 40, and the
+    /// peer's address handle).
     pub fn new(
+        setup: &Setup,
+        options: &Options,
         qp: QueuePair<T, Rts>,
         ah: Option<AddressHandle>,
-        buffer: MemoryRegion,
         remote_qpn: u32,
         size: usize,
         offset: usize,
-    ) -> Self {
+    ) -> Result<Self, String> {
+        let register = || {
+            setup
+                .pd
+                .register((offset + size).max(1), AccessFlags::LOCAL_WRITE)
+                .map_err(|e| format!("couldn't register MR: {e}"))
+        };
+        let mut send_buffer = register()?;
+        let mut recv_buffer = register()?;
+        fill_buffer(&mut send_buffer, options, offset, size);
+        fill_buffer(&mut recv_buffer, options, offset, size);
         let mut send_flags = SendFlags::SIGNALED;
         if qp.caps().max_inline_data as usize >= size {
             send_flags |= SendFlags::INLINE;
         }
-        Self {
-            qp: Some(qp),
+        Ok(Self {
+            qp,
             ah,
-            buffer,
+            send_buffer,
+            recv_buffer,
             remote_qpn,
             size,
             offset,
             send_flags,
-        }
+        })
     }
 
-    fn post_send(&mut self) -> Result<(), String> {
-        let qp = self.qp.as_mut().ok_or("no queue pair")?;
-        let slice = self
-            .buffer
-            .slice(self.offset..self.offset + self.size)
-            .map_err(|e| e.to_string())?;
-        // With IBV_SEND_INLINE in the flags, the provider copies the bytes during the post.
-        let mut request = SendRequest::send(SEND_WRID, slice).flags(self.send_flags);
-        if let Some(ah) = &self.ah {
-            request = request.to(ah, self.remote_qpn, UD_QKEY);
-        }
-        // SAFETY: the buffer is registered for as long as the queue pair exists (`qp` is
-        // dropped first) and Rust code does not touch it while requests are outstanding.
-        unsafe { qp.post_send_one(&request) }.map_err(|e| format!("couldn't post send: {e}"))
-    }
-
-    fn post_recv(&mut self, n: u32) -> Result<u32, String> {
-        let qp = self.qp.as_mut().ok_or("no queue pair")?;
-        post_receives(qp, &self.buffer, self.offset + self.size, n)
-    }
-
-    /// Runs the loop: `iters` sends and receives each, the client sending first. Returns the
+    /// Runs the program: posts `rx_depth` receives, calls `ready` (the server answers the
+    /// address exchange there, so that its receives are posted before the client can send),
+    /// then the loop: `iters` sends and receives each, the client sending first. Returns the
     /// time from the first send to the last completion.
     pub fn run(
         &mut self,
         setup: &mut Setup,
         options: &Options,
-        mut routs: u32,
+        ready: impl FnOnce() -> Result<(), String>,
     ) -> Result<Duration, String> {
+        let Self {
+            qp,
+            ah,
+            send_buffer,
+            recv_buffer,
+            remote_qpn,
+            size,
+            offset,
+            send_flags,
+        } = self;
+        let (size, offset) = (*size, *offset);
+        let target = recv_buffer
+            .slice_mut(..offset + size)
+            .map_err(|e| e.to_string())?;
+        let source = send_buffer
+            .slice(offset..offset + size)
+            .map_err(|e| e.to_string())?;
+        let channel = setup.channel.as_ref();
+        let cq = &mut setup.cq;
         let is_client = options.servername.is_some();
-        let mut pending = RECV_WRID;
-        if is_client {
-            self.post_send()?;
-            pending |= SEND_WRID;
-        }
-        let start = Instant::now();
-        let (mut rcnt, mut scnt) = (0u32, 0u32);
         let idle = Duration::from_secs(options.timeout);
-        let mut completions = [WorkCompletion::default(); 2];
-        while rcnt < options.iters || scnt < options.iters {
-            let done = wait(setup, &mut completions, idle)?;
-            for wc in done {
-                if !wc.is_success() {
-                    return Err(format!(
-                        "Failed status {} for wr_id {}",
-                        wc.status(),
-                        wc.wr_id()
-                    ));
+        let outcome = qp.scope(ScopeCqs::shared(cq), |s| -> Result<Duration, String> {
+            let send = SendPlan {
+                source,
+                flags: *send_flags,
+                ah: ah.as_ref(),
+                remote_qpn: *remote_qpn,
+            };
+            let body = || -> Result<Duration, String> {
+                post_recvs(s, &target, options.rx_depth)?;
+                let mut routs = options.rx_depth;
+                ready()?;
+                let mut pending = RECV_WRID;
+                if is_client {
+                    send.post(s)?;
+                    pending |= SEND_WRID;
                 }
-                match wc.wr_id() {
-                    SEND_WRID => scnt += 1,
-                    RECV_WRID => {
-                        routs -= 1;
-                        if routs <= 1 {
-                            routs += self.post_recv(options.rx_depth - routs)?;
-                            if routs < options.rx_depth {
-                                return Err(format!("couldn't post receive ({routs})"));
-                            }
+                let start = Instant::now();
+                let (mut rcnt, mut scnt) = (0u32, 0u32);
+                let mut completions = [WorkCompletion::default(); 2];
+                while rcnt < options.iters || scnt < options.iters {
+                    for wc in wait(s, channel, &mut completions, idle)? {
+                        if !wc.is_success() {
+                            return Err(format!(
+                                "Failed status {} for wr_id {}",
+                                wc.status(),
+                                wc.wr_id()
+                            ));
                         }
-                        rcnt += 1;
+                        match wc.wr_id() {
+                            SEND_WRID => scnt += 1,
+                            RECV_WRID => {
+                                routs -= 1;
+                                if routs <= 1 {
+                                    post_recvs(s, &target, options.rx_depth - routs)?;
+                                    routs = options.rx_depth;
+                                }
+                                rcnt += 1;
+                            }
+                            other => return Err(format!("completion for unknown wr_id {other}")),
+                        }
+                        pending &= !wc.wr_id();
+                        if scnt < options.iters && pending == 0 {
+                            send.post(s)?;
+                            pending = RECV_WRID | SEND_WRID;
+                        }
                     }
-                    other => return Err(format!("completion for unknown wr_id {other}")),
                 }
-                pending &= !wc.wr_id();
-                if scnt < options.iters && pending == 0 {
-                    self.post_send()?;
-                    pending = RECV_WRID | SEND_WRID;
-                }
-            }
-        }
-        Ok(start.elapsed())
+                Ok(start.elapsed())
+            };
+            let result = body();
+            // The C programs exit with receives still posted (and after a failure, whatever
+            // else): flush them, so that the scope ends at once.
+            let flushed = s.flush_outstanding();
+            let elapsed = result?;
+            flushed.map_err(|e| format!("couldn't flush the remaining receives: {e}"))?;
+            Ok(elapsed)
+        });
+        outcome.map_err(|e| e.to_string())?
     }
 
-    /// Destroys the queue pair (no request is outstanding any more), then checks the pages of
-    /// the buffer as `-c` asks (`invalid data in page N` lines).
-    pub fn finish(&mut self, options: &Options) {
-        self.qp = None;
+    /// Checks the pages of the receive buffer as `-c` asks (`invalid data in page N` lines).
+    pub fn check(&self, options: &Options) {
         if options.chk && options.servername.is_none() {
             let page = page_size();
             let mut byte = [0u8; 1];
             let mut at = 0;
             while at < self.size {
-                if self.buffer.read_at(self.offset + at, &mut byte).is_ok() && byte[0] != 0 {
+                if self
+                    .recv_buffer
+                    .read_at(self.offset + at, &mut byte)
+                    .is_ok()
+                    && byte[0] != 0
+                {
                     println!("invalid data in page {}", at / page);
                 }
                 at += page;
             }
         }
     }
+}
 
-    /// Prepares the buffer: 0x7b everywhere, and with `-c` on the client the page-start bytes
-    /// the server checks (always 0, as in the C programs).
-    pub fn fill_buffer(buffer: &mut MemoryRegion, options: &Options, offset: usize, size: usize) {
-        let len = buffer.len();
-        let fill = vec![0x7bu8; len];
-        let _ = buffer.write_at(0, &fill);
-        if options.chk && options.servername.is_some() {
-            let page = page_size();
-            let mut at = 0;
-            while at < size {
-                let _ = buffer.write_at(offset + at, &[0]);
-                at += page;
-            }
+/// What each send of the loop posts.
+struct SendPlan<'a> {
+    source: MrSlice<'a>,
+    flags: SendFlags,
+    ah: Option<&'a AddressHandle>,
+    remote_qpn: u32,
+}
+
+impl<'a> SendPlan<'a> {
+    fn post<T: Transport>(&self, s: &mut PostScope<'a, '_, T>) -> Result<(), String> {
+        // With IBV_SEND_INLINE in the flags the provider copies the bytes during the post.
+        let request = SendRequest::send(SEND_WRID, self.source).flags(self.flags);
+        let posted = match self.ah {
+            Some(ah) => s.send(request.to(ah, self.remote_qpn, UD_QKEY)),
+            None => s.send(request),
+        };
+        posted.map_err(|e| format!("couldn't post send: {e}"))
+    }
+}
+
+/// Posts `n` receives into `target`.
+fn post_recvs<'a, T: Transport>(
+    s: &mut PostScope<'a, '_, T>,
+    target: &'a MrSliceMut<'a>,
+    n: u32,
+) -> Result<(), String> {
+    for _ in 0..n {
+        s.recv(RECV_WRID, target)
+            .map_err(|e| format!("couldn't post receive: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Prepares a buffer: 0x7b everywhere, and with `-c` on the client the page-start bytes the
+/// server checks (always 0, as in the C programs).
+fn fill_buffer(buffer: &mut MemoryRegion, options: &Options, offset: usize, size: usize) {
+    let fill = vec![0x7bu8; buffer.len()];
+    let _ = buffer.write_at(0, &fill);
+    if options.chk && options.servername.is_some() {
+        let page = page_size();
+        let mut at = 0;
+        while at < size {
+            let _ = buffer.write_at(offset + at, &[0]);
+            at += page;
         }
     }
 }
 
-/// Posts `n` receives of the first `len` bytes of `buffer`; returns how many were posted
-/// (fewer when the receive queue is full).
-pub fn post_receives<T: Transport, S: CanPostRecv>(
-    qp: &mut QueuePair<T, S>,
-    buffer: &MemoryRegion,
-    len: usize,
-    n: u32,
-) -> Result<u32, String> {
-    let slice = buffer.slice(..len).map_err(|e| e.to_string())?;
-    for i in 0..n {
-        // SAFETY: the programs keep the buffer registered until the queue pair is destroyed
-        // (the `Pingpong` drops its queue pair first), and Rust code does not touch it while
-        // receives are outstanding.
-        if let Err(e) = unsafe { qp.post_recv_one(&RecvRequest::new(RECV_WRID, slice)) } {
-            if i == 0 {
-                return Err(format!("couldn't post receive: {e}"));
-            }
-            return Ok(i);
-        }
+/// Something the loop polls for completions: a [`PostScope`], or a bare completion queue
+/// (srq_pingpong, whose receives go to an SRQ, posts with the `unsafe` calls).
+pub trait Poller {
+    /// Polls into `completions`.
+    fn poll_into<'a>(
+        &mut self,
+        completions: &'a mut [WorkCompletion],
+    ) -> rdma_verbs::Result<&'a [WorkCompletion]>;
+    /// Arms the completion queue(s) for the next event.
+    fn arm(&mut self) -> rdma_verbs::Result<()>;
+}
+
+impl<T: Transport> Poller for PostScope<'_, '_, T> {
+    fn poll_into<'a>(
+        &mut self,
+        completions: &'a mut [WorkCompletion],
+    ) -> rdma_verbs::Result<&'a [WorkCompletion]> {
+        self.poll(completions)
     }
-    Ok(n)
+    fn arm(&mut self) -> rdma_verbs::Result<()> {
+        self.req_notify(false)
+    }
+}
+
+impl Poller for CompletionQueue {
+    fn poll_into<'a>(
+        &mut self,
+        completions: &'a mut [WorkCompletion],
+    ) -> rdma_verbs::Result<&'a [WorkCompletion]> {
+        self.poll(completions)
+    }
+    fn arm(&mut self) -> rdma_verbs::Result<()> {
+        self.req_notify(false)
+    }
 }
 
 /// Waits for at least one completion: polls, or with `-e` sleeps on the channel (and re-arms
-/// it). Fails after `idle` without any. With `-e` the result may be empty.
+/// the CQ). Fails after `idle` without any. With `-e` the result may be empty.
 pub fn wait<'a>(
-    setup: &mut Setup,
+    s: &mut impl Poller,
+    channel: Option<&CompletionChannel>,
     completions: &'a mut [WorkCompletion],
     idle: Duration,
 ) -> Result<&'a [WorkCompletion], String> {
@@ -410,23 +493,20 @@ pub fn wait<'a>(
             idle.as_secs()
         )
     };
-    if let Some(channel) = &setup.channel {
+    if let Some(channel) = channel {
         channel.wait(idle).map_err(|e| match e {
             Error::Timeout(_) => stalled(),
             e => format!("failed to get cq_event: {e}"),
         })?;
-        setup
-            .cq
-            .req_notify(false)
+        s.arm()
             .map_err(|e| format!("couldn't request CQ notification: {e}"))?;
     }
     loop {
-        let n = setup
-            .cq
-            .poll(completions)
+        let n = s
+            .poll_into(completions)
             .map_err(|e| format!("poll CQ failed: {e}"))?
             .len();
-        if n > 0 || setup.channel.is_some() {
+        if n > 0 || channel.is_some() {
             return Ok(&completions[..n]);
         }
         if Instant::now() > deadline {
@@ -479,11 +559,6 @@ pub fn run_connected<T: Connected>(options: &Options) -> Result<(), String> {
     let mtu = mtu(options)?;
     let size = options.message_size(4096);
     let mut setup = setup(options, options.rx_depth + 1)?;
-    let mut buffer = setup
-        .pd
-        .register(size.max(1), AccessFlags::LOCAL_WRITE)
-        .map_err(|e| format!("couldn't register MR: {e}"))?;
-    Pingpong::<T>::fill_buffer(&mut buffer, options, 0, size);
 
     // One send outstanding at a time, rx_depth receives; both on the same CQ.
     let qp = setup
@@ -493,15 +568,9 @@ pub fn run_connected<T: Connected>(options: &Options) -> Result<(), String> {
         .max_recv_wr(options.rx_depth)
         .build()
         .map_err(|e| format!("couldn't create QP: {e}"))?;
-    let mut qp = qp
+    let qp = qp
         .into_init(&ConnectedInitAttr::new(options.ib_port))
         .map_err(|e| format!("failed to modify QP to INIT: {e}"))?;
-    // Receives may be posted from INIT on: have them ready before the peer can send.
-    let routs = post_receives(&mut qp, &buffer, size, options.rx_depth)?;
-    if routs < options.rx_depth {
-        return Err(format!("couldn't post receive ({routs})"));
-    }
-
     let mine = Dest {
         lid: setup.port.lid,
         qpn: qp.qp_num(),
@@ -517,26 +586,28 @@ pub fn run_connected<T: Connected>(options: &Options) -> Result<(), String> {
             .into_rts(&T::rts(mine.psn))
             .map_err(|e| format!("failed to modify QP to RTS: {e}"))
     };
-    let (qp, remote) = match &options.servername {
+    let elapsed = match &options.servername {
         Some(host) => {
             let remote = exchange::client_exchange(host, options.port, &[mine])?[0];
             print_address("remote", &remote, false);
-            (connect(qp, &remote)?, remote)
+            let qp = connect(qp, &remote)?;
+            let mut pingpong = Pingpong::new(&setup, options, qp, None, remote.qpn, size, 0)?;
+            let elapsed = pingpong.run(&mut setup, options, || Ok(()))?;
+            pingpong.check(options);
+            elapsed
         }
         None => {
             let exchange = exchange::server_accept(options.port, 1)?;
             let remote = exchange.remote[0];
             print_address("remote", &remote, false);
-            // The server's QP is in RTS before it answers, as in the C programs.
             let qp = connect(qp, &remote)?;
-            exchange.reply(&[mine])?;
-            (qp, remote)
+            let mut pingpong = Pingpong::new(&setup, options, qp, None, remote.qpn, size, 0)?;
+            // The server's QP is in RTS, with its receives posted, before it answers.
+            let elapsed = pingpong.run(&mut setup, options, || exchange.reply(&[mine]))?;
+            pingpong.check(options);
+            elapsed
         }
     };
-
-    let mut pingpong = Pingpong::new(qp, None, buffer, remote.qpn, size, 0);
-    let elapsed = pingpong.run(&mut setup, options, routs)?;
     print_results(size, options.iters, elapsed);
-    pingpong.finish(options);
     Ok(())
 }

@@ -97,8 +97,8 @@ pub use mw::{MemoryWindow, MwType};
 pub use pd::ProtectionDomain;
 pub use qp::{
     AddressVector, CanPostRecv, ConnectedInitAttr, GlobalRoute, Init, QpBuilder, QpCaps, QpState,
-    QpStateKind, QueuePair, RawModifyAttr, Rc, RcRtrAttr, RcRtsAttr, Reset, Rtr, Rts, SqPsnRtsAttr,
-    TransitionError, Transport, Uc, UcRtrAttr, Ud, UdInitAttr, UdRtrAttr,
+    QpStateKind, QueuePair, RawModifyAttr, Rc, RcRtrAttr, RcRtsAttr, Reset, Rtr, Rts, SendPath,
+    SqPsnRtsAttr, TransitionError, Transport, Uc, UcRtrAttr, Ud, UdInitAttr, UdRtrAttr,
 };
 pub use scope::{PostScope, ScopeCqs};
 pub use srq::SharedReceiveQueue;

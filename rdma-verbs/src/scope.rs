@@ -287,6 +287,45 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
         Ok(&completions[..n])
     }
 
+    /// Ends outstanding requests now: moves the queue pair to the error state, which completes
+    /// every outstanding request with a flush error, and reaps those completions (5 s at
+    /// most). Returns how many were flushed. For programs that keep receives posted until they
+    /// stop, as rdma-core's pingpongs do.
+    ///
+    /// The queue pair stays in the error state, whatever its type says; posting to it then
+    /// completes with flush errors.
+    ///
+    /// # Errors
+    ///
+    /// As [`QueuePair::query_state`](crate::QueuePair::query_state) and
+    /// [`poll`](Self::poll); [`Error::Timeout`] if the flush completions did not all arrive.
+    pub fn flush_outstanding(&mut self) -> Result<usize> {
+        let pending = self.outstanding;
+        if pending == 0 {
+            return Ok(0);
+        }
+        self.move_to(QpStateKind::Error)?;
+        if self.reap(FLUSH)? {
+            Ok(pending)
+        } else {
+            Err(Error::Timeout(FLUSH))
+        }
+    }
+
+    /// `ibv_req_notify_cq` on the scope's queue(s): the next completion raises an event on
+    /// their completion channel.
+    ///
+    /// # Errors
+    ///
+    /// As [`CompletionQueue::req_notify`].
+    pub fn req_notify(&mut self, solicited_only: bool) -> Result<()> {
+        self.cqs.send.req_notify(solicited_only)?;
+        if let Some(recv) = self.cqs.recv.as_deref_mut() {
+            recv.req_notify(solicited_only)?;
+        }
+        Ok(())
+    }
+
     /// Requests posted in this scope whose completions have not been reaped yet.
     pub fn outstanding(&self) -> usize {
         self.outstanding

@@ -150,3 +150,78 @@ fn no_alloc_post_and_poll_round_trips() {
     );
     assert_eq!(&dst.as_slice().unwrap()[..LEN], &data[..]);
 }
+
+/// The same rounds through the extended API (`ibv_wr_*`): a list with a send from registered
+/// memory, and a single inline send, each translated into builder calls without allocating.
+#[test]
+fn extended_no_alloc_post_and_poll_round_trips() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a)
+            .send_path(SendPath::Extended)
+            .max_inline_data(LEN as u32),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    assert!(a.uses_extended_post());
+    let mut src = f.pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let dst = f.pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let data = pattern(LEN, 9);
+    src.as_mut_slice().unwrap()[..LEN].copy_from_slice(&data);
+    let src_slice = src.slice(..LEN).unwrap();
+    let dst_slice = dst.slice(..LEN).unwrap();
+    let inline = pattern(LEN, 9);
+    let mut sends = SendList::with_capacity(4);
+    let mut completions = [WorkCompletion::default(); 4];
+
+    let ((), allocations) = count_allocations(|| {
+        for round in 0..ROUNDS {
+            // SAFETY: `dst` lives until after the loop, which polls this receive's completion
+            // before the next round, and is not touched meanwhile.
+            unsafe { b.post_recv_one(&RecvRequest::new(round, dst_slice)) }.unwrap();
+            if round % 2 == 0 {
+                sends.clear();
+                sends
+                    .push(SendRequest::send(round, src_slice).signaled())
+                    .unwrap();
+                // SAFETY: `src` lives until after the loop and is only read; the send's
+                // completion is polled before the next round.
+                unsafe { a.post_send(&mut sends) }.unwrap();
+            } else {
+                let request = SendRequest::send(round, Payload::Inline(&inline)).signaled();
+                // SAFETY: inline data is copied by the post.
+                unsafe { a.post_send_one(&request) }.unwrap();
+            }
+
+            let (mut sent, mut received) = (false, false);
+            let deadline = Instant::now() + WAIT;
+            while !(sent && received) {
+                for wc in cq_a.poll(&mut completions).unwrap() {
+                    assert!(wc.is_success(), "round {round}: {wc:?}");
+                    assert_eq!((wc.wr_id(), wc.opcode()), (round, WcOpcode::Send), "{wc:?}");
+                    sent = true;
+                }
+                for wc in cq_b.poll(&mut completions).unwrap() {
+                    assert!(wc.is_success(), "round {round}: {wc:?}");
+                    assert_eq!(
+                        (wc.wr_id(), wc.opcode(), wc.byte_len()),
+                        (round, WcOpcode::Recv, LEN as u32),
+                        "{wc:?}"
+                    );
+                    received = true;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "round {round}: timed out (sent: {sent}, received: {received})"
+                );
+            }
+        }
+    });
+
+    assert_eq!(
+        allocations, 0,
+        "{allocations} allocations in {ROUNDS} extended post/poll rounds"
+    );
+    assert_eq!(&dst.as_slice().unwrap()[..LEN], &data[..]);
+}

@@ -6,6 +6,10 @@
 //! `-q` RC queue pairs run the ping-pong side by side, all taking their receives from one shared
 //! receive queue and completing on one CQ; completions are told apart by queue pair number.
 //! As in the C program, `-n` counts sends and receives over all queue pairs together.
+//!
+//! Unlike the other pingpongs, this one posts with the `unsafe` calls: the safe
+//! [`rdma_verbs::PostScope`] covers one queue pair and its own receive queue, not an SRQ
+//! shared by many.
 
 use std::time::Instant;
 
@@ -182,7 +186,12 @@ fn run(options: &Options, num_qp: u32) -> Result<(), String> {
     let idle = std::time::Duration::from_secs(options.timeout);
     let mut completions = vec![WorkCompletion::default(); (num_qp + options.rx_depth) as usize];
     while rcnt < options.iters || scnt < options.iters {
-        for wc in pingpong::wait(&mut setup, &mut completions, idle)? {
+        for wc in pingpong::wait(
+            &mut setup.cq,
+            setup.channel.as_ref(),
+            &mut completions,
+            idle,
+        )? {
             if !wc.is_success() {
                 return Err(format!(
                     "Failed status {} for wr_id {}",

@@ -10,7 +10,7 @@
 use clap::Parser;
 use rdma_examples::exchange::{self, Dest};
 use rdma_examples::pingpong::{self, GRH_LEN, Options, Pingpong, UD_QKEY};
-use rdma_verbs::{AccessFlags, SqPsnRtsAttr, Ud, UdInitAttr, UdRtrAttr};
+use rdma_verbs::{Init, QueuePair, SqPsnRtsAttr, Ud, UdInitAttr, UdRtrAttr};
 
 const PROGRAM: &str = "ud_pingpong";
 
@@ -28,13 +28,6 @@ fn run(options: &Options) -> Result<(), String> {
     if size > mtu {
         return Err(format!("Requested size larger than port MTU ({mtu})"));
     }
-    // Receives land after the GRH; sends go out from the same offset.
-    let mut buffer = setup
-        .pd
-        .register(size + GRH_LEN, AccessFlags::LOCAL_WRITE)
-        .map_err(|e| format!("couldn't register MR: {e}"))?;
-    Pingpong::<Ud>::fill_buffer(&mut buffer, options, GRH_LEN, size);
-
     let qp = setup
         .pd
         .create_qp::<Ud>(&setup.cq, &setup.cq)
@@ -42,13 +35,9 @@ fn run(options: &Options) -> Result<(), String> {
         .max_recv_wr(options.rx_depth)
         .build()
         .map_err(|e| format!("couldn't create QP: {e}"))?;
-    let mut qp = qp
+    let qp = qp
         .into_init(&UdInitAttr::new(options.ib_port, UD_QKEY))
         .map_err(|e| format!("failed to modify QP to INIT: {e}"))?;
-    let routs = pingpong::post_receives(&mut qp, &buffer, GRH_LEN + size, options.rx_depth)?;
-    if routs < options.rx_depth {
-        return Err(format!("couldn't post receive ({routs})"));
-    }
     let mine = Dest {
         lid: setup.port.lid,
         qpn: qp.qp_num(),
@@ -59,7 +48,7 @@ fn run(options: &Options) -> Result<(), String> {
 
     // A UD queue pair needs no peer to reach RTS; the peer's address goes into an address
     // handle that each send names.
-    let activate = |qp: rdma_verbs::QueuePair<Ud, rdma_verbs::Init>, remote: &Dest| {
+    let activate = |qp: QueuePair<Ud, Init>, remote: &Dest| {
         let qp = qp
             .into_rtr(&UdRtrAttr)
             .map_err(|e| format!("failed to modify QP to RTR: {e}"))?
@@ -70,27 +59,28 @@ fn run(options: &Options) -> Result<(), String> {
             .pd
             .create_ah(&av)
             .map_err(|e| format!("failed to create AH: {e}"))?;
-        Ok::<_, String>((qp, ah))
+        Pingpong::new(&setup, options, qp, Some(ah), remote.qpn, size, GRH_LEN)
     };
-    let ((qp, ah), remote) = match &options.servername {
+    // Receives land after the 40-byte GRH; sends go out from the same offset.
+    let (mut pingpong, exchange) = match &options.servername {
         Some(host) => {
             let remote = exchange::client_exchange(host, options.port, &[mine])?[0];
             pingpong::print_address("remote", &remote, false);
-            (activate(qp, &remote)?, remote)
+            (activate(qp, &remote)?, None)
         }
         None => {
             let exchange = exchange::server_accept(options.port, 1)?;
             let remote = exchange.remote[0];
             pingpong::print_address("remote", &remote, false);
-            let active = activate(qp, &remote)?;
-            exchange.reply(&[mine])?;
-            (active, remote)
+            (activate(qp, &remote)?, Some(exchange))
         }
     };
-
-    let mut pingpong = Pingpong::new(qp, Some(ah), buffer, remote.qpn, size, GRH_LEN);
-    let elapsed = pingpong.run(&mut setup, options, routs)?;
+    // The server answers once its receives are posted.
+    let elapsed = pingpong.run(&mut setup, options, || match exchange {
+        Some(exchange) => exchange.reply(&[mine]),
+        None => Ok(()),
+    })?;
+    pingpong.check(options);
     pingpong::print_results(size, options.iters, elapsed);
-    pingpong.finish(options);
     Ok(())
 }

@@ -33,10 +33,10 @@ pub use attr::{
     AddressVector, ConnectedInitAttr, GlobalRoute, ModifyAttr, RawModifyAttr, RcRtrAttr, RcRtsAttr,
     SqPsnRtsAttr, UcRtrAttr, UdInitAttr, UdRtrAttr,
 };
+pub use extended::SendPath;
 /// The ERR state marker (named `Error` in [`state`](self); re-exported as `Err` to keep it apart
 /// from the crate's error type).
 pub use state::Error as Err;
-pub use extended::SendPath;
 pub use state::{CanPostRecv, Init, QpState, QpStateKind, Reset, Rtr, Rts};
 
 use crate::cq::{CompletionQueue, CqInner};
@@ -734,13 +734,38 @@ impl<T: Transport> QueuePair<T, Rts> {
     ///   were posted;
     /// - [`Error::Post`]: the provider refused request `index` (for example a queue pair the
     ///   device moved to an error state); requests before it were posted.
+    ///
+    /// # The extended path
+    ///
+    /// On a queue pair that [uses the extended API](Self::uses_extended_post), the list goes to
+    /// the device as one `ibv_wr_start` .. `ibv_wr_complete` batch (one doorbell), which posts
+    /// all of it or nothing. Its failures are [`Error::QueueFull`] (`ENOMEM`, or `ENOSPC` as
+    /// rxe reports a full queue) and [`Error::Post`], both with verb `ibv_wr_complete` and
+    /// index 0: no request of the list was posted.
+    ///
+    /// A list the batch cannot carry goes to `ibv_post_send` instead, with the errors above:
+    /// one holding an operation the queue pair was not created for (see [`SendPath::Auto`]),
+    /// inline data over the granted `max_inline_data` or in more than one entry, or more
+    /// entries than `max_send_sge`. The classic call is valid on these queue pairs, between
+    /// batches.
     #[doc(alias = "ibv_post_send")]
+    #[doc(alias = "ibv_wr_complete")]
     #[inline]
     pub unsafe fn post_send(&mut self, list: &mut SendList<'_>) -> Result<()> {
         if list.is_empty() {
             return Ok(());
         }
         check_ops::<T>(list.ops(), list.datagrams(), list.len())?;
+        if let Some(ex) = self.inner.extended.filter(|ex| ex.covers(list.ops())) {
+            // SAFETY: `ex` is this live queue pair's, held through `&mut self` (no batch open),
+            // and covers every operation of the list, which checked its destinations above; the
+            // list is a valid chain built by the crate, whose memory the caller keeps valid as
+            // the contract above says.
+            let posted = unsafe { extended::post(ex, &self.inner.caps, T::DATAGRAM, list.head()) };
+            if let Some(result) = posted {
+                return result;
+            }
+        }
         let mut bad: *mut ffi::ibv_send_wr = std::ptr::null_mut();
         // SAFETY: live queue pair; the list is a valid chain whose memory the caller keeps
         // valid as the contract above says.
@@ -758,12 +783,21 @@ impl<T: Transport> QueuePair<T, Rts> {
     ///
     /// As [`post_send`](Self::post_send).
     #[doc(alias = "ibv_post_send")]
+    #[doc(alias = "ibv_wr_complete")]
     #[inline]
     pub unsafe fn post_send_one(&mut self, request: &SendRequest<'_>) -> Result<()> {
         check_ops::<T>(request.op(), usize::from(request.is_datagram()), 1)?;
         let mut raw = ffi::ibv_send_wr::default();
         let mut one = ffi::ibv_sge::default();
         request.fill(&mut raw, &mut one)?;
+        if let Some(ex) = self.inner.extended.filter(|ex| ex.covers(request.op())) {
+            // SAFETY: as in `post_send`, for a chain of one request; `raw` and `one` outlive
+            // the call.
+            let posted = unsafe { extended::post(ex, &self.inner.caps, T::DATAGRAM, &raw) };
+            if let Some(result) = posted {
+                return result;
+            }
+        }
         let mut bad: *mut ffi::ibv_send_wr = std::ptr::null_mut();
         // SAFETY: live queue pair; `raw` and `one` outlive the call; the caller keeps the
         // memory valid as the contract says.

@@ -192,3 +192,26 @@ impl Fixture {
         (a, b)
     }
 }
+
+/// Bytes of the global routing header in front of every UD receive.
+pub const GRH_LEN: usize = 40;
+
+/// Checks the 40 GRH bytes a UD receive starts with, for a datagram this port sent to itself: on
+/// RoCE v2 over IPv4 the last 20 hold the IPv4 header (version 4, source and destination the
+/// port's own address); on InfiniBand and RoCE over IPv6 it is an IPv6-style header with the
+/// source and destination GIDs.
+pub fn assert_grh(grh: &[u8; GRH_LEN], own: Gid) {
+    match own.ipv4() {
+        Some(ip) => {
+            assert!(grh[..20].iter().all(|&b| b == 0), "GRH: {grh:02x?}");
+            assert_eq!(grh[20], 0x45, "not an IPv4 header: {grh:02x?}");
+            assert_eq!(&grh[32..36], &ip.octets(), "IPv4 source: {grh:02x?}");
+            assert_eq!(&grh[36..40], &ip.octets(), "IPv4 destination: {grh:02x?}");
+        }
+        None => {
+            assert_eq!(grh[0] >> 4, 6, "not an IPv6-style GRH: {grh:02x?}");
+            assert_eq!(&grh[8..24], &own.0, "source GID: {grh:02x?}");
+            assert_eq!(&grh[24..40], &own.0, "destination GID: {grh:02x?}");
+        }
+    }
+}
