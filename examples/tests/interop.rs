@@ -164,14 +164,21 @@ fn pair(device: &TestDevice, name: &str, server: Side, client: Side, size: usize
         .spawn()
         .unwrap_or_else(|e| panic!("{what}: start client: {e}"));
     let (server_out, client_out) = wait_both(server_child, client_child, &what);
-    for (role, out) in [("server", &server_out), ("client", &client_out)] {
-        assert!(
-            out.status.success(),
-            "{what}: {role} failed ({})\nstdout:\n{}\nstderr:\n{}",
+    let show = |out: &Output| {
+        format!(
+            "({})\nstdout:\n{}\nstderr:\n{}",
             out.status,
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
-        );
+        )
+    };
+    assert!(
+        server_out.status.success() && client_out.status.success(),
+        "{what} failed\nserver {}\nclient {}",
+        show(&server_out),
+        show(&client_out)
+    );
+    for (role, out) in [("server", &server_out), ("client", &client_out)] {
         check_results(
             &String::from_utf8_lossy(&out.stdout),
             size,

@@ -526,3 +526,57 @@ fn operations_the_transport_lacks_are_refused_before_posting() {
     assert!(mr.slice(..65).is_err());
     assert!(mr.slice(60..70).is_err());
 }
+
+#[test]
+fn receive_into_a_scatter_list() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b).max_recv_sge(2),
+        AccessFlags::empty(),
+    );
+    let mut src = f.pd.register(100, LOCAL).unwrap();
+    let data = pattern(100, 42);
+    src.as_mut_slice().unwrap().copy_from_slice(&data);
+    // The message lands in the first 30 bytes of one region, then in another region.
+    let head = f.pd.register(30, LOCAL).unwrap();
+    let tail = f.pd.register(4096, LOCAL).unwrap();
+    let list = [
+        Sge::from(head.slice(..).unwrap()),
+        Sge::from(tail.slice(..).unwrap()),
+    ];
+    // SAFETY: the regions outlive the polled completions and are not touched meanwhile.
+    unsafe {
+        b.post_recv_one(&RecvRequest::new(1, &list[..])).unwrap();
+        a.post_send_one(&SendRequest::send(2, src.slice(..).unwrap()).signaled())
+            .unwrap();
+    }
+    assert_ok(&wait_for(&mut cq_a, 1)[0], 2, WcOpcode::Send);
+    let wc = wait_for(&mut cq_b, 1)[0];
+    assert_ok(&wc, 1, WcOpcode::Recv);
+    assert_eq!(wc.byte_len(), 100);
+    assert_eq!(head.as_slice().unwrap(), &data[..30]);
+    assert_eq!(&tail.as_slice().unwrap()[..70], &data[30..]);
+}
+
+#[test]
+fn routable_gid_and_device_listing() {
+    let Some(f) = fixture() else { return };
+    let list = rdma_verbs::devices().unwrap();
+    let device = list.find(&f.device.name).expect("the test device is listed");
+    assert_ne!(device.guid(), 0);
+    assert_eq!(device.node_type(), NodeType::Ca);
+    let entry = f.context.routable_gid(f.device.port).unwrap();
+    // The test conventions pick the same entry: IPv4-mapped, RoCE v2 first.
+    assert_eq!(entry.gid, Gid(f.device.gid));
+    assert_eq!(entry.index, f.device.gid_index);
+    if f.device.is_ethernet {
+        assert_eq!(entry.gid_type, GidType::RoceV2);
+        assert!(entry.gid.ipv4().is_some());
+        assert!(entry.netdev().is_some(), "a RoCE GID names its netdev");
+    }
+    let table = f.context.gid_table().unwrap();
+    assert!(table.contains(&entry));
+    assert!(f.context.query_port(0).is_err() || f.context.query_port(99).is_err());
+}
