@@ -4,7 +4,7 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use crate::error::{Errno, Error, Result};
+use crate::error::{Error, Result};
 use crate::ffi;
 use crate::pd::ProtectionDomain;
 use crate::wr::{RecvList, RecvRequest};
@@ -147,7 +147,7 @@ impl SharedReceiveQueue {
         let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
         // SAFETY: live SRQ; valid chain; memory kept valid by the caller.
         let ret = unsafe { ffi::ibv_post_srq_recv(self.as_raw(), list.head(), &mut bad) };
-        srq_result(ret, || list.index_of(bad))
+        crate::qp::post_result("ibv_post_srq_recv", ret, || list.index_of(bad))
     }
 
     /// `ibv_post_srq_recv` of one request.
@@ -167,22 +167,6 @@ impl SharedReceiveQueue {
         let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
         // SAFETY: live SRQ; `raw`/`one` outlive the call; memory kept valid by the caller.
         let ret = unsafe { ffi::ibv_post_srq_recv(self.as_raw(), &mut raw, &mut bad) };
-        srq_result(ret, || 0)
-    }
-}
-
-fn srq_result(ret: i32, index: impl FnOnce() -> usize) -> Result<()> {
-    const VERB: &str = "ibv_post_srq_recv";
-    match Errno::result(ret) {
-        Ok(()) => Ok(()),
-        Err(Errno::NOMEM) => Err(Error::QueueFull {
-            verb: VERB,
-            index: index(),
-        }),
-        Err(errno) => Err(Error::Post {
-            verb: VERB,
-            index: index(),
-            errno,
-        }),
+        crate::qp::post_result("ibv_post_srq_recv", ret, || 0)
     }
 }

@@ -564,7 +564,9 @@ fn receive_into_a_scatter_list() {
 fn routable_gid_and_device_listing() {
     let Some(f) = fixture() else { return };
     let list = rdma_verbs::devices().unwrap();
-    let device = list.find(&f.device.name).expect("the test device is listed");
+    let device = list
+        .find(&f.device.name)
+        .expect("the test device is listed");
     assert_ne!(device.guid(), 0);
     assert_eq!(device.node_type(), NodeType::Ca);
     let entry = f.context.routable_gid(f.device.port).unwrap();

@@ -891,8 +891,14 @@ fn check_ops<T: Transport>(ops: u32, datagrams: usize, len: usize) -> Result<()>
     Ok(())
 }
 
+/// Turns a post verb's return value into a result: `ENOMEM` is a full queue, anything else a
+/// refused request at `index`.
 #[inline]
-fn post_result(verb: &'static str, ret: i32, index: impl FnOnce() -> usize) -> Result<()> {
+pub(crate) fn post_result(
+    verb: &'static str,
+    ret: i32,
+    index: impl FnOnce() -> usize,
+) -> Result<()> {
     match Errno::result(ret) {
         Ok(()) => Ok(()),
         Err(Errno::NOMEM) => Err(Error::QueueFull {
