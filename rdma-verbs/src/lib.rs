@@ -28,8 +28,9 @@
 //! - A queue pair's transport and state are types: [`QueuePair<Rc, Rts>`]. Transitions consume
 //!   it and hand it back on failure; sends exist only in RTS.
 //! - Work requests are built safely and chained into reusable [`PostList`]s that go to the device
-//!   in one call. Posting is `unsafe`: the device uses the memory after the call returns. See
-//!   `docs/safety.md` in the repository.
+//!   in one call. Posting them directly is `unsafe`: the device uses the memory after the call
+//!   returns. [`QueuePair::scope`] is the safe way: memory stays borrowed until its completion
+//!   is reaped. See `docs/safety.md` in the repository.
 //! - Polling fills a caller's array; nothing allocates on the data path.
 //! - Failed verbs return [`Error`], naming the verb and its errno; failed work requests are
 //!   completions with a [`WcStatus`]. The library does not panic on bad input.
