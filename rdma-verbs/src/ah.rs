@@ -29,6 +29,19 @@ impl ProtectionDomain {
     ///
     /// [`Error::Verb`] with the errno of `ibv_create_ah` (on RoCE, `EINVAL` or `ENETUNREACH`
     /// without a valid GRH).
+    ///
+    /// # Examples
+    ///
+    /// A datagram to a peer known by its GID (RoCE) through the local routable GID:
+    ///
+    /// ```no_run
+    /// # use rdma_verbs::*;
+    /// # fn f(pd: &ProtectionDomain, peer_gid: Gid) -> Result<AddressHandle> {
+    /// let local = pd.context().routable_gid(1)?;
+    /// let av = AddressVector::new(1).grh(peer_gid, local.index as u8);
+    /// pd.create_ah(&av)
+    /// # }
+    /// ```
     #[doc(alias = "ibv_create_ah")]
     pub fn create_ah(&self, av: &AddressVector) -> Result<AddressHandle> {
         let mut raw_attr = av.to_raw();

@@ -67,6 +67,32 @@ impl Drop for ChannelInner {
 /// acknowledged in batches, and the rest when the CQ is dropped.
 ///
 /// `Send` and `Sync`; cloning is cheap.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use rdma_verbs::*;
+/// # use std::time::Duration;
+/// # let context = Context::open("rxe0")?;
+/// let channel = context.create_comp_channel()?;
+/// let mut cq = context.cq_builder(64).channel(&channel).build()?;
+/// let mut completions = [WorkCompletion::default(); 16];
+/// loop {
+///     // Arm first, then poll once more: a completion that landed before the arming raises no
+///     // event, and would otherwise be slept on.
+///     cq.req_notify(false)?;
+///     let done = cq.poll(&mut completions)?;
+///     if done.is_empty() {
+///         channel.wait(Duration::from_secs(5))?;
+///         continue;
+///     }
+///     for wc in done {
+///         println!("{} {:?}", wc.wr_id(), wc.status());
+///     }
+/// #   break;
+/// }
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone)]
 pub struct CompletionChannel {
     pub(crate) inner: Arc<ChannelInner>,

@@ -748,6 +748,24 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// inline data over the granted `max_inline_data` or in more than one entry, or more
     /// entries than `max_send_sge`. The classic call is valid on these queue pairs, between
     /// batches.
+    ///
+    /// # Examples
+    ///
+    /// Sixteen sends, one doorbell; the list's storage serves every batch:
+    ///
+    /// ```no_run
+    /// # use rdma_verbs::*;
+    /// # fn f(qp: &mut QueuePair<Rc, Rts>, mr: &MemoryRegion) -> Result<()> {
+    /// let mut list = SendList::with_capacity(16);
+    /// for i in 0..16 {
+    ///     let request = SendRequest::send(i, mr.slice(i as usize * 64..(i as usize + 1) * 64)?);
+    ///     // Signal every fourth request only: fewer completions to poll.
+    ///     list.push(if i % 4 == 3 { request.signaled() } else { request })?;
+    /// }
+    /// // SAFETY: `mr` stays registered and untouched until the completions are polled.
+    /// unsafe { qp.post_send(&mut list)? };
+    /// # Ok(()) }
+    /// ```
     #[doc(alias = "ibv_post_send")]
     #[doc(alias = "ibv_wr_complete")]
     #[inline]
