@@ -305,7 +305,9 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// is polled (unsignaled: until a later signaled request of this queue pair completes), or
     /// the queue pair is reset. The device finds the region by its key when the bind executes,
     /// and a key reused by a later registration would bind the window to that region's memory
-    /// instead.
+    /// instead. And before [`QueuePair::scope`] is called on this queue pair, the bind's
+    /// completion (if signaled) has been polled: a scope counts the completions of its queue
+    /// pair as its own.
     ///
     /// # Errors
     ///

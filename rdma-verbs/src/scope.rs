@@ -82,8 +82,14 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// The queue pair's completions must go to the queue(s) in `cqs`, which the scope polls.
     /// Completions the scope reaps itself at the end are counted and discarded.
     ///
+    /// The scope counts the completions of this queue pair as its own, so requests posted
+    /// earlier with the `unsafe` functions must have completed and been polled (their contract
+    /// says so), and a queue pair that takes its receives from an SRQ is refused: receives
+    /// posted to the SRQ elsewhere would complete with this queue pair's number.
+    ///
     /// # Errors
     ///
+    /// [`Error::InvalidArgument`] for a queue pair attached to an SRQ.
     /// [`Error::Incomplete`] if requests were still outstanding when `f` returned and their
     /// completions did not arrive within 5 s (configurable with
     /// [`PostScope::set_drain_timeout`]): the queue pair was then moved to the error state (or
@@ -115,6 +121,11 @@ impl<T: Transport> QueuePair<T, Rts> {
     where
         F: for<'scope> FnOnce(&mut PostScope<'scope, 'env, T>) -> R,
     {
+        if self.has_srq() {
+            return Err(Error::InvalidArgument(
+                "a scope cannot run on a queue pair attached to an SRQ".into(),
+            ));
+        }
         let mut scope = PostScope {
             qp: self,
             cqs: &mut cqs,

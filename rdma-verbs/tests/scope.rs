@@ -147,3 +147,23 @@ fn scope_that_panics_still_drains_before_unwinding() {
     assert_eq!(b.query_state().unwrap(), QpStateKind::Error);
     assert_no_completion(&mut cq_b, Duration::from_millis(50));
 }
+
+#[test]
+fn scope_refuses_a_queue_pair_on_an_srq() {
+    let Some(f) = fixture() else { return };
+    let mut cq = f.cq(16);
+    let srq = f.pd.create_srq(8, 1).unwrap();
+    let qp = f.pd.create_qp::<Rc>(&cq, &cq).srq(&srq).build().unwrap();
+    // Connected to itself: only the state matters here.
+    let qp = qp
+        .into_init(&ConnectedInitAttr::new(f.device.port))
+        .unwrap();
+    let num = qp.qp_num();
+    let mut qp = qp
+        .into_rtr(&RcRtrAttr::new(f.av(), num, 0))
+        .unwrap()
+        .into_rts(&RcRtsAttr::new(0))
+        .unwrap();
+    let ran = qp.scope(ScopeCqs::shared(&mut cq), |_| ());
+    assert!(matches!(ran, Err(Error::InvalidArgument(_))), "{ran:?}");
+}

@@ -725,6 +725,10 @@ impl<T: Transport> QueuePair<T, Rts> {
     ///
     /// Inline payloads are copied during the call and are exempt.
     ///
+    /// And before [`scope`](QueuePair::scope) is called on this queue pair, every request posted
+    /// here has completed and its completion, if any, has been polled: a scope counts the completions
+    /// of its queue pair as its own.
+    ///
     /// # Errors
     ///
     /// - [`Error::InvalidArgument`] before posting anything, for an operation the transport does
@@ -832,6 +836,10 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
     /// Until each request's completion is polled, or the queue pair is reset, the memory it
     /// names stays registered, is not freed, and is neither read nor written from Rust.
     ///
+    /// And before [`scope`](QueuePair::scope) is called on this queue pair, every request posted
+    /// here has completed and its completion, if any, has been polled: a scope counts the completions
+    /// of its queue pair as its own.
+    ///
     /// # Errors
     ///
     /// [`Error::QueueFull`] or [`Error::Post`] as for [`post_send`](QueuePair::post_send);
@@ -869,6 +877,10 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
         // SAFETY: live queue pair; `raw`/`one` outlive the call; memory kept valid by caller.
         let ret = unsafe { ffi::ibv_post_recv(self.as_raw(), &mut raw, &mut bad) };
         post_result("ibv_post_recv", ret, || 0)
+    }
+
+    pub(crate) fn has_srq(&self) -> bool {
+        self.inner._srq.is_some()
     }
 
     fn check_no_srq(&self) -> Result<()> {
