@@ -45,13 +45,17 @@ impl Fixture {
         }
     }
 
-    /// Two RC queue pairs connected to each other, each with `access` for the peer.
-    pub fn rc_pair(
+    /// Two connected queue pairs of transport `T`, each with `access` for the peer. `a` sends
+    /// from PSN `psn.0` and `b` from `psn.1`; `rtr(av, peer, peer_psn)` and `rts(own_psn)` make
+    /// the transition attributes.
+    pub fn connect_pair<T: Transport<InitAttr = ConnectedInitAttr>>(
         &self,
-        a: QpBuilder<'_, Rc>,
-        b: QpBuilder<'_, Rc>,
+        (a, b): (QpBuilder<'_, T>, QpBuilder<'_, T>),
         access: AccessFlags,
-    ) -> (QueuePair<Rc, Rts>, QueuePair<Rc, Rts>) {
+        psn: (u32, u32),
+        rtr: impl Fn(AddressVector, u32, u32) -> T::RtrAttr,
+        rts: impl Fn(u32) -> T::RtsAttr,
+    ) -> (QueuePair<T, Rts>, QueuePair<T, Rts>) {
         let a = a.build().expect("create QP a");
         let b = b.build().expect("create QP b");
         let init = ConnectedInitAttr::new(self.device.port).access(access);
@@ -59,16 +63,26 @@ impl Fixture {
         let b = b.into_init(&init).expect("b INIT");
         let (a_num, b_num) = (a.qp_num(), b.qp_num());
         let a = a
-            .into_rtr(&RcRtrAttr::new(self.av(), b_num, 0x100))
+            .into_rtr(&rtr(self.av(), b_num, psn.1))
             .expect("a RTR")
-            .into_rts(&RcRtsAttr::new(0x200))
+            .into_rts(&rts(psn.0))
             .expect("a RTS");
         let b = b
-            .into_rtr(&RcRtrAttr::new(self.av(), a_num, 0x200))
+            .into_rtr(&rtr(self.av(), a_num, psn.0))
             .expect("b RTR")
-            .into_rts(&RcRtsAttr::new(0x100))
+            .into_rts(&rts(psn.1))
             .expect("b RTS");
         (a, b)
+    }
+
+    /// Two RC queue pairs connected to each other, each with `access` for the peer.
+    pub fn rc_pair(
+        &self,
+        a: QpBuilder<'_, Rc>,
+        b: QpBuilder<'_, Rc>,
+        access: AccessFlags,
+    ) -> (QueuePair<Rc, Rts>, QueuePair<Rc, Rts>) {
+        self.rc_pair_with(a, b, access, RcRtsAttr::new(0))
     }
 
     /// Two UC queue pairs connected to each other.
@@ -78,23 +92,7 @@ impl Fixture {
         b: QpBuilder<'_, Uc>,
         access: AccessFlags,
     ) -> (QueuePair<Uc, Rts>, QueuePair<Uc, Rts>) {
-        let a = a.build().expect("create QP a");
-        let b = b.build().expect("create QP b");
-        let init = ConnectedInitAttr::new(self.device.port).access(access);
-        let a = a.into_init(&init).expect("a INIT");
-        let b = b.into_init(&init).expect("b INIT");
-        let (a_num, b_num) = (a.qp_num(), b.qp_num());
-        let a = a
-            .into_rtr(&UcRtrAttr::new(self.av(), b_num, 7))
-            .expect("a RTR")
-            .into_rts(&SqPsnRtsAttr::new(9))
-            .expect("a RTS");
-        let b = b
-            .into_rtr(&UcRtrAttr::new(self.av(), a_num, 9))
-            .expect("b RTR")
-            .into_rts(&SqPsnRtsAttr::new(7))
-            .expect("b RTS");
-        (a, b)
+        self.connect_pair((a, b), access, (9, 7), UcRtrAttr::new, SqPsnRtsAttr::new)
     }
 
     /// A UD queue pair in RTS with Q_Key `qkey`.
@@ -158,8 +156,8 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
 }
 
 impl Fixture {
-    /// Like [`Fixture::rc_pair`], with `rts` for both sides' RTR → RTS (timeouts, retry
-    /// counts); its `sq_psn` is replaced by the PSN each peer expects.
+    /// As [`rc_pair`](Self::rc_pair), with `rts`'s timeout and retry counts (its PSN is
+    /// replaced).
     pub fn rc_pair_with(
         &self,
         a: QpBuilder<'_, Rc>,
@@ -167,29 +165,9 @@ impl Fixture {
         access: AccessFlags,
         rts: RcRtsAttr,
     ) -> (QueuePair<Rc, Rts>, QueuePair<Rc, Rts>) {
-        let a = a.build().expect("create QP a");
-        let b = b.build().expect("create QP b");
-        let init = ConnectedInitAttr::new(self.device.port).access(access);
-        let a = a.into_init(&init).expect("a INIT");
-        let b = b.into_init(&init).expect("b INIT");
-        let (a_num, b_num) = (a.qp_num(), b.qp_num());
-        let a = a
-            .into_rtr(&RcRtrAttr::new(self.av(), b_num, 0x100))
-            .expect("a RTR")
-            .into_rts(&RcRtsAttr {
-                sq_psn: 0x200,
-                ..rts
-            })
-            .expect("a RTS");
-        let b = b
-            .into_rtr(&RcRtrAttr::new(self.av(), a_num, 0x200))
-            .expect("b RTR")
-            .into_rts(&RcRtsAttr {
-                sq_psn: 0x100,
-                ..rts
-            })
-            .expect("b RTS");
-        (a, b)
+        self.connect_pair((a, b), access, (0x200, 0x100), RcRtrAttr::new, |sq_psn| {
+            RcRtsAttr { sq_psn, ..rts }
+        })
     }
 }
 
