@@ -61,7 +61,7 @@ impl Dest {
                 .filter(|&v| v <= max)
                 .ok_or_else(|| format!("malformed {what} {field:?} in address record"))
         };
-        if gid.len() != 32 {
+        if gid.len() != 32 || !gid.is_ascii() {
             return Err(format!("malformed GID {gid:?} in address record"));
         }
         let mut bytes = [0u8; 16];
@@ -242,5 +242,7 @@ mod tests {
         assert!(Dest::parse(b"zzzz:00011a:3c2e7f:00000000000000000000ffffc0a80105\0").is_err());
         assert!(Dest::parse(b"0001:1000000:3c2e7f:00000000000000000000ffffc0a80105\0").is_err());
         assert!(Dest::parse(&[0xff; 52]).is_err());
+        // Multi-byte characters in the GID field are an error, not a slicing panic.
+        assert!(Dest::parse("0001:00011a:3c2e7f:€€€€€€€€€€00\0".as_bytes()).is_err());
     }
 }
