@@ -39,6 +39,16 @@ impl CqInner {
     pub(crate) fn as_raw(&self) -> *mut ffi::ibv_cq {
         self.raw.as_ptr()
     }
+
+    /// How many queue-pair uses hold this queue: a queue pair holds one `Arc` for its send CQ
+    /// and one for its receive CQ (two for one queue used for both), and the
+    /// [`CompletionQueue`] handle holds the only other one. Nothing else may clone the `Arc`:
+    /// [`PostScope`](crate::PostScope) relies on this count to know that no other queue pair
+    /// completes into the queue. While the caller holds the handle `&mut`, no queue pair can
+    /// be created on it, so the count cannot grow.
+    pub(crate) fn queue_pair_uses(self: &Arc<Self>) -> usize {
+        Arc::strong_count(self).saturating_sub(1)
+    }
 }
 
 impl Drop for CqInner {

@@ -143,6 +143,18 @@ pub enum Error {
         #[source]
         errno: Errno,
     },
+    /// A post verb failed without saying which work requests it took: `bad_wr` was left null
+    /// (rxe does so when its doorbell fails after the requests were written to the queue), or
+    /// pointed outside the list. Treat every request of the call as posted: its memory must stay
+    /// valid until its completion is polled or the queue pair is reset.
+    #[error("{verb} failed without saying which work requests it took: {errno}")]
+    PostIndeterminate {
+        /// The post verb.
+        verb: &'static str,
+        /// The errno.
+        #[source]
+        errno: Errno,
+    },
     /// The device or its provider does not support the operation.
     #[error("not supported by the device: {0}")]
     Unsupported(&'static str),
@@ -177,9 +189,10 @@ impl Error {
     /// The errno behind this error, if it came from a verb.
     pub fn errno(&self) -> Option<Errno> {
         match self {
-            Self::Verb { errno, .. } | Self::ModifyQp { errno, .. } | Self::Post { errno, .. } => {
-                Some(*errno)
-            }
+            Self::Verb { errno, .. }
+            | Self::ModifyQp { errno, .. }
+            | Self::Post { errno, .. }
+            | Self::PostIndeterminate { errno, .. } => Some(*errno),
             Self::QueueFull { .. } => Some(Errno::NOMEM),
             Self::Unsupported(_) => Some(Errno::OPNOTSUPP),
             Self::Timeout(_) => Some(Errno::TIMEDOUT),

@@ -10,12 +10,18 @@
 //! The device writes only memory borrowed exclusively ([`MrSliceMut`]): receive buffers, RDMA
 //! read targets and atomics' result words. Send and write sources are shared borrows, so Rust
 //! may read them while the device does, but not change them.
+//!
+//! The scope counts completions to know when the device is done, so it must see every
+//! completion of its queue pair and no one else's: it takes the queue pair's own completion
+//! queues, and only if no other queue pair uses them (see [`QueuePair::scope`]). The proof of
+//! soundness is in `docs/safety.md`, section "PostScope".
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::ah::AddressHandle;
-use crate::cq::{CompletionQueue, WorkCompletion};
+use crate::cq::{CompletionQueue, CqInner, WorkCompletion};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::flags::SendFlags;
@@ -29,7 +35,8 @@ const DRAIN: Duration = Duration::from_secs(5);
 const FLUSH: Duration = Duration::from_secs(5);
 
 /// The completion queues a scope polls: the queue pair's send CQ and, if different, its receive
-/// CQ.
+/// CQ. They must be the very queues the queue pair was created with, and no other queue pair
+/// may use them; [`QueuePair::scope`] checks both.
 #[derive(Debug)]
 pub struct ScopeCqs<'env> {
     send: &'env mut CompletionQueue,
@@ -37,7 +44,7 @@ pub struct ScopeCqs<'env> {
 }
 
 impl<'env> ScopeCqs<'env> {
-    /// One completion queue for sends and receives.
+    /// The queue pair's one completion queue, which it uses for sends and receives.
     pub fn shared(cq: &'env mut CompletionQueue) -> Self {
         Self {
             send: cq,
@@ -45,7 +52,7 @@ impl<'env> ScopeCqs<'env> {
         }
     }
 
-    /// Separate send and receive completion queues.
+    /// The queue pair's send and receive completion queues, when they are two queues.
     pub fn split(send: &'env mut CompletionQueue, recv: &'env mut CompletionQueue) -> Self {
         Self {
             send,
@@ -79,22 +86,34 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// Runs `f` with a [`PostScope`] on this queue pair, and returns once every request posted
     /// in it has completed.
     ///
-    /// The queue pair's completions must go to the queue(s) in `cqs`, which the scope polls.
-    /// Completions the scope reaps itself at the end are counted and discarded.
+    /// `cqs` must hold this queue pair's own completion queues (the ones it was created with:
+    /// [`ScopeCqs::shared`] when it uses one queue for sends and receives, [`ScopeCqs::split`]
+    /// otherwise), and no other queue pair may use them: the scope knows the device is done with
+    /// its memory by counting completions, so it must see every completion of this queue pair
+    /// and reaps only its own. Completions the scope reaps itself at the end are discarded.
     ///
-    /// The scope counts the completions of this queue pair as its own, so requests posted
-    /// earlier with the `unsafe` functions must have completed and been polled (their contract
-    /// says so), and a queue pair that takes its receives from an SRQ is refused: receives
-    /// posted to the SRQ elsewhere would complete with this queue pair's number.
+    /// For the same reason requests posted earlier with the `unsafe` functions must have
+    /// completed and been polled (their contract says so), and a queue pair that takes its
+    /// receives from an SRQ is refused: receives posted to the SRQ elsewhere would complete
+    /// with this queue pair's number.
+    ///
+    /// When the scope ends with requests outstanding it waits for them, then moves the queue
+    /// pair to the error state (flushing them), and if even that does not complete them,
+    /// resets it and empties its completion queues, so no late completion is left for a later
+    /// scope to miscount. If the reset itself fails, the device may still write memory that
+    /// Rust is about to use again, and no safe way out remains: the process aborts.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a queue pair attached to an SRQ.
+    /// [`Error::InvalidArgument`], before anything is posted, for a queue pair attached to an
+    /// SRQ, for completion queues that are not this queue pair's (another queue, another
+    /// device's, or `shared` given for a queue pair with two queues), and for queues another
+    /// queue pair also uses.
     /// [`Error::Incomplete`] if requests were still outstanding when `f` returned and their
     /// completions did not arrive within 5 s (configurable with
     /// [`PostScope::set_drain_timeout`]): the queue pair was then moved to the error state (or
-    /// reset), whatever its type says; check [`query_state`](Self::query_state). Polling errors
-    /// are returned as they are.
+    /// reset), whatever its type says; check [`query_state`](Self::query_state). A polling error
+    /// at the end is returned after the same clean-up.
     ///
     /// # Examples
     ///
@@ -126,6 +145,7 @@ impl<T: Transport> QueuePair<T, Rts> {
                 "a scope cannot run on a queue pair attached to an SRQ".into(),
             ));
         }
+        check_cqs(self.cq_inners(), &cqs)?;
         let mut scope = PostScope {
             qp: self,
             cqs: &mut cqs,
@@ -135,9 +155,88 @@ impl<T: Transport> QueuePair<T, Rts> {
             _scope: PhantomData,
             _env: PhantomData,
         };
+        if *scope.qp.stale_completions_mut() {
+            // An earlier scope reset this queue pair but could not empty its queues.
+            scope.finished = true;
+            if !scope.purge()? {
+                return Err(Error::InvalidArgument(
+                    "the completion queues still hold completions from before the queue pair \
+                     was reset, and do not empty"
+                        .into(),
+                ));
+            }
+            scope.finished = false;
+        }
         let result = f(&mut scope);
+        // `finish` ends the scope only once nothing is outstanding (or aborts).
         scope.finish()?;
         Ok(result)
+    }
+}
+
+/// Checks that `cqs` are the queue pair's own completion queues (`own`: send, receive) and that
+/// no other queue pair uses them.
+fn check_cqs(own: (&Arc<CqInner>, &Arc<CqInner>), cqs: &ScopeCqs<'_>) -> Result<()> {
+    let (own_send, own_recv) = own;
+    let one_queue = Arc::ptr_eq(own_send, own_recv);
+    let not_own = || {
+        Error::InvalidArgument(
+            "the scope's completion queues must be the ones the queue pair was created with".into(),
+        )
+    };
+    match cqs.recv.as_deref() {
+        None => {
+            if !one_queue {
+                return Err(Error::InvalidArgument(
+                    "the queue pair has separate send and receive completion queues: use \
+                     ScopeCqs::split"
+                        .into(),
+                ));
+            }
+            if !Arc::ptr_eq(&cqs.send.inner, own_send) {
+                return Err(not_own());
+            }
+            // This queue pair holds two uses of it: as send and as receive queue.
+            if own_send.queue_pair_uses() != 2 {
+                return Err(shared_with_others());
+            }
+        }
+        Some(recv) => {
+            if one_queue {
+                return Err(Error::InvalidArgument(
+                    "the queue pair uses one completion queue: use ScopeCqs::shared".into(),
+                ));
+            }
+            if !Arc::ptr_eq(&cqs.send.inner, own_send) || !Arc::ptr_eq(&recv.inner, own_recv) {
+                return Err(not_own());
+            }
+            if own_send.queue_pair_uses() != 1 || own_recv.queue_pair_uses() != 1 {
+                return Err(shared_with_others());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn shared_with_others() -> Error {
+    Error::InvalidArgument(
+        "another queue pair also uses the scope's completion queue, so the scope could not \
+         account for every completion: give each scoped queue pair queues of its own"
+            .into(),
+    )
+}
+
+/// Whether a failed post may still have handed the request to the device, so that its memory
+/// must be treated as lent: the provider did not say (`bad_wr` null), or the extended path's
+/// `ibv_wr_complete` failed, which can happen after the requests were queued (rxe stores the
+/// producer index before it rings the doorbell, and the doorbell can fail).
+fn may_have_posted(error: &Error) -> bool {
+    match error {
+        Error::PostIndeterminate { .. } => true,
+        Error::QueueFull { verb, .. } | Error::Post { verb, .. } => {
+            *verb == crate::qp::EXTENDED_POST_VERB
+        }
+        _ => false,
     }
 }
 
@@ -244,10 +343,9 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
         let request = RecvRequest::new(wr_id, target.as_slice());
         // SAFETY: `target` borrows its region exclusively for the whole scope, so Rust cannot
         // touch the memory, and the region outlives the scope; the scope does not end before
-        // this request's completion is reaped, flushed, or the queue pair reset.
-        unsafe { self.qp.post_recv_one(&request)? };
-        self.outstanding += 1;
-        Ok(())
+        // this request's completion is reaped, flushed, or the queue pair reset (`count`).
+        let posted = unsafe { self.qp.post_recv_one(&request) };
+        self.count(posted)
     }
 
     /// Posts a receive without a buffer (for RDMA writes with immediate).
@@ -257,9 +355,8 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
     /// As [`QueuePair::post_recv`](crate::QueuePair::post_recv).
     pub fn recv_empty(&mut self, wr_id: u64) -> Result<()> {
         // SAFETY: the request names no memory.
-        unsafe { self.qp.post_recv_one(&RecvRequest::empty(wr_id))? };
-        self.outstanding += 1;
-        Ok(())
+        let posted = unsafe { self.qp.post_recv_one(&RecvRequest::empty(wr_id)) };
+        self.count(posted)
     }
 
     fn post(&mut self, request: SendRequest<'scope>) -> Result<()> {
@@ -267,14 +364,28 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
         // SAFETY: everything the request borrows lives for 'scope, which outlasts the scope's
         // end; sources are shared borrows (Rust cannot change them) and targets exclusive ones
         // (Rust cannot touch them); the scope does not end before the completion is reaped,
-        // flushed, or the queue pair reset.
-        unsafe { self.qp.post_send_one(&request)? };
-        self.outstanding += 1;
-        Ok(())
+        // flushed, or the queue pair reset (`count`).
+        let posted = unsafe { self.qp.post_send_one(&request) };
+        self.count(posted)
     }
 
-    /// `ibv_poll_cq` on the scope's queue(s): fills `completions` and counts those of this
-    /// queue pair. Completions of other queue pairs sharing the CQ are returned too, uncounted.
+    /// Counts a post as outstanding when it succeeded, and also when it failed in a way that
+    /// may have handed the request to the device: a request counted but never posted only
+    /// makes the end of the scope flush and reset; one posted but not counted would let the
+    /// scope end while the device still uses its memory.
+    fn count(&mut self, posted: Result<()>) -> Result<()> {
+        match &posted {
+            Ok(()) => self.outstanding += 1,
+            Err(error) if may_have_posted(error) => self.outstanding += 1,
+            Err(_) => {}
+        }
+        posted
+    }
+
+    /// `ibv_poll_cq` on the scope's queue(s): fills `completions` and counts them as done.
+    /// (Only completions with this queue pair's number count: the queues are this queue
+    /// pair's alone, but a queue pair whose `ibv_destroy_qp` failed may still complete into
+    /// them.)
     ///
     /// # Errors
     ///
@@ -368,32 +479,69 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
         Ok(true)
     }
 
-    /// Ends the scope: waits for, then flushes, then discards outstanding requests.
+    /// Ends the scope: waits for, then flushes, then discards outstanding requests. It marks
+    /// the scope finished only once nothing is outstanding; no error returns early.
     fn finish(&mut self) -> Result<()> {
-        self.finished = true;
         if self.outstanding == 0 {
+            self.finished = true;
             return Ok(());
         }
         let pending = self.outstanding;
-        if self.reap(self.drain)? {
+        let drained = self.reap(self.drain);
+        if matches!(drained, Ok(true)) {
+            self.finished = true;
             return Ok(());
         }
+        // A polling error is reported, but only after the clean-up below.
+        let polling_error = drained.err();
         // Flush: in the error state every outstanding request completes with a flush error.
-        let flushed = self.move_to(QpStateKind::Error).is_ok() && self.reap(FLUSH).unwrap_or(false);
-        if flushed {
-            return Err(Error::Incomplete {
+        if self.move_to(QpStateKind::Error).is_ok() && matches!(self.reap(FLUSH), Ok(true)) {
+            self.finished = true;
+            return Err(polling_error.unwrap_or(Error::Incomplete {
                 pending,
                 state: QpStateKind::Error,
-            });
+            }));
         }
         // Last resort: RESET discards every request, after which the device no longer uses
-        // their memory.
-        self.move_to(QpStateKind::Reset)?;
+        // their memory. Without it the borrows cannot end soundly.
+        if let Err(error) = self.move_to(QpStateKind::Reset) {
+            abort_lent(self.qp.qp_num(), &error);
+        }
         self.outstanding = 0;
-        Err(Error::Incomplete {
+        // Late completions of the discarded requests must not be counted by a later scope.
+        if !matches!(self.purge(), Ok(true)) {
+            *self.qp.stale_completions_mut() = true;
+        }
+        self.finished = true;
+        Err(polling_error.unwrap_or(Error::Incomplete {
             pending,
             state: QpStateKind::Reset,
-        })
+        }))
+    }
+
+    /// Polls the scope's queues until they are empty, discarding what it finds; used only when
+    /// the queue pair is not posting (reset, or before the scope posts). Returns whether they
+    /// emptied; bounded, in case a broken provider never reports them empty.
+    fn purge(&mut self) -> Result<bool> {
+        let mut completions = [WorkCompletion::default(); 16];
+        let capacity = self.cqs.send.capacity() as usize
+            + self
+                .cqs
+                .recv
+                .as_deref()
+                .map_or(0, |cq| cq.capacity() as usize);
+        let rounds = capacity / completions.len() + 2;
+        for _ in 0..rounds {
+            let mut n = self.cqs.send.poll(&mut completions)?.len();
+            if let Some(recv) = self.cqs.recv.as_deref_mut() {
+                n += recv.poll(&mut completions)?.len();
+            }
+            if n == 0 {
+                *self.qp.stale_completions_mut() = false;
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     fn move_to(&mut self, state: QpStateKind) -> Result<()> {
@@ -410,6 +558,17 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
     }
 }
 
+/// The one exit when a queue pair that may still write borrowed memory cannot be stopped:
+/// returning would end the borrows while the device owns the memory.
+#[cold]
+fn abort_lent(qp_num: u32, error: &Error) -> ! {
+    eprintln!(
+        "rdma-verbs: PostScope could not reset queue pair {qp_num:#x} ({error}) while the device \
+         may still use memory the scope lent it; aborting"
+    );
+    std::process::abort()
+}
+
 impl<T: Transport> Drop for PostScope<'_, '_, T> {
     /// Runs only when the closure panicked: the memory it borrowed must not be released while
     /// the device may still use it, so the scope drains (and flushes, and resets) first.
@@ -417,5 +576,39 @@ impl<T: Transport> Drop for PostScope<'_, '_, T> {
         if !self.finished {
             let _ = self.finish();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Errno;
+    use crate::qp::post_result;
+
+    #[test]
+    fn a_post_that_may_have_reached_the_device_is_counted() {
+        // bad_wr null: the provider did not say what it took.
+        let unknown = post_result("ibv_post_send", -5, || None).unwrap_err();
+        assert_eq!(unknown.errno(), Some(Errno::from_raw(5)));
+        assert!(matches!(unknown, Error::PostIndeterminate { .. }));
+        assert!(may_have_posted(&unknown));
+        // bad_wr named the request: it was not posted.
+        let full = post_result("ibv_post_recv", 12, || Some(0)).unwrap_err();
+        assert!(
+            matches!(full, Error::QueueFull { index: 0, .. }),
+            "{full:?}"
+        );
+        assert!(!may_have_posted(&full));
+        let refused = post_result("ibv_post_send", 22, || Some(0)).unwrap_err();
+        assert!(!may_have_posted(&refused));
+        // The extended path cannot tell a refused batch from a failed doorbell.
+        let batch = Error::QueueFull {
+            verb: crate::qp::EXTENDED_POST_VERB,
+            index: 0,
+        };
+        assert!(may_have_posted(&batch));
+        // Refused by the crate's own checks, before the provider saw anything.
+        assert!(!may_have_posted(&Error::InvalidArgument(String::new())));
+        assert!(post_result("ibv_post_send", 0, || None).is_ok());
     }
 }

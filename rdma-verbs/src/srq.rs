@@ -138,7 +138,9 @@ impl SharedReceiveQueue {
     ///
     /// # Errors
     ///
-    /// [`Error::QueueFull`] or [`Error::Post`], with the index of the first request not posted.
+    /// [`Error::QueueFull`] or [`Error::Post`], with the index of the first request not posted;
+    /// [`Error::PostIndeterminate`] when the provider did not name one: take every request as
+    /// posted.
     #[doc(alias = "ibv_post_srq_recv")]
     pub unsafe fn post_recv(&mut self, list: &mut RecvList<'_>) -> Result<()> {
         if list.is_empty() {
@@ -167,6 +169,8 @@ impl SharedReceiveQueue {
         let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
         // SAFETY: live SRQ; `raw`/`one` outlive the call; memory kept valid by the caller.
         let ret = unsafe { ffi::ibv_post_srq_recv(self.as_raw(), &mut raw, &mut bad) };
-        crate::qp::post_result("ibv_post_srq_recv", ret, || 0)
+        crate::qp::post_result("ibv_post_srq_recv", ret, || {
+            crate::qp::index_of_one(&raw, bad)
+        })
     }
 }

@@ -725,11 +725,10 @@ impl<'a, W: WorkRequest> PostList<'a, W> {
         self.wrs.as_mut_ptr()
     }
 
-    /// The index of `bad` (a request the provider reported) in the list.
-    pub(crate) fn index_of(&self, bad: *const W::Raw) -> usize {
-        let base = self.wrs.as_ptr() as usize;
-        let size = std::mem::size_of::<W::Raw>().max(1);
-        (bad as usize).wrapping_sub(base) / size
+    /// The index of `bad` (the request a failed post verb reported) in the list, or `None` when
+    /// it names no element of the list: null (the provider did not say) or a stray pointer.
+    pub(crate) fn index_of(&self, bad: *const W::Raw) -> Option<usize> {
+        element_index(self.wrs.as_ptr(), self.wrs.len(), bad)
     }
 }
 
@@ -739,5 +738,36 @@ impl<W: WorkRequest> fmt::Debug for PostList<'_, W> {
             .field("len", &self.len())
             .field("capacity", &self.capacity())
             .finish()
+    }
+}
+
+/// The index of `bad` in the `len` elements at `base`, or `None` when it points at none of
+/// them (null, outside, or between elements). Address arithmetic only: `bad` comes from a
+/// provider and is never dereferenced.
+pub(crate) fn element_index<R>(base: *const R, len: usize, bad: *const R) -> Option<usize> {
+    let size = std::mem::size_of::<R>();
+    if bad.is_null() || size == 0 {
+        return None;
+    }
+    let offset = (bad as usize).checked_sub(base as usize)?;
+    let index = offset / size;
+    (offset % size == 0 && index < len).then_some(index)
+}
+
+#[cfg(test)]
+mod element_index_tests {
+    use super::element_index;
+
+    #[test]
+    fn only_pointers_to_elements_have_an_index() {
+        let items = [0u64; 4];
+        let base = items.as_ptr();
+        assert_eq!(element_index(base, 4, base), Some(0));
+        assert_eq!(element_index(base, 4, base.wrapping_add(3)), Some(3));
+        assert_eq!(element_index(base, 4, std::ptr::null()), None);
+        assert_eq!(element_index(base, 4, base.wrapping_add(4)), None);
+        assert_eq!(element_index(base, 4, base.wrapping_sub(1)), None);
+        let between = (base as usize + 3) as *const u64;
+        assert_eq!(element_index(base, 4, between), None);
     }
 }

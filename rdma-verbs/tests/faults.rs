@@ -69,7 +69,7 @@ fn fault_receiver_not_ready_without_rnr_retry() {
         rnr_retry: 0,
         ..RcRtsAttr::new(0)
     };
-    let (mut a, b) = f.rc_pair_with(
+    let (mut a, mut b) = f.rc_pair_with(
         f.pd.create_qp(&cq_a, &cq_a),
         f.pd.create_qp(&cq_b, &cq_b),
         AccessFlags::empty(),
@@ -86,9 +86,16 @@ fn fault_receiver_not_ready_without_rnr_retry() {
     assert_eq!(wc.wr_id(), 5);
     assert_eq!(wc.status(), WcStatus::RnrRetryExcErr, "{wc:?}");
     assert_eq!(a.query_state().unwrap(), QpStateKind::Error);
-    // The receiver saw nothing and is unharmed.
-    assert_no_completion(&mut cq_b, Duration::from_millis(50));
+    // The receiver saw nothing and is unharmed: a receive posted now is still there when it is
+    // flushed, and is the only completion its CQ ever gets.
     assert_eq!(b.query_state().unwrap(), QpStateKind::Rts);
+    let dst = f.pd.register(64, LOCAL).unwrap();
+    // SAFETY: `dst` outlives the flush completion polled below.
+    unsafe {
+        b.post_recv_one(&RecvRequest::new(6, dst.slice(..).unwrap()))
+            .unwrap();
+    }
+    assert_only_flushes(b, &mut cq_b, &[6]);
 }
 
 #[test]
@@ -151,7 +158,9 @@ fn fault_cq_overflow_is_an_async_event() {
     for (i, wc) in kept.iter().enumerate() {
         assert_ok(wc, 100 + i as u64, WcOpcode::Send);
     }
-    assert_no_completion(&mut tiny, Duration::from_millis(100));
+    // The completion that did not fit was the last one (the event came with it): nothing can
+    // come after it.
+    assert_cq_empty(&mut tiny);
     eprintln!(
         "CQ of capacity {capacity}: {n} completions gave {}; requester now {}",
         event.type_name(),
@@ -165,13 +174,16 @@ fn fault_async_event_wait_without_deadline() {
     // Duration::MAX means "no deadline": the wait returns the event, it does not panic on the
     // deadline's arithmetic.
     let (tx, rx) = std::sync::mpsc::channel();
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     {
         let context = f.context.clone();
         std::thread::spawn(move || {
+            tid_tx.send(thread_id()).unwrap();
             let _ = tx.send(context.wait_async_event(Duration::MAX));
         });
     }
-    std::thread::sleep(Duration::from_millis(50));
+    // The event comes while the waiter sleeps, not before it waits.
+    wait_until_asleep(tid_rx.recv_timeout(WAIT).expect("the waiter started"));
     // Make an event: overflow a CQ of one entry with two completions.
     let tiny = f.cq(1);
     let cq_b = f.cq(16);

@@ -437,9 +437,20 @@ fn mw_bad_binds_are_refused_before_posting() {
         let foreign = other_pd.register(4096, BINDABLE).unwrap();
         assert!(invalid(&p.b.bind_mw(&mut t1, 1, &foreign, .., write, true)));
     }
-    // Nothing was posted: no completion, and the key is unchanged.
-    assert_no_completion(&mut p.cq_b, std::time::Duration::from_millis(20));
+    // Nothing was posted: the key is unchanged, and the first completion on `b` is that of the
+    // request posted next (a send queue completes in order; every refused bind was signaled).
     assert_eq!(t1.rkey(), key1);
+    let marker = f.pd.register(8, LOCAL).unwrap();
+    // SAFETY: `marker` and `target` outlive the completion polled below.
+    unsafe {
+        p.b.post_send_one(
+            &SendRequest::write(99, marker.slice(..).unwrap(), target.remote(..8).unwrap())
+                .signaled(),
+        )
+        .unwrap();
+    }
+    assert_ok(&wait_for(&mut p.cq_b, 1)[0], 99, WcOpcode::RdmaWrite);
+    assert_cq_empty(&mut p.cq_b);
 
     if attr.supports_mw_type2() {
         let mut t2 = f.pd.alloc_mw(MwType::Type2).unwrap();

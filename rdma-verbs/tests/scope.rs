@@ -143,9 +143,12 @@ fn scope_that_panics_still_drains_before_unwinding() {
         });
     }));
     assert!(unwound.is_err());
-    // The scope flushed the receive before letting the panic through.
+    // The scope flushed the receive before letting the panic through, and reaped its flush
+    // completion: a new receive's flush completion is the only one in the queue (a leftover
+    // would come first and leave that one behind).
     assert_eq!(b.query_state().unwrap(), QpStateKind::Error);
-    assert_no_completion(&mut cq_b, Duration::from_millis(50));
+    scope_accepted(&f, &mut b, ScopeCqs::shared(&mut cq_b));
+    assert_cq_empty(&mut cq_b);
 }
 
 #[test]
@@ -166,4 +169,210 @@ fn scope_refuses_a_queue_pair_on_an_srq() {
         .unwrap();
     let ran = qp.scope(ScopeCqs::shared(&mut cq), |_| ());
     assert!(matches!(ran, Err(Error::InvalidArgument(_))), "{ran:?}");
+}
+
+/// Runs a scope that must be refused before its closure runs; returns the error.
+fn refused<T: Transport>(qp: &mut QueuePair<T, Rts>, cqs: ScopeCqs<'_>) -> Error {
+    let mut ran = false;
+    let result = qp.scope(cqs, |_| ran = true);
+    assert!(!ran, "the closure of a refused scope ran");
+    match result {
+        Err(error @ Error::InvalidArgument(_)) => error,
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}
+
+/// A scope on `qp` with `cqs` runs: one receive posted, then flushed and reaped.
+fn scope_accepted<T: Transport>(f: &Fixture, qp: &mut QueuePair<T, Rts>, cqs: ScopeCqs<'_>) {
+    let mut inbox = f.pd.register(64, LOCAL).unwrap();
+    let target = inbox.slice_mut(..).unwrap();
+    qp.scope(cqs, |s| {
+        s.recv(1, &target).unwrap();
+        assert_eq!(s.flush_outstanding().unwrap(), 1);
+        assert_eq!(s.outstanding(), 0);
+    })
+    .unwrap();
+    assert_eq!(qp.query_state().unwrap(), QpStateKind::Error);
+}
+
+/// The attack the check closes: a scope given a CQ that is not its queue pair's would count
+/// nothing (the flush completion of its receive lands in the real CQ, unpolled), and a later
+/// scope would count that stale completion as its own while its real receive is still posted.
+#[test]
+fn scope_refuses_completion_queues_that_are_not_the_queue_pairs() {
+    let Some(f) = fixture() else { return };
+    let (cq_a, mut cq_b, mut other) = (f.cq(16), f.cq(16), f.cq(16));
+    let (_a, mut b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    // Another queue of the same device.
+    refused(&mut b, ScopeCqs::shared(&mut other));
+    // `split` for a queue pair with one queue, even when one of the two is the right one.
+    refused(&mut b, ScopeCqs::split(&mut cq_b, &mut other));
+    refused(&mut b, ScopeCqs::split(&mut other, &mut cq_b));
+    // A queue of another context of the same device: another queue, with the same numbers.
+    let second = Context::open(&f.device.name).expect("a second context");
+    let mut foreign = second.create_cq(16).unwrap();
+    refused(&mut b, ScopeCqs::shared(&mut foreign));
+    // The right queue is accepted, and the queue pair still works after the refusals.
+    scope_accepted(&f, &mut b, ScopeCqs::shared(&mut cq_b));
+    assert_cq_empty(&mut cq_b);
+}
+
+#[test]
+fn scope_refuses_swapped_or_foreign_split_queues() {
+    let Some(f) = fixture() else { return };
+    let (send_a, recv_a) = (f.cq(16), f.cq(16));
+    let (mut send_b, mut recv_b) = (f.cq(16), f.cq(16));
+    let (_a, mut b) = f.rc_pair(
+        f.pd.create_qp(&send_a, &recv_a),
+        f.pd.create_qp(&send_b, &recv_b),
+        AccessFlags::empty(),
+    );
+    // `shared` for a queue pair with two queues.
+    refused(&mut b, ScopeCqs::shared(&mut send_b));
+    refused(&mut b, ScopeCqs::shared(&mut recv_b));
+    // Swapped: the send queue given as receive queue.
+    refused(&mut b, ScopeCqs::split(&mut recv_b, &mut send_b));
+    // The right pair works.
+    scope_accepted(&f, &mut b, ScopeCqs::split(&mut send_b, &mut recv_b));
+}
+
+/// A queue another queue pair uses would mix its completions into the scope's count (or the
+/// scope would drop them): refused, and accepted again once the other queue pair is gone.
+#[test]
+fn scope_refuses_a_queue_another_queue_pair_uses() {
+    let Some(f) = fixture() else { return };
+    let (cq_a, mut cq_b) = (f.cq(16), f.cq(32));
+    let (_a, mut b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    // A second queue pair completing into b's queue, for receives only.
+    let neighbour = f.pd.create_qp::<Rc>(&cq_a, &cq_b).build().unwrap();
+    let error = refused(&mut b, ScopeCqs::shared(&mut cq_b));
+    assert!(error.to_string().contains("another queue pair"), "{error}");
+    drop(neighbour);
+    scope_accepted(&f, &mut b, ScopeCqs::shared(&mut cq_b));
+}
+
+/// The same attack with a queue of a second device: a queue pair number exists on both
+/// devices, so matching completions by number alone would accept it.
+#[test]
+fn scope_refuses_a_queue_of_another_device() {
+    let Some(f) = fixture() else { return };
+    let Some(name) = rdma_test_support::second_device() else {
+        return;
+    };
+    assert_ne!(
+        name, f.device.name,
+        "the second device must be another device"
+    );
+    let other_device = Context::open(&name).expect("open the second device");
+    let mut foreign = other_device.create_cq(16).unwrap();
+    let (cq_a, cq_b) = (f.cq(16), f.cq(16));
+    let (_a, mut b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    // A queue pair on the second device with b's number would complete into `foreign`;
+    // whatever the numbers, the queue is not b's.
+    refused(&mut b, ScopeCqs::shared(&mut foreign));
+}
+
+/// The last resort of a scope's end: the flush cannot complete (the completion queue is too
+/// small for the flush completions, which rxe then drops), so the scope resets the queue pair
+/// and empties its queue. After reconnecting, a new scope counts only its own completion: its
+/// receive is really done, with the peer's bytes in it, when the scope ends.
+#[test]
+fn scope_reset_leaves_no_stale_completion_for_the_next_scope() {
+    let Some(f) = fixture() else { return };
+    let mut cq_a = f.cq(16);
+    // Room for far fewer completions than the receives about to be flushed: the device flushes
+    // them in one burst, faster than a poller can make room, so some are dropped and the flush
+    // never completes them all.
+    let mut cq_b = f.cq(1);
+    let capacity = cq_b.capacity() as usize;
+    let posted = 256;
+    assert!(capacity < posted / 4, "capacity {capacity}");
+    let (mut a, b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b).max_recv_wr(posted as u32),
+        AccessFlags::empty(),
+    );
+    let mut b = b;
+    let mut inbox = f.pd.register(256, LOCAL).unwrap();
+    {
+        let target = inbox.slice_mut(..).unwrap();
+        let result = b.scope(ScopeCqs::shared(&mut cq_b), |s| {
+            s.set_drain_timeout(Duration::from_millis(100));
+            for id in 0..posted as u64 {
+                s.recv(100 + id, &target).unwrap();
+            }
+        });
+        assert!(
+            matches!(
+                result,
+                Err(Error::Incomplete {
+                    state: QpStateKind::Reset,
+                    ..
+                })
+            ),
+            "{result:?}"
+        );
+    }
+    assert_eq!(b.query_state().unwrap(), QpStateKind::Reset);
+    // The scope emptied the queue: nothing stale is left (in RESET nothing more can arrive;
+    // the next scope below shows it by counting exactly its own completion).
+    assert_cq_empty(&mut cq_b);
+
+    // Reconnect both ends (a's peer went through RESET), then one SEND into a new receive.
+    let a_num = a.qp_num();
+    let b_num = b.qp_num();
+    let b = b
+        .into_reset()
+        .unwrap()
+        .into_init(&ConnectedInitAttr::new(f.device.port))
+        .unwrap()
+        .into_rtr(&RcRtrAttr::new(f.av(), a_num, 100))
+        .unwrap();
+    let mut b = b.into_rts(&RcRtsAttr::new(200)).unwrap();
+    a = a
+        .into_reset()
+        .unwrap()
+        .into_init(&ConnectedInitAttr::new(f.device.port))
+        .unwrap()
+        .into_rtr(&RcRtrAttr::new(f.av(), b_num, 200))
+        .unwrap()
+        .into_rts(&RcRtsAttr::new(100))
+        .unwrap();
+    inbox.as_mut_slice().unwrap().fill(0);
+    let mut src = f.pd.register(256, LOCAL).unwrap();
+    src.as_mut_slice()
+        .unwrap()
+        .copy_from_slice(&pattern(256, 31));
+    {
+        let target = inbox.slice_mut(..).unwrap();
+        b.scope(ScopeCqs::shared(&mut cq_b), |sb| {
+            sb.recv(7, &target).unwrap();
+            a.scope(ScopeCqs::shared(&mut cq_a), |sa| {
+                sa.send(SendRequest::send(8, src.slice(..).unwrap()))
+                    .unwrap();
+                let sent = reap_all(sa);
+                assert_ok(&sent[0], 8, WcOpcode::Send);
+            })
+            .unwrap();
+            let got = reap_all(sb);
+            assert_eq!(got.len(), 1, "{got:?}");
+            assert_ok(&got[0], 7, WcOpcode::Recv);
+            assert_eq!(got[0].byte_len(), 256);
+        })
+        .unwrap();
+    }
+    assert_eq!(inbox.as_slice().unwrap(), &pattern(256, 31)[..]);
+    assert_cq_empty(&mut cq_b);
 }

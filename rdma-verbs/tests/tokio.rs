@@ -16,7 +16,9 @@ use tokio::time::{sleep, timeout};
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;
 
-/// How long the sending thread waits before sending, so that the await really sleeps.
+/// How long a sending thread waits before sending, so that an await sleeps for at least that
+/// long. Tests only assert lower bounds with it (taking the start time before the thread
+/// starts), which hold however slow the machine is.
 const DELAY: Duration = Duration::from_millis(300);
 
 fn assert_send<T: Send>(_: &T) {}
@@ -59,14 +61,16 @@ async fn tokio_await_a_receive_while_the_runtime_runs_other_tasks() {
     recv(&mut b, 21, &dst);
 
     // poll_async: the queue is empty, so it arms it and sleeps; the send comes later, from a
-    // thread. The runtime has one thread: the ticker only runs if the wait does not block it.
+    // thread, once the ticker has run. The runtime has one thread: the ticker runs only if the
+    // pending receive does not block it (join! polls the receive first). If it never runs, the
+    // thread sends after WAIT anyway, so that a blocking wait returns, and the test fails.
+    let (go, went) = std::sync::mpsc::channel::<()>();
     let sender = thread::spawn(move || {
-        thread::sleep(DELAY);
+        let ticked_first = went.recv_timeout(WAIT).is_ok();
         send(&mut a, 12, &src);
         assert_ok(&wait_for(&mut cq_a, 1)[0], 12, WcOpcode::Send);
-        (a, src, cq_a)
+        (a, src, cq_a, ticked_first)
     });
-    let started = Instant::now();
     let mut completions = [WorkCompletion::default(); 4];
     let receive = async {
         let future = recv_cq.poll_async(&channel, &mut completions);
@@ -82,42 +86,45 @@ async fn tokio_await_a_receive_while_the_runtime_runs_other_tasks() {
         for _ in 0..3 {
             sleep(Duration::from_millis(30)).await;
         }
-        Instant::now()
+        let ticked_at = Instant::now();
+        let _ = go.send(());
+        ticked_at
     };
     let ((got, received_at), ticked_at) = tokio::join!(receive, ticker);
     assert!(
         ticked_at < received_at,
         "the ticker did not run while the receive was awaited"
     );
-    assert!(
-        received_at - started >= DELAY - Duration::from_millis(50),
-        "returned before the send: {:?}",
-        received_at - started
-    );
     assert_eq!(got.len(), 1, "{got:?}");
     assert_ok(&got[0], 21, WcOpcode::Recv);
     assert_eq!(got[0].byte_len(), 1000);
     assert_eq!(got[0].qp_num(), b.qp_num());
     assert_eq!(&dst.as_slice().unwrap()[..1000], &pattern(1000, 5)[..]);
-    let (mut a, src, mut cq_a) = sender.join().expect("the sending thread");
+    let (mut a, src, mut cq_a, ticked_first) = sender.join().expect("the sending thread");
+    assert!(
+        ticked_first,
+        "the ticker did not run while the receive was awaited"
+    );
 
     // wait() itself: arm by hand, the event names the receive CQ, the completion is there.
     recv(&mut b, 22, &dst);
     recv_cq.req_notify(false).unwrap();
+    let started = Instant::now();
     let sender = thread::spawn(move || {
         thread::sleep(DELAY);
         send(&mut a, 13, &src);
         assert_ok(&wait_for(&mut cq_a, 1)[0], 13, WcOpcode::Send);
         (a, src, cq_a)
     });
-    let started = Instant::now();
     let wait = channel.wait();
     assert_send(&wait);
     let event = timeout(WAIT, wait)
         .await
         .expect("no completion event in time")
         .expect("wait");
-    assert!(started.elapsed() >= DELAY - Duration::from_millis(50));
+    // The event came from the send, which the thread made DELAY after `started` at the
+    // earliest: the wait slept until then.
+    assert!(started.elapsed() >= DELAY, "{:?}", started.elapsed());
     assert!(event.is_for(&recv_cq), "{event:?}");
     assert!(!event.is_for(&send_cq_b));
     assert_ok(&wait_for(&mut recv_cq, 1)[0], 22, WcOpcode::Recv);
@@ -157,7 +164,8 @@ async fn tokio_cancelled_waits_lose_nothing() {
         Err(Error::InvalidArgument(_))
     ));
 
-    // Armed, nothing pending: the wait times out, and is dropped.
+    // Armed, nothing pending and nothing in flight: the wait times out at its bound (never
+    // earlier: tokio's timers do not fire early), and is dropped.
     cq.req_notify(false).unwrap();
     let bound = Duration::from_millis(200);
     let started = Instant::now();
@@ -210,11 +218,9 @@ async fn tokio_cancelled_waits_lose_nothing() {
     let channel = async_channel.into_inner();
     let again = AsyncCompletionChannel::new(channel.clone()).expect("register again");
     assert_eq!(again.channel().as_raw(), channel.as_raw());
-    // Every event was taken: none is left for the blocking wait.
-    assert!(matches!(
-        channel.wait(Duration::from_millis(50)),
-        Err(Error::Timeout(_))
-    ));
+    // Every event was taken: none is left for the blocking wait. (Each would have been raised
+    // with a completion polled above: QUIET covers only its delivery.)
+    assert!(matches!(channel.wait(QUIET), Err(Error::Timeout(_))));
 }
 
 #[tokio::test]
@@ -309,12 +315,10 @@ async fn tokio_hundred_round_trips_through_the_async_path() {
         );
     }
     let _keep = echo.join().expect("the echo thread");
-    // No event is left over, and dropping everything (36 events unacknowledged) returns.
-    assert!(
-        timeout(Duration::from_millis(100), channel.wait())
-            .await
-            .is_err()
-    );
+    // No event is left over (one would have been raised with a completion polled above:
+    // QUIET covers only its delivery), and dropping everything (36 events unacknowledged)
+    // returns.
+    assert!(timeout(QUIET, channel.wait()).await.is_err());
     drop(b);
     drop(recv_cq);
     drop(channel);
@@ -349,13 +353,14 @@ async fn tokio_async_events_yield_the_srq_limit_event() {
     }
     srq.arm_limit(2).expect("arm the SRQ limit");
 
-    // Nothing yet: the wait times out (and is dropped).
+    // Nothing yet, and nothing in flight: the wait times out (and is dropped).
     let next = events.next();
     assert_send(&next);
     assert!(timeout(Duration::from_millis(200), next).await.is_err());
 
     // Three sends from a thread, after a delay, leave one receive: below the limit.
     let src = f.pd.register(64, LOCAL).unwrap();
+    let started = Instant::now();
     let sender = thread::spawn(move || {
         thread::sleep(DELAY);
         for wr_id in 10..13 {
@@ -364,12 +369,12 @@ async fn tokio_async_events_yield_the_srq_limit_event() {
         assert_eq!(wait_for(&mut cq_a, 3).len(), 3);
         (a, src, cq_a)
     });
-    let started = Instant::now();
     let event = timeout(WAIT, events.next())
         .await
         .expect("no SRQ limit event in time")
         .expect("next");
-    assert!(started.elapsed() >= DELAY - Duration::from_millis(50));
+    // The sends began DELAY after `started` at the earliest: the wait slept until the event.
+    assert!(started.elapsed() >= DELAY, "{:?}", started.elapsed());
     assert_eq!(
         event,
         AsyncEvent::SrqLimitReached {
@@ -380,13 +385,11 @@ async fn tokio_async_events_yield_the_srq_limit_event() {
     let _keep = sender.join().expect("the sending thread");
     assert_eq!(wait_for(&mut cq_b, 3).len(), 3);
 
-    // The poll function sees nothing more.
+    // The poll function sees nothing more (the event disarmed the limit; a second one would
+    // have come with a receive polled above: QUIET covers only its delivery).
     assert!(
-        timeout(
-            Duration::from_millis(200),
-            poll_fn(|cx| events.poll_next(cx))
-        )
-        .await
-        .is_err()
+        timeout(QUIET, poll_fn(|cx| events.poll_next(cx)))
+            .await
+            .is_err()
     );
 }

@@ -21,6 +21,10 @@
 //! message. Each outcome is also appended to the file named by `RDMA_TEST_REPORT`, which the
 //! harness (`cargo xtask test`) reads to prove that device tests ran and none were skipped.
 //!
+//! Inside the harness a skip must be justified: [`unsupported`] fails the test unless
+//! [`device_lacks`] confirms that the device lacks the capability. [`second_device`] names the
+//! second device for tests that need two, and [`repeat`] gives `cargo xtask test --repeat N`.
+//!
 //! This crate uses only the raw bindings, so every crate's tests can depend on it.
 
 #![deny(missing_docs)]
@@ -44,6 +48,11 @@ pub const ENV_ADDR: &str = "RDMA_TEST_ADDR";
 pub const ENV_REQUIRE: &str = "RDMA_TEST_REQUIRE_DEVICE";
 /// Environment variable naming the file the harness reads test outcomes from.
 pub const ENV_REPORT: &str = "RDMA_TEST_REPORT";
+/// Environment variable naming a second device, for tests that need two (see
+/// [`second_device`]).
+pub const ENV_DEVICE2: &str = "RDMA_TEST_DEVICE2";
+/// Environment variable with a repeat count for repeatable tests (see [`repeat`]).
+pub const ENV_REPEAT: &str = "RDMA_TEST_REPEAT";
 
 /// The device, port and addressing a device test runs on.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,8 +81,7 @@ pub struct TestDevice {
 /// When no device is found and `RDMA_TEST_REQUIRE_DEVICE=1`: that is the test's failure.
 #[track_caller]
 pub fn device() -> Option<TestDevice> {
-    static FOUND: OnceLock<Result<TestDevice, String>> = OnceLock::new();
-    match FOUND.get_or_init(find_device) {
+    match found_device() {
         Ok(device) => {
             report(&format!("ran {} {}", test_name(), device.name));
             Some(device.clone())
@@ -85,23 +93,137 @@ pub fn device() -> Option<TestDevice> {
     }
 }
 
-/// Records that the running test could not run because the device lacks `capability`, and
-/// prints a visible line. The harness lists every such skip in its summary.
+/// Records that the running test cannot run because the device lacks `capability`, and prints
+/// a visible line; the test then returns early.
 ///
-/// Use it only for capabilities the device really lacks (XRC, ODP, device memory on rxe);
-/// features the issues ask for are not skipped on rxe.
+/// Outside the harness this is a skip. Inside it (`RDMA_TEST_REQUIRE_DEVICE=1`) a skip must be
+/// justified: this panics, so the test fails, unless `capability` is one [`device_lacks`] can
+/// check and the device truly lacks it. A justified skip is counted as skipped, and a run with
+/// any skip is not green: the capabilities the suite uses are all on rxe.
+///
+/// # Panics
+///
+/// Inside the harness, when the device has `capability` or this crate cannot check it.
+#[track_caller]
 pub fn unsupported(capability: &str) {
     let name = test_name();
+    if require_device() {
+        let refusal = match device_lacks(capability) {
+            Some(true) => None,
+            Some(false) => Some(format!(
+                "the device has {capability}: a test must not skip what the device supports"
+            )),
+            None => Some(format!(
+                "cannot check that the device lacks {capability:?} (checkable: {}); \
+                 add a check to rdma_test_support::device_lacks or make the test run",
+                CAPABILITIES.join(", ")
+            )),
+        };
+        if let Some(refusal) = refusal {
+            report(&format!(
+                "failed {name} unsupported({capability:?}) refused: {refusal}"
+            ));
+            panic!(
+                "{ENV_REQUIRE}=1 and the test called unsupported({capability:?}), but {refusal}"
+            );
+        }
+    }
     visible(&format!(
         "UNSUPPORTED {name}: the device lacks {capability}"
     ));
     report(&format!("unsupported {name} {capability}"));
 }
 
+/// The capabilities [`device_lacks`] can check, by the names tests pass to [`unsupported`].
+pub const CAPABILITIES: &[&str] = &[
+    "memory windows type 1",
+    "memory windows type 2",
+    "XRC",
+    "atomics",
+    "SRQ",
+];
+
+/// Whether the test device lacks `capability` (one of [`CAPABILITIES`], compared ignoring
+/// case), from its own `ibv_query_device`; `None` if the capability is not one of them or no
+/// device is found.
+pub fn device_lacks(capability: &str) -> Option<bool> {
+    let known = CAPABILITIES
+        .iter()
+        .find(|c| c.eq_ignore_ascii_case(capability))?;
+    let name = match found_device() {
+        Ok(device) => device.name.clone(),
+        Err(_) => return None,
+    };
+    let devices = DeviceList::get().ok()?;
+    let index = devices.names.iter().position(|n| *n == name)?;
+    // SAFETY: `list[index]` is a device of the live list.
+    let context = unsafe { ffi::ibv_open_device(devices.list[index]) };
+    if context.is_null() {
+        return None;
+    }
+    let mut attr = ffi::ibv_device_attr::default();
+    // SAFETY: live context, writable attribute struct.
+    let rc = unsafe { ffi::ibv_query_device(context, &mut attr) };
+    // SAFETY: `context` was opened above and is closed once.
+    unsafe { ffi::ibv_close_device(context) };
+    if rc != 0 {
+        return None;
+    }
+    let flags = attr.device_cap_flags;
+    let has = match *known {
+        "memory windows type 1" => flags & ffi::IBV_DEVICE_MEM_WINDOW != 0,
+        "memory windows type 2" => {
+            flags & (ffi::IBV_DEVICE_MEM_WINDOW_TYPE_2A | ffi::IBV_DEVICE_MEM_WINDOW_TYPE_2B) != 0
+        }
+        "XRC" => flags & ffi::IBV_DEVICE_XRC != 0,
+        "atomics" => attr.atomic_cap != ffi::IBV_ATOMIC_NONE,
+        "SRQ" => attr.max_srq > 0,
+        _ => return None,
+    };
+    Some(!has)
+}
+
+/// The name of the second device (`RDMA_TEST_DEVICE2`; the harness's VM makes `rxe1`), for
+/// tests that need two devices; `None` after a visible skip when it is not set.
+///
+/// # Panics
+///
+/// When it is not set and `RDMA_TEST_REQUIRE_DEVICE=1`: that is the test's failure.
+#[track_caller]
+pub fn second_device() -> Option<String> {
+    match std::env::var(ENV_DEVICE2) {
+        Ok(name) if !name.is_empty() => Some(name),
+        _ => {
+            skip(&format!("{ENV_DEVICE2} names no second device"));
+            None
+        }
+    }
+}
+
+/// How many times to repeat a repeatable test (`RDMA_TEST_REPEAT`, set by
+/// `cargo xtask test --repeat N`); 1 when unset.
+///
+/// # Panics
+///
+/// When `RDMA_TEST_REPEAT` is set but not a positive integer.
+pub fn repeat() -> usize {
+    match std::env::var(ENV_REPEAT) {
+        Ok(text) => match text.trim().parse::<usize>() {
+            Ok(count) if count > 0 => count,
+            _ => panic!("{ENV_REPEAT}={text:?} is not a positive integer"),
+        },
+        Err(_) => 1,
+    }
+}
+
+fn require_device() -> bool {
+    std::env::var(ENV_REQUIRE).as_deref() == Ok("1")
+}
+
 #[track_caller]
 fn skip(reason: &str) {
     let name = test_name();
-    if std::env::var(ENV_REQUIRE).as_deref() == Ok("1") {
+    if require_device() {
         report(&format!("failed {name} {reason}"));
         panic!("{ENV_REQUIRE}=1 but {reason}");
     }
@@ -147,6 +269,12 @@ fn report(line: &str) {
     if let Err(error) = written {
         eprintln!("warning: cannot append to {ENV_REPORT} file {path:?}: {error}");
     }
+}
+
+/// The device search's result, made once per process.
+fn found_device() -> &'static Result<TestDevice, String> {
+    static FOUND: OnceLock<Result<TestDevice, String>> = OnceLock::new();
+    FOUND.get_or_init(find_device)
 }
 
 fn find_device() -> Result<TestDevice, String> {
@@ -357,6 +485,13 @@ fn gid_to_ip(gid: &[u8; 16]) -> Option<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_known_capabilities_can_be_checked() {
+        // Unknown names are refused before any device is looked for.
+        assert_eq!(device_lacks("a flux capacitor"), None);
+        assert!(CAPABILITIES.contains(&"XRC"));
+    }
 
     #[test]
     fn ipv4_mapped_gids_are_recognised() {

@@ -3,6 +3,8 @@
 //! - `setup`: installs what a fresh machine needs (idempotent).
 //! - `test`: builds every test on the host and runs the suite on an RDMA device: the host's own
 //!   if it has an active one, otherwise a Soft-RoCE device in a throwaway VM.
+//! - `harness-selftest`: proves that the test harness's verdict can fail (planted failures and
+//!   a hung VM).
 //! - `bindgen`: regenerates the checked-in raw bindings of `rdma-verbs-sys`.
 
 #[cfg(feature = "bindgen")]
@@ -21,6 +23,7 @@ fn main() -> ExitCode {
         Some("setup") => setup::run(),
         Some("test") => harness::run(&root, &args[1..]),
         Some("pingpong") => harness::pingpong(&root, &args[1..]),
+        Some("harness-selftest") => harness::selftest(&root, &args[1..]),
         Some("-h" | "--help") | None => {
             print!("{USAGE}");
             Ok(())
@@ -30,7 +33,11 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("xtask: {message}");
+            // An empty message: the task printed its verdict already, and its last line must
+            // stay last.
+            if !message.is_empty() {
+                eprintln!("xtask: {message}");
+            }
             ExitCode::FAILURE
         }
     }
@@ -38,12 +45,14 @@ fn main() -> ExitCode {
 
 const USAGE: &str = "usage: cargo xtask <task>
 tasks:
-  setup     install the packages a fresh machine needs (idempotent)
-  test      build all tests and run them on an RDMA device (Soft-RoCE VM if the host has none)
-            options: --vm, --host, --no-doc, -- <test filter and libtest arguments>
-  pingpong  run rc_pingpong server and client on the device (Soft-RoCE VM if the host has none);
-            extra arguments go to both, for example `cargo xtask pingpong -s 64 -n 10000`
-  bindgen   regenerate rdma-verbs-sys/src/bindings from the installed headers
+  setup             install the packages a fresh machine needs (idempotent)
+  test              build all tests and run them on an RDMA device (Soft-RoCE VM if the host
+                    has none); options: --vm, --host, --no-doc, --repeat N,
+                    -- <test filter and libtest arguments>
+  pingpong          run rc_pingpong server and client on the device (Soft-RoCE VM if the host
+                    has none); extra arguments go to both, e.g. `cargo xtask pingpong -s 64`
+  harness-selftest  prove the test harness fails on planted failures and stops a hung VM
+  bindgen           regenerate rdma-verbs-sys/src/bindings from the installed headers
 ";
 
 fn workspace_root() -> PathBuf {

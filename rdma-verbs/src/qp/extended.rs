@@ -242,7 +242,7 @@ pub(super) unsafe fn post(
     }
     // SAFETY: the batch is live; completing ends it.
     let ret = unsafe { ffi::ibv_wr_complete(qpx) };
-    let verb = "ibv_wr_complete";
+    let verb = super::EXTENDED_POST_VERB;
     Some(match Errno::result(ret) {
         Ok(()) => Ok(()),
         Err(Errno::NOMEM | Errno::NOSPC) => Err(Error::QueueFull { verb, index: 0 }),

@@ -166,6 +166,10 @@ pub(crate) struct QpInner {
     _send_cq: Arc<CqInner>,
     _recv_cq: Arc<CqInner>,
     _srq: Option<Arc<SrqInner>>,
+    /// Set when a [`PostScope`](crate::PostScope) reset this queue pair but could not empty its
+    /// completion queues of the late completions: the next scope empties them before it posts,
+    /// so that it cannot count a stale completion as one of its own.
+    pub(crate) stale_completions: bool,
 }
 
 // SAFETY: verbs on a queue pair may be called from any thread; posting takes `&mut`, which also
@@ -418,6 +422,7 @@ impl<'a, T: Transport> QpBuilder<'a, T> {
                 _send_cq: self.send_cq.inner.clone(),
                 _recv_cq: self.recv_cq.inner.clone(),
                 _srq: self.srq.map(|s| s.inner.clone()),
+                stale_completions: false,
             },
             _type: PhantomData,
         })
@@ -725,9 +730,10 @@ impl<T: Transport> QueuePair<T, Rts> {
     ///
     /// Inline payloads are copied during the call and are exempt.
     ///
-    /// And before [`scope`](QueuePair::scope) is called on this queue pair, every request posted
-    /// here has completed and its completion, if any, has been polled: a scope counts the completions
-    /// of its queue pair as its own.
+    /// And when [`scope`](QueuePair::scope) is called on this queue pair, no completion with this
+    /// queue pair's number may still be pending in its completion queues, nor still to come
+    /// (every request posted here has completed, and its completion, if signaled, has been
+    /// polled): a scope counts the completions of its queue pair as its own.
     ///
     /// # Errors
     ///
@@ -738,6 +744,9 @@ impl<T: Transport> QueuePair<T, Rts> {
     ///   were posted;
     /// - [`Error::Post`]: the provider refused request `index` (for example a queue pair the
     ///   device moved to an error state); requests before it were posted.
+    /// - [`Error::PostIndeterminate`]: the provider failed without naming a request (`bad_wr`
+    ///   null; rxe does so when its doorbell fails after it queued every request): take every
+    ///   request of the list as posted.
     ///
     /// # The extended path
     ///
@@ -745,7 +754,11 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// the device as one `ibv_wr_start` .. `ibv_wr_complete` batch (one doorbell), which posts
     /// all of it or nothing. Its failures are [`Error::QueueFull`] (`ENOMEM`, or `ENOSPC` as
     /// rxe reports a full queue) and [`Error::Post`], both with verb `ibv_wr_complete` and
-    /// index 0: no request of the list was posted.
+    /// index 0: as the builders report them (rxe, mlx5), no request of the list was posted.
+    /// One failure cannot be told apart: a doorbell that fails after the batch was queued (rxe
+    /// rings it with a `write` to the device, which the kernel can fail, `ENOMEM` included);
+    /// then the requests were posted. Code that must be sound whatever the provider does, as
+    /// [`PostScope`](crate::PostScope) is, treats an `ibv_wr_complete` failure as posted.
     ///
     /// A list the batch cannot carry goes to `ibv_post_send` instead, with the errors above:
     /// one holding an operation the queue pair was not created for (see [`SendPath::Auto`]),
@@ -824,7 +837,7 @@ impl<T: Transport> QueuePair<T, Rts> {
         // SAFETY: live queue pair; `raw` and `one` outlive the call; the caller keeps the
         // memory valid as the contract says.
         let ret = unsafe { ffi::ibv_post_send(self.as_raw(), &mut raw, &mut bad) };
-        post_result("ibv_post_send", ret, || 0)
+        post_result("ibv_post_send", ret, || index_of_one(&raw, bad))
     }
 }
 
@@ -836,9 +849,10 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
     /// Until each request's completion is polled, or the queue pair is reset, the memory it
     /// names stays registered, is not freed, and is neither read nor written from Rust.
     ///
-    /// And before [`scope`](QueuePair::scope) is called on this queue pair, every request posted
-    /// here has completed and its completion, if any, has been polled: a scope counts the completions
-    /// of its queue pair as its own.
+    /// And when [`scope`](QueuePair::scope) is called on this queue pair, no completion with this
+    /// queue pair's number may still be pending in its completion queues, nor still to come
+    /// (every request posted here has completed, and its completion, if signaled, has been
+    /// polled): a scope counts the completions of its queue pair as its own.
     ///
     /// # Errors
     ///
@@ -876,11 +890,21 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
         let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
         // SAFETY: live queue pair; `raw`/`one` outlive the call; memory kept valid by caller.
         let ret = unsafe { ffi::ibv_post_recv(self.as_raw(), &mut raw, &mut bad) };
-        post_result("ibv_post_recv", ret, || 0)
+        post_result("ibv_post_recv", ret, || index_of_one(&raw, bad))
     }
 
     pub(crate) fn has_srq(&self) -> bool {
         self.inner._srq.is_some()
+    }
+
+    /// The completion queues this queue pair was created with: (send, receive).
+    pub(crate) fn cq_inners(&self) -> (&Arc<CqInner>, &Arc<CqInner>) {
+        (&self.inner._send_cq, &self.inner._recv_cq)
+    }
+
+    /// See [`QpInner::stale_completions`].
+    pub(crate) fn stale_completions_mut(&mut self) -> &mut bool {
+        &mut self.inner.stale_completions
     }
 
     fn check_no_srq(&self) -> Result<()> {
@@ -921,24 +945,31 @@ fn check_ops<T: Transport>(ops: u32, datagrams: usize, len: usize) -> Result<()>
     Ok(())
 }
 
+/// The verb named in the errors of the extended send path.
+pub(crate) const EXTENDED_POST_VERB: &str = "ibv_wr_complete";
+
 /// Turns a post verb's return value into a result: `ENOMEM` is a full queue, anything else a
-/// refused request at `index`.
+/// refused request at `index`. `index` is the position of the request `bad_wr` named, or `None`
+/// when it named none of them (null, or a stray pointer): then the provider did not say what it
+/// took, and every request must be taken as posted ([`Error::PostIndeterminate`]).
 #[inline]
 pub(crate) fn post_result(
     verb: &'static str,
     ret: i32,
-    index: impl FnOnce() -> usize,
+    index: impl FnOnce() -> Option<usize>,
 ) -> Result<()> {
     match Errno::result(ret) {
         Ok(()) => Ok(()),
-        Err(Errno::NOMEM) => Err(Error::QueueFull {
-            verb,
-            index: index(),
-        }),
-        Err(errno) => Err(Error::Post {
-            verb,
-            index: index(),
-            errno,
+        Err(errno) => Err(match (index(), errno) {
+            (None, errno) => Error::PostIndeterminate { verb, errno },
+            (Some(index), Errno::NOMEM) => Error::QueueFull { verb, index },
+            (Some(index), errno) => Error::Post { verb, index, errno },
         }),
     }
+}
+
+/// The index `bad_wr` gives a one-request post: 0 when it names `raw`, else `None`.
+#[inline]
+pub(crate) fn index_of_one<R>(raw: &R, bad: *const R) -> Option<usize> {
+    std::ptr::eq(raw, bad).then_some(0)
 }

@@ -193,3 +193,105 @@ pub fn assert_grh(grh: &[u8; GRH_LEN], own: Gid) {
         }
     }
 }
+
+impl Fixture {
+    /// Whether the device is Soft-RoCE (rxe reports vendor ID 0xffffff). Tests accept a
+    /// documented rxe deviation from the specification only when this is true.
+    pub fn is_rxe(&self) -> bool {
+        self.context
+            .query_device()
+            .expect("ibv_query_device")
+            .vendor_id
+            == 0xff_ffff
+    }
+}
+
+/// A line on the real stderr (libtest captures `eprintln!` of passing tests), for deviations
+/// and observations a reader of the run should see.
+pub fn note(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "NOTE: {line}");
+}
+
+/// Asserts a failed completion: its `wr_id`, `status` and queue pair. Only these (and
+/// `vendor_err`) are defined for a completion in error (ibv_poll_cq(3)), so the opcode is not
+/// checked.
+#[track_caller]
+pub fn assert_failed(wc: &WorkCompletion, wr_id: u64, status: WcStatus, qp_num: u32) {
+    assert_eq!(wc.status(), status, "{wc:?}");
+    assert_eq!(wc.wr_id(), wr_id, "{wc:?}");
+    assert_eq!(wc.qp_num(), qp_num, "{wc:?}");
+}
+
+/// Moves `qp` to the error state and checks that `cq` then holds exactly the flush completions
+/// of `flushed` (the `wr_id`s of the receives still posted, in order) and nothing else: an event
+/// that shows, without a quiet window, that no other completion arrived in `cq` before.
+/// `cq` must be used by `qp` alone.
+#[track_caller]
+pub fn assert_only_flushes<T: Transport, S: QpState>(
+    qp: QueuePair<T, S>,
+    cq: &mut CompletionQueue,
+    flushed: &[u64],
+) -> QueuePair<T, rdma_verbs::qp::Err> {
+    let qp = qp.into_error().expect("move to ERR");
+    let got = wait_for(cq, flushed.len());
+    for (wc, &wr_id) in got.iter().zip(flushed) {
+        assert_failed(wc, wr_id, WcStatus::WrFlushErr, qp.qp_num());
+    }
+    let mut buf = [WorkCompletion::default(); 4];
+    let extra = cq.poll(&mut buf).expect("ibv_poll_cq");
+    assert!(
+        extra.is_empty(),
+        "completions beyond the flushes: {extra:?}"
+    );
+    qp
+}
+
+/// How long a test watches for something that must not happen and can only be seen as an
+/// absence: a completion event or an asynchronous event for work whose completion the test has
+/// already polled. The device raises those when it writes the completion (rxe: in the same
+/// call, or from a tasklet scheduled by it), so this only has to cover their delivery, which
+/// half a second does even under emulation. Tests use it only where no later event can show
+/// the absence instead; it bounds nothing that needs the device to do work.
+pub const QUIET: Duration = Duration::from_millis(500);
+
+/// Asserts that `cq` holds no completion now. Used where the order of completions proves that
+/// anything unexpected would already be there (a queue completes in order, so a completion
+/// polled after the suspect request's would have come behind it).
+#[track_caller]
+pub fn assert_cq_empty(cq: &mut CompletionQueue) {
+    let mut buf = [WorkCompletion::default(); 4];
+    let got = cq.poll(&mut buf).expect("ibv_poll_cq");
+    assert!(got.is_empty(), "unexpected completions: {got:?}");
+}
+
+/// The calling thread's kernel thread ID, for [`wait_until_asleep`].
+pub fn thread_id() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
+/// Waits until thread `tid` of this process sleeps in the kernel (state `S` in
+/// `/proc/self/task/<tid>/stat`), for [`WAIT`] at most: an event, not a guess of how long a
+/// thread needs to reach a blocking call.
+#[track_caller]
+pub fn wait_until_asleep(tid: i32) {
+    let path = format!("/proc/self/task/{tid}/stat");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let stat = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        // "tid (comm) S ...": the state follows the last ')' (comm may hold anything).
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("{path}: {stat:?}"));
+        if state == "S" {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "thread {tid} not asleep after {WAIT:?} (state {state})"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}

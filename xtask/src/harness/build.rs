@@ -1,0 +1,197 @@
+//! Building the test binaries, listing their tests, running the doc tests.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use super::verdict::{self, Output};
+
+/// One test executable cargo built, and the package directory it runs in.
+#[derive(Clone, Debug)]
+pub(crate) struct TestBinary {
+    /// `package-directory/target`, for example `rdma-verbs/scope`.
+    pub(crate) name: String,
+    pub(crate) path: String,
+    pub(crate) package_dir: String,
+}
+
+/// Runs `cargo test --no-run <args>` in `root` and returns the test executables it built.
+pub(crate) fn build_test_binaries(
+    root: &Path,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> Result<Vec<TestBinary>, String> {
+    let output = Command::new(env!("CARGO"))
+        .current_dir(root)
+        .args([
+            "test",
+            "--no-run",
+            "--message-format=json-render-diagnostics",
+        ])
+        .args(args)
+        .envs(envs.iter().copied())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("running cargo: {e}"))?;
+    if !output.status.success() {
+        return Err("building the tests failed".to_string());
+    }
+    let mut binaries = Vec::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        if !line.contains("\"reason\":\"compiler-artifact\"") || !profile_is_test(line) {
+            continue;
+        }
+        let (Some(path), Some(manifest), Some(name)) = (
+            json_string(line, "executable"),
+            json_string(line, "manifest_path"),
+            json_string(line, "name"),
+        ) else {
+            continue;
+        };
+        let package_dir = Path::new(&manifest)
+            .parent()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let package = Path::new(&package_dir)
+            .file_name()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        binaries.push(TestBinary {
+            name: format!("{package}/{name}"),
+            path,
+            package_dir,
+        });
+    }
+    binaries.sort_by(|a, b| a.name.cmp(&b.name));
+    binaries.dedup_by(|a, b| a.path == b.path);
+    if binaries.is_empty() {
+        return Err("cargo built no test binaries".to_string());
+    }
+    Ok(binaries)
+}
+
+/// The workspace's test binaries (all but xtask's own, which `cargo test -p xtask` runs).
+pub(crate) fn build_tests(root: &Path) -> Result<Vec<TestBinary>, String> {
+    build_test_binaries(
+        root,
+        &[
+            "--workspace",
+            "--exclude",
+            "xtask",
+            "--all-targets",
+            "--all-features",
+        ],
+        &[],
+    )
+}
+
+/// Whether an artifact line was built by the test profile (a test harness), as opposed to, say,
+/// a binary built for integration tests: its `"profile"` object says `"test":true`. (The
+/// `"target"` object has a `"test"` field of its own, meaning something else.)
+pub(crate) fn profile_is_test(line: &str) -> bool {
+    let Some(start) = line.find("\"profile\":{") else {
+        return false;
+    };
+    let profile = &line[start..];
+    let end = profile.find('}').unwrap_or(profile.len());
+    profile[..end].contains("\"test\":true")
+}
+
+/// The value of the first `"key":"value"` string field of a line of cargo's JSON output.
+pub(crate) fn json_string(line: &str, key: &str) -> Option<String> {
+    let start = line.find(&format!("\"{key}\":\""))? + key.len() + 4;
+    let mut value = String::new();
+    let mut chars = line[start..].chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => return Some(value),
+            '\\' => match chars.next()? {
+                'n' => value.push('\n'),
+                't' => value.push('\t'),
+                other => value.push(other),
+            },
+            c => value.push(c),
+        }
+    }
+    None
+}
+
+/// The tests `binary` will run with `test_args` (the user's filter): its `--list`, run on the
+/// host.
+pub(crate) fn list_tests(binary: &TestBinary, test_args: &[String]) -> Result<Vec<String>, String> {
+    let mut command = Command::new(&binary.path);
+    command
+        .current_dir(&binary.package_dir)
+        .env("CARGO_MANIFEST_DIR", &binary.package_dir)
+        .arg("--list");
+    if !test_args.iter().any(|a| a.starts_with("--format")) {
+        command.args(["--format", "terse"]);
+    }
+    let output = command
+        .args(test_args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("running {} --list: {e}", binary.path))?;
+    if !output.status.success() {
+        return Err(format!(
+            "`{} --list` failed ({}): {}",
+            binary.name,
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    Ok(verdict::parse_list(&String::from_utf8_lossy(
+        &output.stdout,
+    )))
+}
+
+/// Runs the workspace's doc tests on the host (they compile examples; none touches a device)
+/// and returns their output and whether cargo succeeded.
+pub(crate) fn run_doc_tests(root: &Path, test_args: &[String]) -> Result<(Output, bool), String> {
+    println!("harness: doc tests (host)");
+    let output = Command::new(env!("CARGO"))
+        .current_dir(root)
+        .args([
+            "test",
+            "--workspace",
+            "--exclude",
+            "xtask",
+            "--all-features",
+            "--doc",
+            "--",
+        ])
+        .args(test_args)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("running cargo: {e}"))?;
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    print!("{text}");
+    Ok((verdict::parse_libtest(&text), output.status.success()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_fields_are_read() {
+        let line = r#"{"reason":"compiler-artifact","manifest_path":"/w/a b/Cargo.toml","target":{"name":"device"},"executable":"/w/t/x\"y"}"#;
+        assert_eq!(
+            json_string(line, "manifest_path").as_deref(),
+            Some("/w/a b/Cargo.toml")
+        );
+        assert_eq!(json_string(line, "name").as_deref(), Some("device"));
+        assert_eq!(
+            json_string(line, "executable").as_deref(),
+            Some("/w/t/x\"y")
+        );
+        assert_eq!(json_string(line, "missing"), None);
+    }
+
+    #[test]
+    fn only_test_profile_artifacts_are_test_binaries() {
+        let harness = r#"{"reason":"compiler-artifact","target":{"name":"x","test":true},"profile":{"opt_level":"0","test":true},"executable":"/t/x-1"}"#;
+        let plain_bin = r#"{"reason":"compiler-artifact","target":{"name":"x","test":true},"profile":{"opt_level":"0","test":false},"executable":"/t/x"}"#;
+        assert!(profile_is_test(harness));
+        assert!(!profile_is_test(plain_bin));
+    }
+}

@@ -1,0 +1,431 @@
+//! `cargo xtask test`: the Soft-RoCE test harness.
+//!
+//! 1. Builds every test of the workspace on the host (`cargo test --no-run`) and lists each
+//!    test binary's tests there (`--list`, with the user's filter): the expected tests.
+//! 2. Runs the doc tests and the compile-fail binaries on the host (they touch no device).
+//! 3. Runs every other test binary on an RDMA device with `RDMA_TEST_REQUIRE_DEVICE=1`, so that
+//!    a device test that cannot find a device, or skips a capability the device has, fails: on
+//!    the host if it has an active port, otherwise inside a throwaway VM of the distribution
+//!    kernel (virtme-ng, QEMU) where `rdma_rxe` makes two Soft-RoCE devices on guest-internal
+//!    dummy interfaces. A watchdog stops the whole VM after `RDMA_TEST_TIMEOUT` seconds.
+//! 4. Judges (see [`verdict`]): every expected test must have printed `ok`; a test that failed,
+//!    was ignored, never finished or never ran counts as failed, and a justified skip counts as
+//!    skipped. Prints each binary's results and the counts of device, host and doc tests, and
+//!    last the line `N passed, N failed, N skipped`; the run is green only with 0 failed and 0
+//!    skipped.
+
+mod build;
+mod pingpong;
+mod process;
+mod selftest;
+mod verdict;
+mod vm;
+
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use build::TestBinary;
+use verdict::{DeviceReport, Exit, Kind, Skips, Verdict};
+
+pub(crate) use pingpong::pingpong;
+pub(crate) use selftest::run as selftest;
+pub(crate) use vm::{find_kernel, find_vng};
+
+/// Test targets whose name ends so run on the host, not on the device: compile-fail tests,
+/// which invoke the compiler (far too slow under the VM's software emulation) and touch no
+/// device.
+const HOST_ONLY_SUFFIX: &str = "compile_fail";
+
+/// The options of `cargo xtask test`, for error messages.
+const OPTIONS: &str = "--vm, --host, --no-doc, --repeat N, -- <test filter and libtest args>";
+
+#[derive(Default)]
+struct Options {
+    force_vm: bool,
+    force_host: bool,
+    skip_doc: bool,
+    repeat: Option<u32>,
+    test_args: Vec<String>,
+}
+
+/// Where the device tests run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// The host if it has an active RDMA port, else the VM.
+    Auto,
+    Vm,
+    Host,
+}
+
+/// What to run.
+pub(crate) struct Plan {
+    /// Binaries that run on the device, in this order.
+    pub(crate) device: Vec<TestBinary>,
+    /// Binaries that run on the host (compile-fail tests).
+    pub(crate) host: Vec<TestBinary>,
+    /// Whether to run the workspace's doc tests.
+    pub(crate) doc: bool,
+    /// The user's filter and libtest arguments, for every binary.
+    pub(crate) test_args: Vec<String>,
+    /// `--repeat N`: exported as `RDMA_TEST_REPEAT`.
+    pub(crate) repeat: Option<u32>,
+    pub(crate) place: Place,
+    /// The watchdog's limit for a VM run.
+    pub(crate) timeout: Duration,
+}
+
+/// What running a plan produced.
+pub(crate) struct Executed {
+    pub(crate) verdict: Verdict,
+    pub(crate) report: DeviceReport,
+    /// Where the device tests ran, for the summary.
+    pub(crate) place: String,
+    pub(crate) doc_ran: bool,
+    /// The VM run, if the device tests ran in one.
+    pub(crate) vm: Option<vm::VmRun>,
+}
+
+pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
+    let options = parse_options(args)?;
+    let started = Instant::now();
+    let (host, device): (Vec<TestBinary>, Vec<TestBinary>) = build::build_tests(root)?
+        .into_iter()
+        .partition(|b| b.name.ends_with(HOST_ONLY_SUFFIX));
+    println!(
+        "harness: built {} test binaries ({} run on the host)",
+        device.len() + host.len(),
+        host.len()
+    );
+    let plan = Plan {
+        device,
+        host,
+        doc: !options.skip_doc,
+        test_args: options.test_args,
+        repeat: options.repeat,
+        place: if options.force_vm {
+            Place::Vm
+        } else if options.force_host {
+            Place::Host
+        } else {
+            Place::Auto
+        },
+        timeout: vm::timeout_from_env(),
+    };
+    let executed = execute(root, &plan)?;
+    print_summary(&executed, started.elapsed());
+    if executed.verdict.reasons().is_empty() {
+        Ok(())
+    } else {
+        // The summary said why; the counts line must stay the last line printed.
+        Err(String::new())
+    }
+}
+
+fn parse_options(args: &[String]) -> Result<Options, String> {
+    let mut options = Options::default();
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--vm" => options.force_vm = true,
+            "--host" => options.force_host = true,
+            "--no-doc" => options.skip_doc = true,
+            "--repeat" => {
+                let count = rest
+                    .next()
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .filter(|&n| n > 0)
+                    .ok_or("--repeat takes a count of at least 1")?;
+                options.repeat = Some(count);
+            }
+            "--" => {
+                options.test_args = rest.cloned().collect();
+                break;
+            }
+            other => {
+                return Err(format!(
+                    "unknown option `{other}` (test options: {OPTIONS})"
+                ));
+            }
+        }
+    }
+    if options.force_vm && options.force_host {
+        return Err("--vm and --host exclude each other".to_string());
+    }
+    Ok(options)
+}
+
+/// Runs a plan and judges it. An `Err` is a failure to start at all (no VM tooling); every
+/// failure after the expected lists are known is part of the verdict.
+pub(crate) fn execute(root: &Path, plan: &Plan) -> Result<Executed, String> {
+    let mut verdict = Verdict::default();
+    let mut expected: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for binary in plan.host.iter().chain(&plan.device) {
+        let list = build::list_tests(binary, &plan.test_args).unwrap_or_else(|error| {
+            verdict.problems.push(error);
+            Vec::new()
+        });
+        expected.insert(&binary.name, list);
+    }
+    let count = |binaries: &[TestBinary]| -> usize {
+        binaries
+            .iter()
+            .map(|b| expected[b.name.as_str()].len())
+            .sum()
+    };
+    println!(
+        "harness: expecting {} device tests and {} host tests (`--list` of each binary)",
+        count(&plan.device),
+        count(&plan.host)
+    );
+    let mut envs: Vec<(&str, String)> = Vec::new();
+    if let Some(repeat) = plan.repeat {
+        envs.push(("RDMA_TEST_REPEAT", repeat.to_string()));
+    }
+    if plan.doc {
+        let (output, succeeded) = build::run_doc_tests(root, &plan.test_args)?;
+        verdict
+            .binaries
+            .push(verdict::judge_doc(&output, succeeded));
+    }
+    for binary in &plan.host {
+        println!("harness: ==> {} (host)", binary.name);
+        let (text, exit) = run_on_host(binary, &plan.test_args, &envs)?;
+        verdict.binaries.push(verdict::judge(
+            &binary.name,
+            Kind::Host,
+            &expected[binary.name.as_str()],
+            &verdict::parse_libtest(&text),
+            exit,
+            &Skips::new(),
+        ));
+    }
+    // One directory per run, so that concurrent runs (several developers' shells) do not share
+    // their report or status files.
+    let work = root.join(".rdma-test").join(std::process::id().to_string());
+    std::fs::create_dir_all(&work).map_err(|e| format!("creating {}: {e}", work.display()))?;
+    let report_path = work.join("report.txt");
+    let _ = std::fs::remove_file(&report_path);
+
+    let use_host =
+        plan.place == Place::Host || (plan.place == Place::Auto && host_has_active_device());
+    let mut outputs: BTreeMap<String, String> = BTreeMap::new();
+    let mut exits: BTreeMap<String, Exit> = BTreeMap::new();
+    let mut vm_run = None;
+    let place = if plan.device.is_empty() {
+        "no device binaries".to_string()
+    } else if use_host {
+        println!("harness: running the device tests on this host's RDMA device");
+        let mut device_envs = envs.clone();
+        device_envs.push(("RDMA_TEST_REQUIRE_DEVICE", "1".to_string()));
+        device_envs.push((
+            "RDMA_TEST_REPORT",
+            report_path.to_string_lossy().into_owned(),
+        ));
+        let mut args = vec!["--test-threads=1".to_string()];
+        args.extend(plan.test_args.iter().cloned());
+        for binary in &plan.device {
+            println!("harness: ==> {}", binary.name);
+            let (text, exit) = run_on_host(binary, &args, &device_envs)?;
+            outputs.insert(binary.name.clone(), text);
+            exits.insert(binary.name.clone(), exit);
+        }
+        "the host's RDMA device".to_string()
+    } else {
+        let statuses_path = work.join("status.txt");
+        let _ = std::fs::remove_file(&statuses_path);
+        let script = work.join("guest.sh");
+        let text = vm::guest_script(
+            &plan.device,
+            &report_path,
+            &statuses_path,
+            &plan.test_args,
+            plan.repeat,
+        );
+        std::fs::write(&script, text).map_err(|e| format!("writing {}: {e}", script.display()))?;
+        let run = vm::boot_vm(root, &script, "guest: ==>", plan.timeout)?;
+        verdict.problems.extend(run.problems());
+        outputs = verdict::split_guest_log(&run.log);
+        let mut statuses = verdict::guest_exits(&run.log);
+        statuses.extend(verdict::parse_statuses(
+            &std::fs::read_to_string(&statuses_path).unwrap_or_default(),
+        ));
+        for binary in &plan.device {
+            let exit = match statuses.get(&binary.name) {
+                Some(&code) => Exit::Code(code),
+                None if outputs.contains_key(&binary.name) => Exit::Stopped,
+                None => Exit::NotStarted,
+            };
+            exits.insert(binary.name.clone(), exit);
+        }
+        let place = format!(
+            "Soft-RoCE {} and {} in a QEMU VM of {}, boot to first test {:.1} s",
+            vm::GUEST_DEVICE,
+            vm::GUEST_DEVICE2,
+            run.kernel.display(),
+            run.first_marker.unwrap_or_default().as_secs_f64()
+        );
+        vm_run = Some(run);
+        place
+    };
+    let report = DeviceReport::parse(&std::fs::read_to_string(&report_path).unwrap_or_default());
+    for binary in &plan.device {
+        let output = verdict::parse_libtest(outputs.get(&binary.name).map_or("", String::as_str));
+        verdict.binaries.push(verdict::judge(
+            &binary.name,
+            Kind::Device,
+            &expected[binary.name.as_str()],
+            &output,
+            exits.get(&binary.name).copied().unwrap_or(Exit::NotStarted),
+            &report.skips,
+        ));
+    }
+    if report.ran.is_empty() && plan.test_args.is_empty() && !plan.device.is_empty() {
+        verdict
+            .problems
+            .push("no device test found the device".to_string());
+    }
+    Ok(Executed {
+        verdict,
+        report,
+        place,
+        doc_ran: plan.doc,
+        vm: vm_run,
+    })
+}
+
+/// The exit of a process as a shell reports it: its code, or 128 + the signal that killed it.
+fn shell_code(status: ExitStatus) -> i32 {
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(-1)
+}
+
+/// Runs one test binary on the host, bounded like in the guest (`timeout 900`), and returns
+/// its standard output (also printed) and exit.
+fn run_on_host(
+    binary: &TestBinary,
+    args: &[String],
+    envs: &[(&str, String)],
+) -> Result<(String, Exit), String> {
+    let output = Command::new("timeout")
+        .args(["--kill-after=10", "900"])
+        .arg(&binary.path)
+        .args(args)
+        .current_dir(&binary.package_dir)
+        // As cargo test would: the harness itself runs under `cargo run -p xtask`, whose
+        // value would otherwise leak into the test (trybuild reads it).
+        .env("CARGO_MANIFEST_DIR", &binary.package_dir)
+        .envs(envs.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("running {}: {e}", binary.path))?;
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    print!("{text}");
+    Ok((text, Exit::Code(shell_code(output.status))))
+}
+
+/// Prints each binary's results, the counts per kind, the reasons, and last the counts line.
+pub(crate) fn print_summary(executed: &Executed, elapsed: Duration) {
+    let verdict = &executed.verdict;
+    println!(
+        "\nharness: summary ({}, {:.0} s in all)",
+        executed.place,
+        elapsed.as_secs_f64()
+    );
+    for binary in &verdict.binaries {
+        let mut tally = verdict::Tally::default();
+        tally.add(binary);
+        if tally == verdict::Tally::default() {
+            continue;
+        }
+        println!(
+            "harness:   {}: {} ({})",
+            binary.name,
+            tally.line(),
+            binary.exit.describe()
+        );
+        for (test, why) in &binary.failed {
+            println!("harness:     FAILED {test}: {why}");
+        }
+        for (test, why) in &binary.skipped {
+            println!("harness:     SKIPPED {test}: {why}");
+        }
+    }
+    for line in &executed.report.failures {
+        println!("harness:   test-support recorded: {line}");
+    }
+    for kind in [Kind::Device, Kind::Host, Kind::Doc] {
+        if kind == Kind::Doc && !executed.doc_ran {
+            println!("harness: {}: not run (--no-doc)", kind.label());
+            continue;
+        }
+        let binaries = verdict.binaries.iter().filter(|b| b.kind == kind).count();
+        println!(
+            "harness: {}: {} ({binaries} binaries)",
+            kind.label(),
+            verdict.tally(Some(kind)).line()
+        );
+    }
+    let reasons = verdict.reasons();
+    if reasons.is_empty() {
+        println!("harness: ok");
+    } else {
+        println!("harness: FAILED: {}", reasons.join("; "));
+    }
+    println!("{}", verdict.tally(None).line());
+}
+
+/// Whether any port of any RDMA device of this host is active.
+pub(crate) fn host_has_active_device() -> bool {
+    let Ok(devices) = std::fs::read_dir("/sys/class/infiniband") else {
+        return false;
+    };
+    devices.flatten().any(|device| {
+        std::fs::read_dir(device.path().join("ports")).is_ok_and(|ports| {
+            ports.flatten().any(|port| {
+                std::fs::read_to_string(port.path().join("state"))
+                    .is_ok_and(|state| state.contains("ACTIVE"))
+            })
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn options_are_parsed() {
+        let options = parse_options(&strings(&["--vm", "--repeat", "5", "--", "rc_", "--exact"]))
+            .expect("valid options");
+        assert!(options.force_vm && !options.force_host && !options.skip_doc);
+        assert_eq!(options.repeat, Some(5));
+        assert_eq!(options.test_args, strings(&["rc_", "--exact"]));
+        assert_eq!(parse_options(&[]).expect("no options").repeat, None);
+        for bad in [
+            &["--repeat"][..],
+            &["--repeat", "0"],
+            &["--repeat", "x"],
+            &["--vm", "--host"],
+            &["--bogus"],
+        ] {
+            assert!(parse_options(&strings(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn signals_are_reported_as_a_shell_would() {
+        assert_eq!(shell_code(ExitStatus::from_raw(0)), 0);
+        assert_eq!(shell_code(ExitStatus::from_raw(101 << 8)), 101);
+        assert_eq!(shell_code(ExitStatus::from_raw(libc::SIGABRT)), 134);
+    }
+}

@@ -1,0 +1,223 @@
+//! `cargo xtask harness-selftest`: proves that the harness's verdict can fail.
+//!
+//! Builds the fixture crate `xtask/fixture` (a workspace of its own, so no workspace command
+//! ever builds or runs it) and runs its three test binaries through the real harness path
+//! ([`super::execute`]) in the VM, with a short watchdog limit:
+//!
+//! - `verdict`: one test that passes (and checks the second device and `RDMA_TEST_REPEAT`),
+//!   then planted failures: an `#[ignore]`d test, `unsupported` of a capability test-support
+//!   cannot check, `unsupported` of one the device has, a justified `unsupported`, a test that
+//!   aborts the process, and one that therefore never runs;
+//! - `hang`: one test that passes, then one that never ends, so the watchdog must stop the VM;
+//! - `after`: never starts.
+//!
+//! It succeeds only if the harness judged every planted case as expected, failed the run for
+//! the watchdog, and left no process of the VM behind.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::verdict::{BinaryVerdict, Tally};
+use super::{Place, Plan, build, execute, print_summary, process};
+
+/// What the harness must conclude about one fixture binary.
+struct Expected {
+    binary: &'static str,
+    passed: usize,
+    /// Each failed test and a phrase its reason must contain.
+    failed: &'static [(&'static str, &'static str)],
+    skipped: &'static [&'static str],
+}
+
+const EXPECTED: &[Expected] = &[
+    Expected {
+        binary: "fixture/verdict",
+        passed: 1,
+        failed: &[
+            ("b_is_ignored", "ignored"),
+            ("c_skips_a_capability_nobody_can_check", "FAILED"),
+            ("c_skips_a_capability_the_device_has", "FAILED"),
+            (
+                "d_aborts",
+                "never finished: the binary was killed by signal 6",
+            ),
+            ("e_never_runs", "did not run"),
+        ],
+        skipped: &["c_skips_what_the_device_lacks"],
+    },
+    Expected {
+        binary: "fixture/hang",
+        passed: 1,
+        failed: &[("b_hangs", "never finished: the binary was still running")],
+        skipped: &[],
+    },
+    Expected {
+        binary: "fixture/after",
+        passed: 0,
+        failed: &[("would_pass", "did not run (the binary: never started)")],
+        skipped: &[],
+    },
+];
+
+/// Test-support's own records of the two refused `unsupported` calls: `(test, phrase)`.
+const REFUSED: &[(&str, &str)] = &[
+    (
+        "verdict::c_skips_a_capability_nobody_can_check",
+        "cannot check",
+    ),
+    (
+        "verdict::c_skips_a_capability_the_device_has",
+        "the device has",
+    ),
+];
+
+pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
+    if let Some(arg) = args.first() {
+        return Err(format!("harness-selftest takes no arguments (got `{arg}`)"));
+    }
+    let started = Instant::now();
+    let fixture = root.join("xtask").join("fixture");
+    let target = root.join("target").join("harness-fixture");
+    let built = build::build_test_binaries(
+        &fixture,
+        &["--locked"],
+        &[("CARGO_TARGET_DIR", &target.to_string_lossy())],
+    )?;
+    let mut device = Vec::new();
+    for wanted in EXPECTED {
+        let binary = built
+            .iter()
+            .find(|b| b.name == wanted.binary)
+            .ok_or_else(|| format!("the fixture has no test binary {}", wanted.binary))?;
+        device.push(binary.clone());
+    }
+    let timeout = Duration::from_secs(
+        std::env::var("RDMA_TEST_SELFTEST_TIMEOUT")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(90),
+    );
+    let plan = Plan {
+        device,
+        host: Vec::new(),
+        doc: false,
+        test_args: Vec::new(),
+        repeat: Some(3),
+        place: Place::Vm,
+        timeout,
+    };
+    println!(
+        "harness-selftest: running the fixture's planted failures in the VM (watchdog: {} s)",
+        timeout.as_secs()
+    );
+    let executed = execute(root, &plan)?;
+    print_summary(&executed, started.elapsed());
+
+    let mut wrong = Vec::new();
+    let verdict = &executed.verdict;
+    for wanted in EXPECTED {
+        match verdict.binaries.iter().find(|b| b.name == wanted.binary) {
+            Some(got) => check_binary(wanted, got, &mut wrong),
+            None => wrong.push(format!("{}: no verdict", wanted.binary)),
+        }
+    }
+    for (test, phrase) in REFUSED {
+        if !executed
+            .report
+            .failures
+            .iter()
+            .any(|line| line.starts_with(test) && line.contains(phrase))
+        {
+            wrong.push(format!(
+                "test-support recorded no refusal of {test} saying \"{phrase}\""
+            ));
+        }
+    }
+    let tally = verdict.tally(None);
+    let want = Tally {
+        passed: 2,
+        failed: 7,
+        skipped: 1,
+    };
+    if tally != want {
+        wrong.push(format!(
+            "counts: {}, expected {}",
+            tally.line(),
+            want.line()
+        ));
+    }
+    let reasons = verdict.reasons();
+    if !reasons.iter().any(|r| r.contains("watchdog stopped it")) {
+        wrong.push(format!(
+            "the run did not fail for the watchdog: {reasons:?}"
+        ));
+    }
+    match &executed.vm {
+        Some(vm) => {
+            if vm.first_marker.is_none() {
+                wrong.push(format!(
+                    "inconclusive: the VM reached no test within {} s; raise \
+                     RDMA_TEST_SELFTEST_TIMEOUT",
+                    timeout.as_secs()
+                ));
+            }
+            if vm.timed_out.is_none() {
+                wrong.push("the watchdog did not fire".to_string());
+            }
+            if !vm.survivors.is_empty() || process::group_alive(vm.leader) {
+                wrong.push(format!(
+                    "processes of the VM survived: {:?} (process group {})",
+                    vm.survivors, vm.leader
+                ));
+            }
+        }
+        None => wrong.push("the fixture did not run in a VM".to_string()),
+    }
+    if wrong.is_empty() {
+        println!(
+            "harness-selftest: ok: the watchdog stopped the hung VM (process group {} gone) and \
+             the verdict caught every planted failure ({})",
+            executed.vm.as_ref().map_or(0, |vm| vm.leader),
+            tally.line()
+        );
+        Ok(())
+    } else {
+        Err(format!(
+            "harness-selftest: the harness missed planted failures:\n  {}",
+            wrong.join("\n  ")
+        ))
+    }
+}
+
+fn check_binary(wanted: &Expected, got: &BinaryVerdict, wrong: &mut Vec<String>) {
+    let name = wanted.binary;
+    if got.passed != wanted.passed {
+        wrong.push(format!(
+            "{name}: {} passed, expected {}",
+            got.passed, wanted.passed
+        ));
+    }
+    let failed: Vec<&str> = got.failed.iter().map(|(test, _)| test.as_str()).collect();
+    let want_failed: Vec<&str> = wanted.failed.iter().map(|(test, _)| *test).collect();
+    if failed != want_failed {
+        wrong.push(format!(
+            "{name}: failed {failed:?}, expected {want_failed:?}"
+        ));
+    }
+    for (test, phrase) in wanted.failed {
+        if let Some((_, why)) = got.failed.iter().find(|(t, _)| t == test) {
+            if !why.contains(phrase) {
+                wrong.push(format!(
+                    "{name}: {test} failed for \"{why}\", expected \"{phrase}\""
+                ));
+            }
+        }
+    }
+    let skipped: Vec<&str> = got.skipped.iter().map(|(test, _)| test.as_str()).collect();
+    if skipped != wanted.skipped {
+        wrong.push(format!(
+            "{name}: skipped {skipped:?}, expected {:?}",
+            wanted.skipped
+        ));
+    }
+}

@@ -1,0 +1,748 @@
+//! Reading what the test binaries printed, and the verdict.
+//!
+//! A test counts as passed only if it is in its binary's expected list (`--list` on the host)
+//! and printed `test NAME ... ok`. Everything else that was expected counts as failed: a
+//! `FAILED` line, an `ignored` line, no line at all (the binary crashed, hung or never
+//! started), or an `unsupported` call the device did not justify (test-support panics then,
+//! which is a `FAILED` line). A test that passed after test-support recorded a justified
+//! `unsupported` or a skip counts as skipped.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How one test ended, from libtest's `test NAME ... RESULT` line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Passed,
+    Failed,
+    Ignored,
+}
+
+/// What one test binary's standard output says.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Output {
+    /// Each test that printed a result, with it, in order.
+    pub(crate) results: Vec<(String, Outcome)>,
+    /// Tests that started (`test NAME ... `) and printed no result: the binary died or was
+    /// stopped while running them.
+    pub(crate) unfinished: Vec<String>,
+    /// The counts of its `running N tests` lines, summed.
+    pub(crate) announced: usize,
+    /// Whether it printed a `test result:` line.
+    pub(crate) finished: bool,
+}
+
+/// Removes ANSI colour sequences (`ESC [ ... letter`).
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' && chars.peek() == Some(&'[') {
+            chars.next();
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The outcome a libtest result word stands for.
+fn result_word(text: &str) -> Option<Outcome> {
+    let text = text.trim();
+    if text == "ok" {
+        Some(Outcome::Passed)
+    } else if text.starts_with("FAILED") {
+        Some(Outcome::Failed)
+    } else if text == "ignored" || text.starts_with("ignored, ") {
+        Some(Outcome::Ignored)
+    } else {
+        None
+    }
+}
+
+/// Lines that end a test's output section: a test whose result has not come by then never
+/// finished.
+fn is_boundary(line: &str) -> bool {
+    line.starts_with("test result:")
+        || line == "failures:"
+        || line == "successes:"
+        || line.starts_with("---- ")
+        || line.starts_with("guest: ")
+        || running_count(line).is_some()
+}
+
+/// `N` of a `running N tests` line.
+fn running_count(line: &str) -> Option<usize> {
+    let rest = line.strip_prefix("running ")?;
+    let count = rest
+        .strip_suffix(" tests")
+        .or_else(|| rest.strip_suffix(" test"))?;
+    count.parse().ok()
+}
+
+/// The name and the rest of a `test NAME ... REST` line (REST may be empty).
+fn test_start(line: &str) -> Option<(&str, &str)> {
+    let rest = line.strip_prefix("test ")?;
+    match rest.split_once(" ... ") {
+        Some(parts) => Some(parts),
+        None => rest.strip_suffix(" ...").map(|name| (name, "")),
+    }
+}
+
+/// Reads libtest's (pretty) output. With `--test-threads=1` libtest prints `test NAME ... `
+/// before a test and its result after it, so whatever the test or its child processes write
+/// to the same stream lands in between (the guest merges standard error into it): a result is
+/// the rest of the `test` line or the first later line that is nothing but a result word.
+pub(crate) fn parse_libtest(text: &str) -> Output {
+    let mut output = Output::default();
+    let mut pending: Option<String> = None;
+    for raw in text.lines() {
+        let clean = strip_ansi(raw);
+        let line = clean.trim();
+        if let Some((name, after)) = test_start(line) {
+            output.unfinished.extend(pending.take());
+            match result_word(after) {
+                Some(outcome) => output.results.push((name.to_string(), outcome)),
+                None => pending = Some(name.to_string()),
+            }
+            continue;
+        }
+        if is_boundary(line) {
+            output.unfinished.extend(pending.take());
+            if line.starts_with("test result:") {
+                output.finished = true;
+            }
+            output.announced += running_count(line).unwrap_or(0);
+            continue;
+        }
+        if let Some(outcome) = pending.as_ref().and(result_word(line)) {
+            let name = pending.take().unwrap_or_default();
+            output.results.push((name, outcome));
+        }
+    }
+    output.unfinished.extend(pending);
+    output
+}
+
+/// The test names of a `--list` output (`NAME: test` lines; benchmarks are not run).
+pub(crate) fn parse_list(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|line| line.trim_end().strip_suffix(": test"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The guest's status file: one `CODE NAME` line per binary that ended.
+pub(crate) fn parse_statuses(text: &str) -> BTreeMap<String, i32> {
+    text.lines()
+        .filter_map(|line| {
+            let (code, name) = line.trim().split_once(' ')?;
+            Some((name.to_string(), code.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The `guest: <== NAME exit CODE` lines of the guest's console log: the statuses again, in
+/// case the status file lost its last lines when the VM was stopped.
+pub(crate) fn guest_exits(log: &str) -> BTreeMap<String, i32> {
+    log.lines()
+        .filter_map(|line| {
+            let rest = line.trim().strip_prefix("guest: <== ")?;
+            let (name, code) = rest.rsplit_once(" exit ")?;
+            Some((name.to_string(), code.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Splits the guest's console log into each binary's part, after its `guest: ==> NAME` line.
+pub(crate) fn split_guest_log(log: &str) -> BTreeMap<String, String> {
+    let mut parts = BTreeMap::new();
+    let mut current: Option<(String, String)> = None;
+    for line in log.lines() {
+        let clean = strip_ansi(line);
+        let trimmed = clean.trim();
+        if trimmed.starts_with("guest: ") {
+            if let Some((name, text)) = current.take() {
+                parts.insert(name, text);
+            }
+            if let Some(name) = trimmed.strip_prefix("guest: ==> ") {
+                current = Some((name.to_string(), String::new()));
+            }
+            continue;
+        }
+        if let Some((_, text)) = current.as_mut() {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    if let Some((name, text)) = current {
+        parts.insert(name, text);
+    }
+    parts
+}
+
+/// How a test binary ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// Its exit code, as a shell reports it (128 + N for signal N; `timeout` gives 124 and
+    /// 137).
+    Code(i32),
+    /// It was running when the watchdog stopped the VM.
+    Stopped,
+    /// It never started (the VM was stopped or died before).
+    NotStarted,
+}
+
+impl Exit {
+    fn is_success(self) -> bool {
+        self == Exit::Code(0)
+    }
+
+    pub(crate) fn describe(self) -> String {
+        match self {
+            Exit::Code(0) => "exit 0".to_string(),
+            Exit::Code(101) => "exit 101".to_string(),
+            Exit::Code(124) => "stopped by `timeout` after 900 s (hung)".to_string(),
+            Exit::Code(137) => {
+                "killed by `timeout` (SIGKILL) after 900 s; it ignored SIGTERM".to_string()
+            }
+            Exit::Code(code) if code > 128 && code < 160 => {
+                format!("killed by signal {} (crashed)", code - 128)
+            }
+            Exit::Code(code) => format!("exit {code}"),
+            Exit::Stopped => {
+                "still running when the VM ended (stopped by the watchdog, or it died)".to_string()
+            }
+            Exit::NotStarted => "never started".to_string(),
+        }
+    }
+}
+
+/// Which part of the suite a binary belongs to, for the summary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Kind {
+    Device,
+    Host,
+    Doc,
+}
+
+impl Kind {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Kind::Device => "device tests",
+            Kind::Host => "host tests",
+            Kind::Doc => "doc tests",
+        }
+    }
+}
+
+/// One binary's verdict.
+#[derive(Debug)]
+pub(crate) struct BinaryVerdict {
+    pub(crate) name: String,
+    pub(crate) kind: Kind,
+    pub(crate) exit: Exit,
+    pub(crate) passed: usize,
+    /// Tests counted as skipped, with why.
+    pub(crate) skipped: Vec<(String, String)>,
+    /// Tests counted as failed (or the binary itself, as `(binary)`), with why.
+    pub(crate) failed: Vec<(String, String)>,
+}
+
+/// Test-support's records of justified skips: `(binary stem, test) -> reason`.
+pub(crate) type Skips = BTreeMap<(String, String), String>;
+
+/// The stem test-support names a binary by: the target name, as the executable is named.
+pub(crate) fn binary_stem(name: &str) -> String {
+    name.rsplit('/').next().unwrap_or(name).replace('-', "_")
+}
+
+/// Judges one test binary: every expected test must have printed `ok`.
+pub(crate) fn judge(
+    name: &str,
+    kind: Kind,
+    expected: &[String],
+    output: &Output,
+    exit: Exit,
+    skips: &Skips,
+) -> BinaryVerdict {
+    let mut verdict = BinaryVerdict {
+        name: name.to_string(),
+        kind,
+        exit,
+        passed: 0,
+        skipped: Vec::new(),
+        failed: Vec::new(),
+    };
+    let stem = binary_stem(name);
+    let results: BTreeMap<&str, Outcome> = output
+        .results
+        .iter()
+        .map(|(test, outcome)| (test.as_str(), *outcome))
+        .collect();
+    for test in expected {
+        match results.get(test.as_str()) {
+            Some(Outcome::Passed) => match skips.get(&(stem.clone(), test.clone())) {
+                Some(reason) => verdict.skipped.push((test.clone(), reason.clone())),
+                None => verdict.passed += 1,
+            },
+            Some(Outcome::Failed) => verdict.failed.push((test.clone(), "FAILED".to_string())),
+            Some(Outcome::Ignored) => verdict.failed.push((
+                test.clone(),
+                "ignored (the harness runs every test; #[ignore] is not allowed)".to_string(),
+            )),
+            None if output.unfinished.contains(test) => verdict.failed.push((
+                test.clone(),
+                format!(
+                    "started but never finished: the binary was {}",
+                    exit.describe()
+                ),
+            )),
+            None => verdict.failed.push((
+                test.clone(),
+                format!("did not run (the binary: {})", exit.describe()),
+            )),
+        }
+    }
+    let listed: BTreeSet<&str> = expected.iter().map(String::as_str).collect();
+    for (test, outcome) in &output.results {
+        if !listed.contains(test.as_str()) {
+            verdict.failed.push((
+                test.clone(),
+                format!("printed {outcome:?} but its binary's --list did not name it"),
+            ));
+        }
+    }
+    if verdict.failed.is_empty() && !exit.is_success() && exit != Exit::NotStarted {
+        verdict.failed.push((
+            "(binary)".to_string(),
+            format!("{} although every test passed", exit.describe()),
+        ));
+    }
+    verdict
+}
+
+/// Judges `cargo test --doc`: there is no list before the run, so every test the doc-test
+/// runners announced (`running N tests`) must have printed `ok`.
+pub(crate) fn judge_doc(output: &Output, cargo_succeeded: bool) -> BinaryVerdict {
+    let mut verdict = BinaryVerdict {
+        name: "doc tests".to_string(),
+        kind: Kind::Doc,
+        exit: Exit::Code(if cargo_succeeded { 0 } else { 101 }),
+        passed: 0,
+        skipped: Vec::new(),
+        failed: Vec::new(),
+    };
+    for (test, outcome) in &output.results {
+        match outcome {
+            Outcome::Passed => verdict.passed += 1,
+            Outcome::Failed => verdict.failed.push((test.clone(), "FAILED".to_string())),
+            Outcome::Ignored => verdict.failed.push((
+                test.clone(),
+                "ignored (use no_run or compile_fail, not ignore)".to_string(),
+            )),
+        }
+    }
+    for test in &output.unfinished {
+        verdict
+            .failed
+            .push((test.clone(), "started but never finished".to_string()));
+    }
+    let reported = output.results.len() + output.unfinished.len();
+    for index in reported..output.announced {
+        verdict.failed.push((
+            format!("(doc test {})", index + 1),
+            "announced but printed no result".to_string(),
+        ));
+    }
+    if verdict.failed.is_empty() && !cargo_succeeded {
+        verdict.failed.push((
+            "(cargo test --doc)".to_string(),
+            "failed although every doc test it reported passed".to_string(),
+        ));
+    }
+    verdict
+}
+
+/// The lines test-support appended to `RDMA_TEST_REPORT`.
+#[derive(Debug, Default)]
+pub(crate) struct DeviceReport {
+    /// Tests that found the device.
+    pub(crate) ran: BTreeSet<String>,
+    /// Justified skips (`unsupported` the device really lacks, or a skip outside the harness).
+    pub(crate) skips: Skips,
+    /// Failures test-support recorded before panicking (no device, an unjustified
+    /// `unsupported`, no second device), as `test reason`.
+    pub(crate) failures: Vec<String>,
+}
+
+impl DeviceReport {
+    pub(crate) fn parse(text: &str) -> Self {
+        let mut report = Self::default();
+        for line in text.lines() {
+            let Some((kind, rest)) = line.split_once(' ') else {
+                continue;
+            };
+            let (test, reason) = rest.split_once(' ').unwrap_or((rest, ""));
+            let key = test
+                .split_once("::")
+                .map(|(stem, test)| (stem.to_string(), test.to_string()));
+            match kind {
+                "ran" => {
+                    report.ran.insert(test.to_string());
+                }
+                "skipped" | "unsupported" => {
+                    if let Some(key) = key {
+                        let why = if kind == "unsupported" {
+                            format!("the device lacks {reason}")
+                        } else {
+                            reason.to_string()
+                        };
+                        report.skips.insert(key, why);
+                    }
+                }
+                "failed" => report.failures.push(rest.to_string()),
+                _ => {}
+            }
+        }
+        report
+    }
+}
+
+/// Passed, failed and skipped counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Tally {
+    pub(crate) passed: usize,
+    pub(crate) failed: usize,
+    pub(crate) skipped: usize,
+}
+
+impl Tally {
+    pub(crate) fn add(&mut self, verdict: &BinaryVerdict) {
+        self.passed += verdict.passed;
+        self.failed += verdict.failed.len();
+        self.skipped += verdict.skipped.len();
+    }
+
+    pub(crate) fn line(self) -> String {
+        format!(
+            "{} passed, {} failed, {} skipped",
+            self.passed, self.failed, self.skipped
+        )
+    }
+}
+
+/// The whole run's verdict.
+#[derive(Debug, Default)]
+pub(crate) struct Verdict {
+    pub(crate) binaries: Vec<BinaryVerdict>,
+    /// Reasons the run failed besides failed tests (a stopped VM, a failed `--list`).
+    pub(crate) problems: Vec<String>,
+}
+
+impl Verdict {
+    pub(crate) fn tally(&self, kind: Option<Kind>) -> Tally {
+        let mut tally = Tally::default();
+        for verdict in &self.binaries {
+            if kind.is_none_or(|k| k == verdict.kind) {
+                tally.add(verdict);
+            }
+        }
+        tally
+    }
+
+    /// Every reason the run is not green; empty when it is.
+    pub(crate) fn reasons(&self) -> Vec<String> {
+        let mut reasons = self.problems.clone();
+        let total = self.tally(None);
+        if total.failed > 0 {
+            let binaries = self
+                .binaries
+                .iter()
+                .filter(|b| !b.failed.is_empty())
+                .count();
+            reasons.push(format!("{} failed in {binaries} binaries", total.failed));
+        }
+        if total.skipped > 0 {
+            reasons.push(format!(
+                "{} skipped (a green run means every test ran)",
+                total.skipped
+            ));
+        }
+        reasons
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn result_lines_are_read_with_noise_in_between() {
+        let text = "\nrunning 4 tests\n\
+            test a ... ok\n\
+            test b ... NOTE: rxe reports LocQpOpErr\n\
+            ok\n\
+            test c ... \x1b[32mok\x1b[0m\n\
+            test d ... FAILED\n\
+            \n\
+            failures:\n\
+            \n\
+            ---- d stdout ----\n\
+            test e ... ok\n\
+            ok\n\
+            \n\
+            test result: FAILED. 3 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out\n";
+        let output = parse_libtest(text);
+        assert_eq!(
+            output.results,
+            vec![
+                ("a".to_string(), Outcome::Passed),
+                ("b".to_string(), Outcome::Passed),
+                ("c".to_string(), Outcome::Passed),
+                ("d".to_string(), Outcome::Failed),
+                // Inside the failure output: counted, but `e` is in no list, so it is caught.
+                ("e".to_string(), Outcome::Passed),
+            ]
+        );
+        assert!(output.unfinished.is_empty());
+        assert_eq!(output.announced, 4);
+        assert!(output.finished);
+    }
+
+    #[test]
+    fn a_crash_mid_way_leaves_the_running_test_unfinished() {
+        let text = "running 3 tests\n\
+            test first ... ok\n\
+            test second ... thread panicked while processing panic. aborting.\n";
+        let output = parse_libtest(text);
+        assert_eq!(output.results, vec![("first".to_string(), Outcome::Passed)]);
+        assert_eq!(output.unfinished, names(&["second"]));
+        assert!(!output.finished);
+        let verdict = judge(
+            "pkg/bin",
+            Kind::Device,
+            &names(&["first", "second", "third"]),
+            &output,
+            Exit::Code(134),
+            &Skips::new(),
+        );
+        assert_eq!(verdict.passed, 1);
+        assert_eq!(verdict.failed.len(), 2);
+        assert!(
+            verdict.failed[0].1.contains("never finished"),
+            "{:?}",
+            verdict.failed
+        );
+        assert!(
+            verdict.failed[0].1.contains("signal 6"),
+            "{:?}",
+            verdict.failed
+        );
+        assert!(
+            verdict.failed[1].1.contains("did not run"),
+            "{:?}",
+            verdict.failed
+        );
+    }
+
+    #[test]
+    fn a_result_word_only_counts_on_a_line_of_its_own() {
+        let output = parse_libtest("test slow ... starting\nsetup ok\n");
+        assert!(output.results.is_empty());
+        assert_eq!(output.unfinished, names(&["slow"]));
+    }
+
+    #[test]
+    fn ignored_tests_fail() {
+        let output = parse_libtest(
+            "test a ... ignored\ntest b ... ignored, needs hardware\ntest c ... ok\n\
+             test result: ok. 1 passed; 0 failed; 2 ignored; 0 measured; 0 filtered out\n",
+        );
+        assert_eq!(
+            output.results.iter().map(|r| r.1).collect::<Vec<_>>(),
+            vec![Outcome::Ignored, Outcome::Ignored, Outcome::Passed]
+        );
+        let verdict = judge(
+            "p/t",
+            Kind::Device,
+            &names(&["a", "b", "c"]),
+            &output,
+            Exit::Code(0),
+            &Skips::new(),
+        );
+        assert_eq!((verdict.passed, verdict.failed.len()), (1, 2));
+        assert!(verdict.failed.iter().all(|f| f.1.starts_with("ignored")));
+    }
+
+    #[test]
+    fn lists_and_statuses_are_read() {
+        assert_eq!(
+            parse_list("a::b: test\nc: test\nbench_x: benchmark\n\n2 tests, 1 benchmark\n"),
+            names(&["a::b", "c"])
+        );
+        assert!(parse_list("").is_empty());
+        let statuses = parse_statuses("0 rdma-verbs/rc\n124 examples/interop\ngarbage\n");
+        assert_eq!(statuses.get("rdma-verbs/rc"), Some(&0));
+        assert_eq!(statuses.get("examples/interop"), Some(&124));
+        assert_eq!(statuses.len(), 2);
+        let exits = guest_exits("guest: <== p/a exit 0\ntest x ... guest: <== p/b exit 134\n");
+        assert_eq!(exits.get("p/a"), Some(&0));
+        assert_eq!(
+            exits.len(),
+            1,
+            "a line that does not start with it is not one"
+        );
+    }
+
+    #[test]
+    fn the_guest_log_is_split_per_binary() {
+        let log = "guest: rxe0 on d0 is active\n\
+            guest: ==> p/a\nrunning 1 test\ntest x ... ok\n\
+            guest: ==> p/b\nrunning 1 test\ntest y ... \n";
+        let parts = split_guest_log(log);
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parse_libtest(&parts["p/a"]).results.len(), 1);
+        assert_eq!(parse_libtest(&parts["p/b"]).unfinished, names(&["y"]));
+    }
+
+    #[test]
+    fn missing_unexpected_and_skipped_tests_are_counted() {
+        let output = parse_libtest("test a ... ok\ntest b ... ok\ntest extra ... ok\n");
+        let mut skips = Skips::new();
+        skips.insert(
+            ("my_bin".to_string(), "b".to_string()),
+            "the device lacks XRC".to_string(),
+        );
+        let verdict = judge(
+            "pkg/my-bin",
+            Kind::Device,
+            &names(&["a", "b", "vanished"]),
+            &output,
+            Exit::Code(0),
+            &skips,
+        );
+        assert_eq!(verdict.passed, 1);
+        assert_eq!(verdict.skipped.len(), 1);
+        let failed: Vec<&str> = verdict.failed.iter().map(|f| f.0.as_str()).collect();
+        assert_eq!(failed, vec!["vanished", "extra"]);
+    }
+
+    #[test]
+    fn a_binary_that_fails_after_passing_tests_fails() {
+        let output = parse_libtest("test a ... ok\ntest result: ok. 1 passed\n");
+        let verdict = judge(
+            "p/t",
+            Kind::Host,
+            &names(&["a"]),
+            &output,
+            Exit::Code(139),
+            &Skips::new(),
+        );
+        assert_eq!(verdict.passed, 1);
+        assert_eq!(verdict.failed.len(), 1);
+        assert_eq!(verdict.failed[0].0, "(binary)");
+        assert!(verdict.failed[0].1.contains("signal 11"));
+        let never = judge(
+            "p/t",
+            Kind::Device,
+            &names(&["a", "b"]),
+            &Output::default(),
+            Exit::NotStarted,
+            &Skips::new(),
+        );
+        assert_eq!((never.passed, never.failed.len()), (0, 2));
+        let stopped = judge(
+            "p/t",
+            Kind::Device,
+            &names(&["a"]),
+            &parse_libtest("test a ... "),
+            Exit::Stopped,
+            &Skips::new(),
+        );
+        assert!(
+            stopped.failed[0].1.contains("watchdog"),
+            "{:?}",
+            stopped.failed
+        );
+    }
+
+    #[test]
+    fn doc_tests_must_report_every_announced_test() {
+        let text = "running 3 tests\n\
+            test src/lib.rs - a (line 3) ... ok\n\
+            test src/lib.rs - b (line 9) - compile fail ... ok\n\
+            test result: ok. 2 passed\n\
+            running 1 test\n\
+            test src/x.rs - c (line 1) ... ignored\n";
+        let verdict = judge_doc(&parse_libtest(text), false);
+        assert_eq!(verdict.passed, 2);
+        assert_eq!(verdict.failed.len(), 2, "{:?}", verdict.failed);
+        let clean = judge_doc(&parse_libtest("running 1 test\ntest a ... ok\n"), false);
+        assert_eq!(clean.failed.len(), 1, "cargo's failure counts");
+    }
+
+    #[test]
+    fn the_report_yields_skips_and_failures() {
+        let report = DeviceReport::parse(
+            "ran mw::mw_bind rxe0\n\
+             unsupported mw::mw_type1 memory windows type 1\n\
+             skipped scope::two no second device\n\
+             failed rc::x RDMA_TEST_REQUIRE_DEVICE=1 but no device\n",
+        );
+        assert_eq!(report.ran.len(), 1);
+        assert_eq!(
+            report
+                .skips
+                .get(&("mw".to_string(), "mw_type1".to_string())),
+            Some(&"the device lacks memory windows type 1".to_string())
+        );
+        assert_eq!(report.skips.len(), 2);
+        assert_eq!(report.failures.len(), 1);
+    }
+
+    #[test]
+    fn the_verdict_is_green_only_with_no_failure_and_no_skip() {
+        let mut verdict = Verdict::default();
+        let ok = judge(
+            "p/a",
+            Kind::Device,
+            &names(&["a"]),
+            &parse_libtest("test a ... ok\n"),
+            Exit::Code(0),
+            &Skips::new(),
+        );
+        verdict.binaries.push(ok);
+        assert!(verdict.reasons().is_empty());
+        assert_eq!(verdict.tally(None).line(), "1 passed, 0 failed, 0 skipped");
+        let mut skips = Skips::new();
+        skips.insert(("h".to_string(), "s".to_string()), "lacks".to_string());
+        verdict.binaries.push(judge(
+            "p/h",
+            Kind::Host,
+            &names(&["s"]),
+            &parse_libtest("test s ... ok\n"),
+            Exit::Code(0),
+            &skips,
+        ));
+        assert_eq!(verdict.reasons().len(), 1);
+        assert_eq!(
+            verdict.tally(Some(Kind::Host)),
+            Tally {
+                passed: 0,
+                failed: 0,
+                skipped: 1
+            }
+        );
+        verdict.problems.push("the VM was stopped".to_string());
+        assert_eq!(verdict.reasons().len(), 2);
+    }
+}
