@@ -4,6 +4,12 @@
 //! wire order) followed by a NUL: 52 bytes. The client writes its record first; the server
 //! reads it, brings its queue pair to RTS, and answers with its own; the client then writes
 //! `"done\0"`.
+//!
+//! The C programs close the connection there. The Rust ones keep it open for a final
+//! handshake after the ping-pong loop ([`Link::finish`]): each side writes [`END_MARKER`] and
+//! waits for the other's, so neither leaves RTS (which makes rxe drop the ACK of the last
+//! message) while the other still waits for a completion. A C peer has closed its end long
+//! before: end of stream then ends the handshake, without error.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
@@ -16,6 +22,9 @@ pub const RECORD_LEN: usize = 52;
 
 /// How long one side waits for the other's bytes once connected.
 pub const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What each side writes after its ping-pong loop (see [`Link::finish`]).
+pub const END_MARKER: &[u8; 4] = b"end\0";
 
 /// The addressing one side sends the other.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -124,8 +133,8 @@ fn describe(error: &std::io::Error) -> String {
 }
 
 /// Client side: connects to `host:port`, sends `mine`, receives as many records, and finishes
-/// with `"done"`.
-pub fn client_exchange(host: &str, port: u16, mine: &[Dest]) -> Result<Vec<Dest>, String> {
+/// with `"done"`. The connection stays open for the final handshake.
+pub fn client_exchange(host: &str, port: u16, mine: &[Dest]) -> Result<(Vec<Dest>, Link), String> {
     let addrs: Vec<_> = (host, port)
         .to_socket_addrs()
         .map_err(|e| format!("couldn't resolve {host}: {e}"))?
@@ -153,7 +162,7 @@ pub fn client_exchange(host: &str, port: u16, mine: &[Dest]) -> Result<Vec<Dest>
     stream
         .write_all(b"done\0")
         .map_err(|e| format!("couldn't send \"done\": {}", describe(&e)))?;
-    Ok(remote)
+    Ok((remote, Link { stream }))
 }
 
 /// Server side, first half: waits for one client on `port` and reads its `count` records. The
@@ -179,12 +188,14 @@ pub struct ServerExchange {
 }
 
 impl ServerExchange {
-    /// Sends the server's records and waits for the client's `"done"`.
-    pub fn reply(mut self, mine: &[Dest]) -> Result<(), String> {
+    /// Sends the server's records and waits for the client's `"done"`. The connection stays
+    /// open for the final handshake.
+    pub fn reply(mut self, mine: &[Dest]) -> Result<Link, String> {
         write_records(&mut self.stream, mine)?;
+        // All five bytes (with the NUL), so that none is left to be taken for the end marker.
         let mut done = [0u8; 5];
         let mut got = 0;
-        while got < 4 {
+        while got < done.len() {
             match self.stream.read(&mut done[got..]) {
                 Ok(0) => break,
                 Ok(n) => got += n,
@@ -197,7 +208,86 @@ impl ServerExchange {
                 String::from_utf8_lossy(&done[..got])
             ));
         }
-        Ok(())
+        Ok(Link {
+            stream: self.stream,
+        })
+    }
+}
+
+/// How the peer ended the final handshake.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum PeerEnd {
+    /// It wrote [`END_MARKER`]: it is a Rust pingpong that has finished its loop.
+    Finished,
+    /// It had closed the connection: a C pingpong (which closes it right after the exchange),
+    /// or a Rust one that failed and reports its own error. Nothing tells when it is done.
+    Closed,
+}
+
+/// The exchange's TCP connection, kept open after it for the final handshake.
+#[derive(Debug)]
+pub struct Link {
+    stream: TcpStream,
+}
+
+impl Link {
+    /// The final handshake, after the ping-pong loop and before the queue pair leaves RTS:
+    /// writes [`END_MARKER`], then waits up to `timeout` for the peer's marker or for the end of
+    /// the stream. A peer that finished its loop has had every completion it waits for, so
+    /// moving the queue pair to the error state can no longer drop an ACK it needs.
+    ///
+    /// # Errors
+    ///
+    /// Other bytes than the marker, no answer within `timeout`, or a socket error other than the
+    /// peer's closing (end of stream, reset, broken pipe).
+    pub fn finish(mut self, timeout: Duration) -> Result<PeerEnd, String> {
+        let closed = |e: &std::io::Error| {
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::UnexpectedEof
+            )
+        };
+        self.stream
+            .set_read_timeout(Some(timeout.max(Duration::from_secs(1))))
+            .map_err(|e| format!("socket timeout: {e}"))?;
+        match self.stream.write_all(END_MARKER) {
+            Ok(()) => {}
+            Err(e) if closed(&e) => return Ok(PeerEnd::Closed),
+            Err(e) => return Err(format!("couldn't send the end marker: {e}")),
+        }
+        let mut marker = [0u8; END_MARKER.len()];
+        let mut got = 0;
+        while got < marker.len() {
+            match self.stream.read(&mut marker[got..]) {
+                Ok(0) if got == 0 => return Ok(PeerEnd::Closed),
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if closed(&e) && got == 0 => return Ok(PeerEnd::Closed),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(format!(
+                        "the peer did not finish within {} s",
+                        timeout.as_secs()
+                    ));
+                }
+                Err(e) => return Err(format!("couldn't read the end marker: {e}")),
+            }
+        }
+        if &marker[..got] != END_MARKER {
+            return Err(format!(
+                "expected the end marker from the peer, got {:?}",
+                String::from_utf8_lossy(&marker[..got])
+            ));
+        }
+        Ok(PeerEnd::Finished)
     }
 }
 
@@ -244,5 +334,78 @@ mod tests {
         assert!(Dest::parse(&[0xff; 52]).is_err());
         // Multi-byte characters in the GID field are an error, not a slicing panic.
         assert!(Dest::parse("0001:00011a:3c2e7f:€€€€€€€€€€00\0".as_bytes()).is_err());
+    }
+
+    /// A connected pair of links over loopback TCP.
+    fn links() -> (Link, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let client = TcpStream::connect(addr).expect("connect");
+        let (server, _) = listener.accept().expect("accept");
+        (Link { stream: server }, client)
+    }
+
+    #[test]
+    fn the_end_handshake_waits_for_the_peers_marker() {
+        let (link, client) = links();
+        let peer = std::thread::spawn(move || Link { stream: client }.finish(EXCHANGE_TIMEOUT));
+        assert_eq!(link.finish(EXCHANGE_TIMEOUT), Ok(PeerEnd::Finished));
+        assert_eq!(peer.join().expect("peer"), Ok(PeerEnd::Finished));
+    }
+
+    #[test]
+    fn a_closed_connection_ends_the_handshake_without_error() {
+        // As a C peer does: it closes the connection right after the exchange.
+        let (link, client) = links();
+        drop(client);
+        assert_eq!(link.finish(EXCHANGE_TIMEOUT), Ok(PeerEnd::Closed));
+    }
+
+    #[test]
+    fn other_bytes_or_silence_fail_the_handshake() {
+        let (link, mut client) = links();
+        client.write_all(b"nope").expect("write");
+        let error = link.finish(EXCHANGE_TIMEOUT).expect_err("wrong marker");
+        assert!(error.contains("expected the end marker"), "{error}");
+
+        // A peer that keeps the connection open and says nothing: the handshake gives up after
+        // its timeout (1 s at least) with an error, however long the wait really was.
+        let (link, _client) = links();
+        let error = link
+            .finish(Duration::from_secs(1))
+            .expect_err("silent peer");
+        assert!(error.contains("did not finish within 1 s"), "{error}");
+    }
+
+    #[test]
+    fn the_server_reads_all_of_done_and_keeps_the_connection() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        drop(listener);
+        let mine = Dest {
+            lid: 0,
+            qpn: 0x12,
+            psn: 0x345,
+            gid: Gid::default(),
+        };
+        let server = std::thread::spawn(move || {
+            let exchange = server_accept(port, 1)?;
+            assert_eq!(exchange.remote, vec![mine]);
+            exchange.reply(&[mine])?.finish(EXCHANGE_TIMEOUT)
+        });
+        let deadline = std::time::Instant::now() + EXCHANGE_TIMEOUT;
+        let (remote, link) = loop {
+            match client_exchange("127.0.0.1", port, &[mine]) {
+                Ok(done) => break done,
+                Err(e) if std::time::Instant::now() < deadline && e.contains("connect") => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        assert_eq!(remote, vec![mine]);
+        // The NUL after "done" was consumed by the server: the markers match exactly.
+        assert_eq!(link.finish(EXCHANGE_TIMEOUT), Ok(PeerEnd::Finished));
+        assert_eq!(server.join().expect("server"), Ok(PeerEnd::Finished));
     }
 }

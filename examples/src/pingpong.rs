@@ -3,7 +3,19 @@
 //!
 //! The loop is the C programs': the client posts the first send; each side keeps up to
 //! `rx_depth` receives posted, and sends its next message once both its last send and a
-//! receive have completed.
+//! receive have completed. As in the C programs, one buffer takes every receive and gives every
+//! send, so each message echoes the last one received ([`Pingpong`]).
+//!
+//! Two differences, both invisible to a C peer:
+//!
+//! - After the loop, and before its queue pair leaves RTS, each side runs an end handshake over
+//!   the exchange's TCP connection ([`exchange::Link::finish`]): leaving RTS as soon as the last
+//!   completion arrives can make rxe drop the ACK of the last message, and the peer would then
+//!   wait for it forever. A C peer has closed that connection after the exchange; the Rust side
+//!   then waits [`C_PEER_LINGER`] instead.
+//! - `-c` checks every byte of the last message received, on both sides, and fails the program
+//!   (exit 1, one line) on a mismatch; the C programs check one byte per page, on the server,
+//!   and only print what differs. See [`check_message`].
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -11,7 +23,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use rdma_verbs::*;
 
-use crate::exchange::{self, Dest};
+use crate::exchange::{self, Dest, Link, PeerEnd};
 
 /// The `wr_id` of receive requests.
 const RECV_WRID: u64 = 1;
@@ -225,28 +237,83 @@ pub fn print_results(size: usize, iters: u32, elapsed: Duration) {
     );
 }
 
-/// One side of a pingpong: a queue pair in RTS, the buffer it sends from and the buffer it
-/// receives into.
+/// The byte rc, uc and ud pingpong fill their buffer with, as the C programs do (srq_pingpong's
+/// C program fills with 0: see [`client_message`]).
+pub const FILL: u8 = 0x7b;
+
+/// How long a side waits before leaving RTS when the peer closed the connection instead of
+/// answering the end handshake (a C peer: see [`exchange::Link::finish`]).
 ///
-/// The C programs send from and receive into one buffer. Here they are two regions: the safe
-/// post path ([`QueuePair::scope`]) lends receive buffers to the device exclusively and send
-/// buffers shared, so one region cannot be both at once. Nothing of this shows on the wire.
+/// Nothing tells when a C peer is done. rxe's responder sends the ACK of a message right after
+/// it writes the receive completion, in the same piece of kernel work; leaving RTS in between
+/// drops that ACK and leaves the sender retrying. This pause leaves that work ample time to
+/// end. It is a margin, not a proof: the C programs themselves destroy their queue pair right
+/// after their last completion.
+pub const C_PEER_LINGER: Duration = Duration::from_millis(100);
+
+/// The message a client sends first, which every later message echoes: `fill` everywhere and,
+/// with `-c`, 0 at the start of each page. These are the bytes of the C programs (`memset` of
+/// the buffer to 0x7b, or to 0 in srq_pingpong; then `buf[i] = i / page_size % sizeof(char)`,
+/// which is 0, at each page start).
+pub fn client_message(size: usize, fill: u8, chk: bool) -> Vec<u8> {
+    let mut message = vec![fill; size];
+    if chk {
+        for byte in message.iter_mut().step_by(page_size()) {
+            *byte = 0;
+        }
+    }
+    message
+}
+
+/// What `-c` checks: every byte of `got` (the last message received) against the message the
+/// protocol says every message is ([`client_message`] with `-c`). Returns one line naming the
+/// first wrong byte and how many are wrong.
+pub fn check_message(got: &[u8], fill: u8) -> Result<(), String> {
+    let expected = client_message(got.len(), fill, true);
+    let wrong: Vec<usize> = (0..got.len()).filter(|&i| got[i] != expected[i]).collect();
+    match wrong.first() {
+        None => Ok(()),
+        Some(&first) => Err(format!(
+            "invalid data in page {}: byte {first} is 0x{:02x}, expected 0x{:02x} ({} of {} bytes \
+             wrong)",
+            first / page_size(),
+            got[first],
+            expected[first],
+            wrong.len(),
+            got.len()
+        )),
+    }
+}
+
+/// One side of a pingpong: a queue pair in RTS and the one buffer it receives into and sends
+/// from, as in the C programs.
+///
+/// Every receive is posted into the buffer and every send goes out of it (UD: receives land
+/// with the 40-byte GRH in front, sends go out from after it), so each message echoes the last
+/// one received and the client's first message comes back every time. The buffer is lent to
+/// the device for the whole loop ([`QueuePair::scope`]: receives borrow it exclusively, sends
+/// share that borrow through [`MrSliceMut::as_slice`]); Rust reads it only once the scope has
+/// ended, so `-c` checks the last message, every byte of it ([`check`](Self::check)). That
+/// covers the messages before it too: each side sends exactly what it last received, so a
+/// wrong byte in any message is carried into every later one, up to the last (unless a second
+/// fault undoes it exactly).
 #[derive(Debug)]
 pub struct Pingpong<T: Transport> {
     qp: QueuePair<T, Rts>,
     ah: Option<AddressHandle>,
-    send_buffer: MemoryRegion,
-    recv_buffer: MemoryRegion,
+    buffer: MemoryRegion,
     remote_qpn: u32,
     size: usize,
-    /// Where messages start in the buffers: after the GRH for UD.
+    /// Where messages start in the buffer: after the GRH for UD.
     offset: usize,
     send_flags: SendFlags,
 }
 
 impl<T: Transport> Pingpong<T> {
-    /// A pingpong over `qp` with buffers of `offset + size` bytes (UD: `offset` 40, and the
-    /// peer's address handle).
+    /// A pingpong over `qp` with a buffer of `offset + size` bytes registered with `access`
+    /// (UD: `offset` 40, and the peer's address handle). The buffer holds [`FILL`]; the
+    /// client's message part is [`client_message`].
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         setup: &Setup,
         options: &Options,
@@ -255,17 +322,19 @@ impl<T: Transport> Pingpong<T> {
         remote_qpn: u32,
         size: usize,
         offset: usize,
+        access: AccessFlags,
     ) -> Result<Self, String> {
-        let register = || {
-            setup
-                .pd
-                .register((offset + size).max(1), AccessFlags::LOCAL_WRITE)
-                .map_err(|e| format!("couldn't register MR: {e}"))
-        };
-        let mut send_buffer = register()?;
-        let mut recv_buffer = register()?;
-        fill_buffer(&mut send_buffer, options, offset, size);
-        fill_buffer(&mut recv_buffer, options, offset, size);
+        let mut buffer = setup
+            .pd
+            .register((offset + size).max(1), access | AccessFlags::LOCAL_WRITE)
+            .map_err(|e| format!("couldn't register MR: {e}"))?;
+        let mut bytes = vec![FILL; buffer.len()];
+        if options.servername.is_some() {
+            bytes[offset..offset + size].copy_from_slice(&client_message(size, FILL, options.chk));
+        }
+        buffer
+            .write_at(0, &bytes)
+            .map_err(|e| format!("couldn't fill the buffer: {e}"))?;
         let mut send_flags = SendFlags::SIGNALED;
         if qp.caps().max_inline_data as usize >= size {
             send_flags |= SendFlags::INLINE;
@@ -273,8 +342,7 @@ impl<T: Transport> Pingpong<T> {
         Ok(Self {
             qp,
             ah,
-            send_buffer,
-            recv_buffer,
+            buffer,
             remote_qpn,
             size,
             offset,
@@ -284,46 +352,49 @@ impl<T: Transport> Pingpong<T> {
 
     /// Runs the program: posts `rx_depth` receives, calls `ready` (the server answers the
     /// address exchange there, so that its receives are posted before the client can send),
-    /// then the loop: `iters` sends and receives each, the client sending first. Returns the
-    /// time from the first send to the last completion.
+    /// then the loop: `iters` sends and receives each, the client sending first; then the end
+    /// handshake on the exchange's connection, and only then moves the queue pair out of RTS
+    /// to flush the receives still posted. Returns the time from the first send to the last
+    /// completion, and how the peer ended the handshake.
     pub fn run(
         &mut self,
         setup: &mut Setup,
         options: &Options,
-        ready: impl FnOnce() -> Result<(), String>,
-    ) -> Result<Duration, String> {
+        ready: impl FnOnce() -> Result<Link, String>,
+    ) -> Result<(Duration, PeerEnd), String> {
         let Self {
             qp,
             ah,
-            send_buffer,
-            recv_buffer,
+            buffer,
             remote_qpn,
             size,
             offset,
             send_flags,
         } = self;
         let (size, offset) = (*size, *offset);
-        let target = recv_buffer
+        let target = buffer
             .slice_mut(..offset + size)
-            .map_err(|e| e.to_string())?;
-        let source = send_buffer
-            .slice(offset..offset + size)
             .map_err(|e| e.to_string())?;
         let channel = setup.channel.as_ref();
         let cq = &mut setup.cq;
         let is_client = options.servername.is_some();
         let idle = Duration::from_secs(options.timeout);
-        let outcome = qp.scope(ScopeCqs::shared(cq), |s| -> Result<Duration, String> {
+        let outcome = qp.scope(ScopeCqs::shared(cq), |s| -> Result<_, String> {
+            // The message goes out of the bytes receives land in (after the GRH for UD).
+            let source = target
+                .as_slice()
+                .sub(offset as u32, size as u32)
+                .map_err(|e| e.to_string())?;
             let send = SendPlan {
                 source,
                 flags: *send_flags,
                 ah: ah.as_ref(),
                 remote_qpn: *remote_qpn,
             };
-            let body = || -> Result<Duration, String> {
+            let body = || -> Result<(Duration, Link), String> {
                 post_recvs(s, &target, options.rx_depth)?;
                 let mut routs = options.rx_depth;
-                ready()?;
+                let link = ready()?;
                 let mut pending = RECV_WRID;
                 if is_client {
                     send.post(s)?;
@@ -360,37 +431,40 @@ impl<T: Transport> Pingpong<T> {
                         }
                     }
                 }
-                Ok(start.elapsed())
+                Ok((start.elapsed(), link))
             };
-            let result = body();
+            // The end handshake runs while the queue pair is still in RTS: once the peer has
+            // answered, it has had every completion it waits for.
+            let result = body().and_then(|(elapsed, link)| {
+                let end = link.finish(idle)?;
+                if end == PeerEnd::Closed {
+                    std::thread::sleep(C_PEER_LINGER);
+                }
+                Ok((elapsed, end))
+            });
             // The C programs exit with receives still posted (and after a failure, whatever
             // else): flush them, so that the scope ends at once.
             let flushed = s.flush_outstanding();
-            let elapsed = result?;
+            let done = result?;
             flushed.map_err(|e| format!("couldn't flush the remaining receives: {e}"))?;
-            Ok(elapsed)
+            Ok(done)
         });
         outcome.map_err(|e| e.to_string())?
     }
 
-    /// Checks the pages of the receive buffer as `-c` asks (`invalid data in page N` lines).
-    pub fn check(&self, options: &Options) {
-        if options.chk && options.servername.is_none() {
-            let page = page_size();
-            let mut byte = [0u8; 1];
-            let mut at = 0;
-            while at < self.size {
-                if self
-                    .recv_buffer
-                    .read_at(self.offset + at, &mut byte)
-                    .is_ok()
-                    && byte[0] != 0
-                {
-                    println!("invalid data in page {}", at / page);
-                }
-                at += page;
-            }
+    /// With `-c`, checks every byte of the last message received, on either side (the C
+    /// programs check one byte per page, on the server only, and only print what differs).
+    ///
+    /// # Errors
+    ///
+    /// The first wrong byte, as [`check_message`] says.
+    pub fn check(&self, options: &Options) -> Result<(), String> {
+        if !options.chk {
+            return Ok(());
         }
+        // The scope has ended: the device is done with the buffer.
+        let bytes = self.buffer.as_slice().map_err(|e| e.to_string())?;
+        check_message(&bytes[self.offset..self.offset + self.size], FILL)
     }
 }
 
@@ -425,21 +499,6 @@ fn post_recvs<'a, T: Transport>(
             .map_err(|e| format!("couldn't post receive: {e}"))?;
     }
     Ok(())
-}
-
-/// Prepares a buffer: 0x7b everywhere, and with `-c` on the client the page-start bytes the
-/// server checks (always 0, as in the C programs).
-fn fill_buffer(buffer: &mut MemoryRegion, options: &Options, offset: usize, size: usize) {
-    let fill = vec![0x7bu8; buffer.len()];
-    let _ = buffer.write_at(0, &fill);
-    if options.chk && options.servername.is_some() {
-        let page = page_size();
-        let mut at = 0;
-        while at < size {
-            let _ = buffer.write_at(offset + at, &[0]);
-            at += page;
-        }
-    }
 }
 
 /// Something the loop polls for completions: a [`PostScope`], or a bare completion queue
@@ -554,18 +613,127 @@ impl Connected for Uc {
     }
 }
 
+/// rc_pingpong's options that the other pingpongs lack, with the C program's letters.
+///
+/// The device features behind `-o`, `-O`, `-t` and `-j` are checked as the C program checks
+/// them, with its messages, and the program fails where the device lacks them (rxe lacks all
+/// four). On-demand paging (`-o`) is used where the device has it; implicit on-demand paging,
+/// completion timestamps and device memory are not implemented here, and the program says so
+/// and fails on a device that has them. `-P` asks for a prefetch that is not implemented
+/// either: as the C program does when the prefetch fails, it says so and continues.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct RcOptions {
+    /// Use on demand paging.
+    #[arg(short = 'o', long = "odp")]
+    pub odp: bool,
+    /// Use implicit on demand paging.
+    #[arg(short = 'O', long = "iodp")]
+    pub implicit_odp: bool,
+    /// Prefetch an ODP MR.
+    #[arg(short = 'P', long = "prefetch")]
+    pub prefetch: bool,
+    /// Get CQE with timestamp.
+    #[arg(short = 't', long = "ts")]
+    pub ts: bool,
+    /// Use device memory.
+    #[arg(short = 'j', long = "dm")]
+    pub dm: bool,
+    /// Use new post send WR API (`ibv_wr_*`).
+    #[arg(short = 'N', long = "new_send")]
+    pub new_send: bool,
+}
+
+impl RcOptions {
+    /// The checks the C program makes of its options alone, before it opens the device.
+    fn check_combination(&self) -> Result<(), String> {
+        let odp = self.odp || self.implicit_odp;
+        if odp && self.dm {
+            return Err("DM memory region can't be on demand".into());
+        }
+        if !odp && self.prefetch {
+            return Err("prefetch is valid only with on-demand memory region".into());
+        }
+        Ok(())
+    }
+
+    /// The checks the C program makes of the device (same order, same messages); returns the
+    /// access flags the buffer is registered with.
+    fn check_device(&self, context: &Context, size: usize) -> Result<AccessFlags, String> {
+        let odp = self.odp || self.implicit_odp;
+        let mut access = AccessFlags::LOCAL_WRITE;
+        if !(odp || self.ts || self.dm) {
+            return Ok(access);
+        }
+        let attr = context
+            .query_device()
+            .map_err(|e| format!("Couldn't query device for its features: {e}"))?;
+        if odp {
+            let rc_caps = ffi::IBV_ODP_SUPPORT_SEND | ffi::IBV_ODP_SUPPORT_RECV;
+            if attr.odp_general_caps & u64::from(ffi::IBV_ODP_SUPPORT) == 0
+                || attr.rc_odp_caps & rc_caps != rc_caps
+            {
+                return Err(
+                    "The device isn't ODP capable or does not support RC send and \
+                            receive with ODP"
+                        .into(),
+                );
+            }
+            if self.implicit_odp
+                && attr.odp_general_caps & u64::from(ffi::IBV_ODP_SUPPORT_IMPLICIT) == 0
+            {
+                return Err("The device doesn't support implicit ODP".into());
+            }
+            if self.implicit_odp {
+                return Err(
+                    "implicit on-demand paging (-O) is not implemented by this program".into(),
+                );
+            }
+            access |= AccessFlags::ON_DEMAND;
+        }
+        if self.ts {
+            if attr.completion_timestamp_mask == 0 {
+                return Err("The device isn't completion timestamp capable".into());
+            }
+            return Err("completion timestamps (-t) are not implemented by this program".into());
+        }
+        if self.dm {
+            if attr.max_dm_size == 0 {
+                return Err("Device doesn't support dm allocation".into());
+            }
+            if attr.max_dm_size < size as u64 {
+                return Err("Device memory is insufficient".into());
+            }
+            return Err("device memory (-j) is not implemented by this program".into());
+        }
+        if self.prefetch {
+            eprintln!("Couldn't prefetch MR (not implemented by this program). Continue anyway");
+        }
+        Ok(access)
+    }
+}
+
 /// The whole of `rc_pingpong` and `uc_pingpong`: set up, exchange addresses, connect, run.
-pub fn run_connected<T: Connected>(options: &Options) -> Result<(), String> {
+/// `extra` holds rc_pingpong's own options (all off for uc_pingpong).
+pub fn run_connected<T: Connected>(options: &Options, extra: &RcOptions) -> Result<(), String> {
+    extra.check_combination()?;
     let mtu = mtu(options)?;
     let size = options.message_size(4096);
     let mut setup = setup(options, options.rx_depth + 1)?;
+    let access = extra.check_device(&setup.context, size)?;
 
-    // One send outstanding at a time, rx_depth receives; both on the same CQ.
+    // One send outstanding at a time, rx_depth receives; both on the same CQ. With -N, sends
+    // go through the ibv_wr_* builders of a queue pair made by ibv_create_qp_ex.
+    let send_path = if extra.new_send {
+        SendPath::Extended
+    } else {
+        SendPath::Classic
+    };
     let qp = setup
         .pd
         .create_qp::<T>(&setup.cq, &setup.cq)
         .max_send_wr(1)
         .max_recv_wr(options.rx_depth)
+        .send_path(send_path)
         .build()
         .map_err(|e| format!("couldn't create QP: {e}"))?;
     let qp = qp
@@ -586,28 +754,68 @@ pub fn run_connected<T: Connected>(options: &Options) -> Result<(), String> {
             .into_rts(&T::rts(mine.psn))
             .map_err(|e| format!("failed to modify QP to RTS: {e}"))
     };
-    let elapsed = match &options.servername {
+    let (pingpong, elapsed) = match &options.servername {
         Some(host) => {
-            let remote = exchange::client_exchange(host, options.port, &[mine])?[0];
+            let (remote, link) = exchange::client_exchange(host, options.port, &[mine])?;
+            let remote = remote[0];
             print_address("remote", &remote, false);
             let qp = connect(qp, &remote)?;
-            let mut pingpong = Pingpong::new(&setup, options, qp, None, remote.qpn, size, 0)?;
-            let elapsed = pingpong.run(&mut setup, options, || Ok(()))?;
-            pingpong.check(options);
-            elapsed
+            let mut pingpong =
+                Pingpong::new(&setup, options, qp, None, remote.qpn, size, 0, access)?;
+            let (elapsed, _) = pingpong.run(&mut setup, options, || Ok(link))?;
+            (pingpong, elapsed)
         }
         None => {
             let exchange = exchange::server_accept(options.port, 1)?;
             let remote = exchange.remote[0];
             print_address("remote", &remote, false);
             let qp = connect(qp, &remote)?;
-            let mut pingpong = Pingpong::new(&setup, options, qp, None, remote.qpn, size, 0)?;
+            let mut pingpong =
+                Pingpong::new(&setup, options, qp, None, remote.qpn, size, 0, access)?;
             // The server's QP is in RTS, with its receives posted, before it answers.
-            let elapsed = pingpong.run(&mut setup, options, || exchange.reply(&[mine]))?;
-            pingpong.check(options);
-            elapsed
+            let (elapsed, _) = pingpong.run(&mut setup, options, || exchange.reply(&[mine]))?;
+            (pingpong, elapsed)
         }
     };
     print_results(size, options.iters, elapsed);
-    Ok(())
+    pingpong.check(options)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_client_message_is_the_c_programs() {
+        let message = client_message(8193, FILL, true);
+        for (i, &byte) in message.iter().enumerate() {
+            let expected = if i % 4096 == 0 { 0 } else { 0x7b };
+            assert_eq!(byte, expected, "byte {i}");
+        }
+        assert_eq!(client_message(5, FILL, false), vec![0x7b; 5]);
+        assert_eq!(client_message(5000, 0, true), vec![0; 5000]);
+        assert_eq!(check_message(&message, FILL), Ok(()));
+    }
+
+    #[test]
+    fn every_wrong_byte_is_found() {
+        let good = client_message(4095, FILL, true);
+        for at in [0, 1, 2047, 4094] {
+            let mut bad = good.clone();
+            bad[at] ^= 0x01;
+            let error = check_message(&bad, FILL).expect_err("a wrong byte");
+            assert!(
+                error.starts_with(&format!("invalid data in page 0: byte {at} is ")),
+                "{error}"
+            );
+            assert!(error.ends_with("(1 of 4095 bytes wrong)"), "{error}");
+        }
+        // A message without the page markers (a peer without -c).
+        let error = check_message(&vec![0x7b; 4096], FILL).expect_err("no marker");
+        assert_eq!(
+            error,
+            "invalid data in page 0: byte 0 is 0x7b, expected 0x00 (1 of 4096 bytes wrong)"
+        );
+        assert!(check_message(&[0x7b; 10], 0).is_err());
+    }
 }

@@ -30,8 +30,15 @@ pub(crate) fn set_errno(value: c_int) {
     unsafe { *libc::__errno_location() = value };
 }
 
-/// Port of `verbs_get_ctx`: the `verbs_context` that embeds `ctx`, or null when the context was
-/// not opened through the extended (verbs_context) ABI.
+/// Port of `verbs_get_ctx`: the address of the `verbs_context` that embeds `ctx`, or null when
+/// the context was not opened through the extended (verbs_context) ABI.
+///
+/// The address is computed with wrapping byte arithmetic and is not a usable pointer to a whole
+/// structure: a provider built against an older rdma-core has a shorter `verbs_context` (fewer
+/// operations in front of `sz`), so this address may lie before its allocation. Never
+/// dereference it, nor project a field through it (`(*v).field` requires `v` to be inside the
+/// allocation); reach fields with [`verbs_get_ctx_op`], which checks `sz` first and forms no
+/// pointer outside the provider's structure.
 ///
 /// # Safety
 ///
@@ -42,46 +49,73 @@ pub unsafe fn verbs_get_ctx(ctx: *mut ibv_context) -> *mut verbs_context {
     if unsafe { (*ctx).abi_compat } != VERBS_ABI_IS_EXTENDED {
         return ptr::null_mut();
     }
-    // SAFETY: an extended context is the last field of its `verbs_context` (the header's
-    // "container_of"), so stepping back by that field's offset stays inside the same allocation.
-    unsafe {
-        ctx.cast::<u8>()
-            .sub(offset_of!(verbs_context, context))
-            .cast::<verbs_context>()
-    }
+    // The header's "container_of". Wrapping: the result may lie outside the allocation.
+    ctx.wrapping_byte_sub(offset_of!(verbs_context, context))
+        .cast::<verbs_context>()
 }
 
-/// Port of the `verbs_get_ctx_op` macro: the context's `verbs_context` if it is large enough to
-/// hold the operation at byte offset `op_offset` (use `offset_of!(verbs_context, op)`) and that
-/// operation is set, else null. `is_set` reads the operation from a context known to hold it;
-/// it gets a raw pointer because an older provider's structure is shorter than ours, so only the
-/// field itself may be read (`unsafe { (*v).op.is_some() }`), never the whole structure.
+/// The field at byte offset `field_offset` of the `verbs_context` embedding `ctx`, or null when
+/// the context is not extended or the provider's structure (its last `sz` bytes end at the end
+/// of ours) does not reach that field. Only `sz` and the returned field are touched: both lie
+/// inside the provider's structure, counted back from `ctx`, so no pointer here leaves it.
 ///
 /// # Safety
 ///
-/// `ctx` must point to a live `ibv_context` returned by libibverbs, and `is_set` must read no
-/// field but the one at `op_offset`.
+/// `ctx` must point to a live `ibv_context` returned by libibverbs; `field_offset` is the offset
+/// of a field that lies before `context` in [`verbs_context`].
 #[inline]
-pub unsafe fn verbs_get_ctx_op(
-    ctx: *mut ibv_context,
-    op_offset: usize,
-    is_set: impl FnOnce(*const verbs_context) -> bool,
-) -> *mut verbs_context {
-    // SAFETY: forwarded caller guarantee.
-    let vctx = unsafe { verbs_get_ctx(ctx) };
-    if vctx.is_null() {
-        return vctx;
-    }
-    // SAFETY: `vctx` is the live verbs_context embedding `ctx`; `sz` precedes `context`.
-    let sz = unsafe { (*vctx).sz };
-    // The provider's verbs_context may be older (shorter) than ours: only the last `sz` bytes of
-    // our layout exist. An operation is present if it lies within them.
-    if sz < size_of::<verbs_context>() - op_offset {
+unsafe fn verbs_ctx_field(ctx: *mut ibv_context, field_offset: usize) -> *mut u8 {
+    let context_offset = offset_of!(verbs_context, context);
+    // SAFETY: the caller guarantees a live context.
+    if unsafe { (*ctx).abi_compat } != VERBS_ABI_IS_EXTENDED || field_offset >= context_offset {
         return ptr::null_mut();
     }
-    // The size check above proves the field at `op_offset` lies inside the provider's
-    // structure, and the caller promises `is_set` reads only that field.
-    if is_set(vctx) { vctx } else { ptr::null_mut() }
+    // `sz` is the field right before `context` in every rdma-core version: inside the
+    // provider's structure whatever its age.
+    let sz_ptr = ctx
+        .wrapping_byte_sub(context_offset - offset_of!(verbs_context, sz))
+        .cast::<usize>();
+    // SAFETY: `sz` of a live extended context, aligned as `ctx` is (8 bytes).
+    let sz = unsafe { sz_ptr.read() };
+    // The provider's structure holds our last `sz` bytes: a field exists if it starts at least
+    // that far from our end.
+    if sz < size_of::<verbs_context>() - field_offset {
+        return ptr::null_mut();
+    }
+    ctx.wrapping_byte_sub(context_offset - field_offset)
+        .cast::<u8>()
+}
+
+/// Port of the `verbs_get_ctx_op` macro: operation `op` of the context's `verbs_context`, if the
+/// provider's structure is large enough to hold it (checked with `sz`, as the macro does) and
+/// it is set; else `None`.
+///
+/// `op_offset` is the operation's offset (`offset_of!(verbs_context, op)`) and `field` names
+/// the same field (`|v| &v.op`), which gives its type; `field` is never called. Unlike the C
+/// macro it returns the operation, not the `verbs_context`: a provider's structure may be
+/// shorter than ours, so no pointer to the whole structure is handed out (see
+/// [`verbs_get_ctx`]).
+///
+/// # Safety
+///
+/// `ctx` must point to a live `ibv_context` returned by libibverbs, and `op_offset` must be the
+/// offset of the field `field` returns.
+#[inline]
+pub unsafe fn verbs_get_ctx_op<F: Copy>(
+    ctx: *mut ibv_context,
+    op_offset: usize,
+    field: fn(&verbs_context) -> &Option<F>,
+) -> Option<F> {
+    let _ = field;
+    // SAFETY: forwarded caller guarantees; every operation lies before `context`.
+    let at = unsafe { verbs_ctx_field(ctx, op_offset) };
+    if at.is_null() {
+        return None;
+    }
+    // SAFETY: the field exists in the provider's structure (size check above), is aligned (a
+    // function pointer in a structure aligned as `ctx`), and has type `Option<F>` (caller
+    // guarantee).
+    unsafe { at.cast::<Option<F>>().read() }
 }
 
 /// Returns a null pointer after setting `errno` to `errno`: how the pointer-returning ports
@@ -96,20 +130,14 @@ fn null_with_errno<T>(errno: c_int) -> *mut T {
 /// lacks it.
 macro_rules! ctx_op {
     ($ctx:expr, $op:ident, $missing:expr) => {{
-        let offset = offset_of!(verbs_context, $op);
-        let is_set = |v: *const verbs_context| {
-            // SAFETY: called only once the size check proved the field exists.
-            unsafe { (*v).$op.is_some() }
+        // SAFETY: the caller of the enclosing function guarantees a live context; the offset is
+        // that of the field the closure names.
+        let op = unsafe {
+            verbs_get_ctx_op($ctx, offset_of!(verbs_context, $op), |v: &verbs_context| {
+                &v.$op
+            })
         };
-        // SAFETY: the caller of the enclosing function guarantees a live context; `is_set`
-        // reads only the field at `offset`.
-        let vctx = unsafe { verbs_get_ctx_op($ctx, offset, is_set) };
-        if vctx.is_null() {
-            return $missing;
-        }
-        // SAFETY: a non-null result is a live verbs_context whose `$op` field exists; the place
-        // expression reads that field alone, not the (possibly shorter) whole structure.
-        match unsafe { (*vctx).$op } {
+        match op {
             Some(op) => op,
             None => return $missing,
         }
@@ -248,18 +276,15 @@ pub unsafe fn ibv_query_port(
     port_num: u8,
     port_attr: *mut ibv_port_attr,
 ) -> c_int {
-    let is_set = |v: *const verbs_context| {
-        // SAFETY: called only once the size check proved the field exists.
-        unsafe { (*v).query_port.is_some() }
+    // SAFETY: the caller guarantees a live context; the offset is the named field's.
+    let op = unsafe {
+        verbs_get_ctx_op(context, offset_of!(verbs_context, query_port), |v| {
+            &v.query_port
+        })
     };
-    // SAFETY: the caller guarantees a live context; `is_set` reads only `query_port`.
-    let vctx = unsafe { verbs_get_ctx_op(context, offset_of!(verbs_context, query_port), is_set) };
-    if !vctx.is_null() {
-        // SAFETY: a non-null `vctx` is live and holds `query_port`.
-        if let Some(op) = unsafe { (*vctx).query_port } {
-            // SAFETY: forwarded caller guarantees; the size tells the provider how much to fill.
-            return unsafe { op(context, port_num, port_attr, size_of::<ibv_port_attr>()) };
-        }
+    if let Some(op) = op {
+        // SAFETY: forwarded caller guarantees; the size tells the provider how much to fill.
+        return unsafe { op(context, port_num, port_attr, size_of::<ibv_port_attr>()) };
     }
     // SAFETY: `port_attr` is writable; the compat struct is a prefix of ibv_port_attr.
     unsafe {
@@ -1057,21 +1082,17 @@ pub unsafe fn ibv_query_device_ex(
     if !input.is_null() && unsafe { (*input).comp_mask } != 0 {
         return libc::EINVAL;
     }
-    let is_set = |v: *const verbs_context| {
-        // SAFETY: called only once the size check proved the field exists.
-        unsafe { (*v).query_device_ex.is_some() }
+    // SAFETY: the caller guarantees a live context; the offset is the named field's.
+    let op = unsafe {
+        verbs_get_ctx_op(context, offset_of!(verbs_context, query_device_ex), |v| {
+            &v.query_device_ex
+        })
     };
-    // SAFETY: the caller guarantees a live context; `is_set` reads only `query_device_ex`.
-    let vctx =
-        unsafe { verbs_get_ctx_op(context, offset_of!(verbs_context, query_device_ex), is_set) };
-    if !vctx.is_null() {
-        // SAFETY: a non-null `vctx` is live and holds `query_device_ex`.
-        if let Some(op) = unsafe { (*vctx).query_device_ex } {
-            // SAFETY: forwarded caller guarantees; the size tells the provider how much to fill.
-            let ret = unsafe { op(context, input, attr, size_of::<ibv_device_attr_ex>()) };
-            if ret != libc::EOPNOTSUPP && ret != libc::ENOSYS {
-                return ret;
-            }
+    if let Some(op) = op {
+        // SAFETY: forwarded caller guarantees; the size tells the provider how much to fill.
+        let ret = unsafe { op(context, input, attr, size_of::<ibv_device_attr_ex>()) };
+        if ret != libc::EOPNOTSUPP && ret != libc::ENOSYS {
+            return ret;
         }
     }
     // SAFETY: `attr` is writable (caller guarantee) and `orig_attr` is its first field.

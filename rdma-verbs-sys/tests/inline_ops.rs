@@ -479,9 +479,10 @@ fn sz_decides_whether_an_op_exists() {
     let mut attr = ffi::ibv_cq_init_attr_ex::default();
 
     // One byte short: reported missing, not called.
-    // SAFETY: live extended context.
-    let found = unsafe { ffi::verbs_get_ctx_op(ctx, offset, has_create_cq_ex) };
-    assert!(found.is_null(), "an op beyond sz must be reported missing");
+    assert!(
+        !has_create_cq_ex(ctx),
+        "an op beyond sz must be reported missing"
+    );
     clear_errno();
     // SAFETY: live extended context, valid attributes.
     let cq = unsafe { ffi::ibv_create_cq_ex(ctx, &mut attr) };
@@ -496,9 +497,7 @@ fn sz_decides_whether_an_op_exists() {
     // Exactly large enough: found and called.
     // SAFETY: exclusively ours.
     unsafe { (*vctx.ptr()).sz = sz_holding(offset) };
-    // SAFETY: live extended context.
-    let found = unsafe { ffi::verbs_get_ctx_op(ctx, offset, has_create_cq_ex) };
-    assert_eq!(found, vctx.ptr());
+    assert!(has_create_cq_ex(ctx));
     // SAFETY: live extended context, valid attributes; the fake returns a sentinel.
     let cq = unsafe { ffi::ibv_create_cq_ex(ctx, &mut attr) };
     assert_eq!(cq, sentinel());
@@ -507,9 +506,7 @@ fn sz_decides_whether_an_op_exists() {
     // Large enough but null: missing.
     // SAFETY: exclusively ours.
     unsafe { (*vctx.ptr()).create_cq_ex = None };
-    // SAFETY: live extended context.
-    let found = unsafe { ffi::verbs_get_ctx_op(ctx, offset, has_create_cq_ex) };
-    assert!(found.is_null());
+    assert!(!has_create_cq_ex(ctx));
 }
 
 #[test]
@@ -1051,8 +1048,142 @@ fn pure_helpers_match_the_c() {
     }
 }
 
-/// Reads only `create_cq_ex` through the raw pointer, as `verbs_get_ctx_op` requires.
-fn has_create_cq_ex(v: *const ffi::verbs_context) -> bool {
-    // SAFETY: verbs_get_ctx_op calls this only after its size check proved the field exists.
-    unsafe { (*v).create_cq_ex.is_some() }
+/// Whether `verbs_get_ctx_op` finds `create_cq_ex` on `ctx`.
+fn has_create_cq_ex(ctx: *mut ffi::ibv_context) -> bool {
+    // SAFETY: callers pass a live context; the offset is the named field's.
+    unsafe {
+        ffi::verbs_get_ctx_op(ctx, offset_of!(ffi::verbs_context, create_cq_ex), |v| {
+            &v.create_cq_ex
+        })
+    }
+    .is_some()
+}
+
+// ---------------------------------------------------------------------------------------------
+// A provider built against an older rdma-core: a shorter verbs_context
+// ---------------------------------------------------------------------------------------------
+
+/// A provider's `verbs_context` exactly as long as an older rdma-core's: it holds our layout's
+/// fields from `first_op` on (the older operations, `sz` and `context`), and its allocation
+/// starts right there. The page before it is inaccessible, so a port that read a field the
+/// provider's structure lacks (one of our newer operations, in front of it) would fault rather
+/// than read a neighbour's memory. (Forming a pointer out there without reading it, which the
+/// ports also must not do, is not observable without Miri: the ports compute every address
+/// from `ctx` with wrapping byte arithmetic and read only `sz` and fields the size check
+/// proved present.)
+struct OldProvider {
+    map: *mut u8,
+    len: usize,
+    start: *mut u8,
+    first_op: usize,
+}
+
+impl OldProvider {
+    fn new(first_op: usize) -> Self {
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap();
+        let sz = size_of::<ffi::verbs_context>() - first_op;
+        let len = page + sz.div_ceil(page) * page;
+        // SAFETY: a fresh anonymous mapping; checked below.
+        let map = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED, "mmap");
+        let map = map.cast::<u8>();
+        // SAFETY: the first page of our own mapping.
+        let ret = unsafe { libc::mprotect(map.cast(), page, libc::PROT_NONE) };
+        assert_eq!(ret, 0, "mprotect");
+        let old = Self {
+            map,
+            len,
+            start: map.wrapping_add(page),
+            first_op,
+        };
+        // SAFETY: both fields lie inside the accessible part of the mapping (zeroed), which
+        // only this object uses; they are 8-byte aligned (page start + multiple of 8).
+        unsafe {
+            old.field::<usize>(offset_of!(ffi::verbs_context, sz))
+                .write(sz);
+            (*old.ctx()).abi_compat = ffi::VERBS_ABI_IS_EXTENDED;
+        }
+        old
+    }
+
+    /// Our layout's field at `offset`, in the provider's (shorter) structure.
+    fn field<T>(&self, offset: usize) -> *mut T {
+        assert!(
+            offset >= self.first_op,
+            "the old provider has no such field"
+        );
+        self.start.wrapping_add(offset - self.first_op).cast()
+    }
+
+    fn ctx(&self) -> *mut ffi::ibv_context {
+        self.field(offset_of!(ffi::verbs_context, context))
+    }
+}
+
+impl Drop for OldProvider {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, unmapped once.
+        unsafe { libc::munmap(self.map.cast(), self.len) };
+    }
+}
+
+#[test]
+fn an_older_providers_shorter_context_is_read_only_inside() {
+    // A provider whose newest operation is create_cq_ex: every operation in front of it in our
+    // layout (query_port .. query_rt_values) is missing from its structure.
+    let offset = offset_of!(ffi::verbs_context, create_cq_ex);
+    let old = OldProvider::new(offset);
+    let ctx = old.ctx();
+    // SAFETY: the provider's own field, inside the mapping.
+    unsafe {
+        old.field::<Option<unsafe extern "C" fn(_, _) -> _>>(offset)
+            .write(Some(fake_create_cq_ex as unsafe extern "C" fn(_, _) -> _))
+    };
+
+    // verbs_get_ctx's address lies in the inaccessible page: computed, never read.
+    // SAFETY: live extended context.
+    let vctx = unsafe { ffi::verbs_get_ctx(ctx) };
+    assert_eq!(vctx as usize, old.start as usize - offset);
+
+    assert!(
+        has_create_cq_ex(ctx),
+        "create_cq_ex is inside the provider's structure"
+    );
+    let mut attr = ffi::ibv_cq_init_attr_ex::default();
+    // SAFETY: live extended context, valid attributes; the fake returns a sentinel.
+    let cq = unsafe { ffi::ibv_create_cq_ex(ctx, &mut attr) };
+    assert_eq!(cq, sentinel());
+    assert_eq!(take_calls(), ["create_cq_ex"]);
+
+    // Newer operations lie before the allocation: reported missing, never read.
+    let mut wq_attr = ffi::ibv_wq_init_attr::default();
+    clear_errno();
+    // SAFETY: live extended context, valid attributes.
+    let wq = unsafe { ffi::ibv_create_wq(ctx, &mut wq_attr) };
+    assert!(wq.is_null());
+    assert_eq!(errno(), EOPNOTSUPP);
+    let pd = object_on!(ffi::ibv_pd, ctx);
+    let mut sge = ffi::ibv_sge::default();
+    // SAFETY: live PD on a live extended context; one readable entry.
+    let rc = unsafe { ffi::ibv_advise_mr(pd.ptr(), 0, 0, &mut sge, 1) };
+    assert_eq!(rc, EOPNOTSUPP);
+    assert!(take_calls().is_empty());
+}
+
+#[test]
+fn a_provider_context_with_no_operations_is_read_only_inside() {
+    // The shortest extended structure: `sz` and `context` alone. Every port must report its
+    // operation missing without reading in front of `sz`.
+    let old = OldProvider::new(offset_of!(ffi::verbs_context, sz));
+    assert_all_extended_ops_missing(old.ctx(), "provider structure of sz and context only");
 }

@@ -14,7 +14,7 @@ use crate::qp::AddressVector;
 /// Keeps its protection domain alive. `Send` and `Sync`.
 pub struct AddressHandle {
     raw: NonNull<ffi::ibv_ah>,
-    _pd: ProtectionDomain,
+    pd: ProtectionDomain,
 }
 
 // SAFETY: an address handle is an immutable kernel/provider object usable from any thread.
@@ -50,7 +50,7 @@ impl ProtectionDomain {
         let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_create_ah"))?;
         Ok(AddressHandle {
             raw,
-            _pd: self.clone(),
+            pd: self.clone(),
         })
     }
 
@@ -77,12 +77,19 @@ impl ProtectionDomain {
         let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_create_ah_from_wc"))?;
         Ok(AddressHandle {
             raw,
-            _pd: self.clone(),
+            pd: self.clone(),
         })
     }
 }
 
 impl AddressHandle {
+    /// The protection domain it was created in. A UD queue pair takes only address handles of
+    /// its own protection domain: posting a request with another's fails with
+    /// [`Error::InvalidArgument`] (the provider would take the handle for one of its own).
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+
     /// The raw `ibv_ah`.
     pub fn as_raw(&self) -> *mut ffi::ibv_ah {
         self.raw.as_ptr()

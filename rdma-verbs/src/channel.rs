@@ -21,13 +21,19 @@ pub(crate) struct ChannelInner {
     raw: NonNull<ffi::ibv_comp_channel>,
     context: Context,
     /// Whether [`CompletionChannel::get_event`] returns `Ok(None)` rather than waiting when no
-    /// event is ready. The descriptor itself is always non-blocking: switching its flag around
-    /// each read would race with other threads reading the same channel (one thread's restore
-    /// could leave another's read blocking past its time-out).
+    /// event is ready. The descriptor is made non-blocking when the channel is created, and the
+    /// crate never changes that: switching its flag around each read would race with other
+    /// threads reading the same channel (one thread's restore could leave another's read
+    /// blocking past its time-out).
     nonblocking: AtomicBool,
     /// Held from taking an event to counting it against its CQ, and by a CQ's drop while it
     /// takes the count: without it, a CQ could be destroyed (and its counter freed) between
     /// the two, leaving `ibv_destroy_cq` waiting for an event nobody acknowledges.
+    ///
+    /// The crate reads the descriptor only under this lock, and only after `poll` said an event
+    /// is there, so the read returns at once even if the descriptor was made blocking behind
+    /// the crate's back (safe code can: a duplicate of [`AsFd`] shares the file status flags);
+    /// the lock is never held across a wait.
     events: Mutex<()>,
 }
 
@@ -164,8 +170,11 @@ impl CompletionChannel {
     /// Makes [`get_event`](Self::get_event) return `Ok(None)` instead of blocking when no event
     /// is ready (or blocking again, with `false`).
     ///
-    /// This is a mode of the channel, not of its descriptor: the descriptor is always
-    /// non-blocking, as event loops (for example tokio's `AsyncFd`) need it.
+    /// This is a mode of the channel, not of its descriptor: the crate makes the descriptor
+    /// non-blocking when it creates the channel, as event loops (for example tokio's `AsyncFd`)
+    /// need it, and never changes it afterwards. Code that clears `O_NONBLOCK` on it (through a
+    /// duplicate of [`AsFd`], which shares the flag) does not make the crate's reads block: it
+    /// reads only when `poll` reports an event, under a lock all its reads take.
     ///
     /// # Errors
     ///
@@ -223,8 +232,14 @@ impl CompletionChannel {
         let mut cq_context: *mut libc::c_void = std::ptr::null_mut();
         // Until the event is counted, its CQ cannot finish dropping (see `ChannelInner`).
         let _counting = self.inner.lock_events();
-        // SAFETY: live channel whose descriptor is non-blocking (the lock is not held across a
-        // wait); valid out-pointers.
+        // Only read an event that is there: the descriptor may have been made blocking through
+        // a duplicate, and a blocking read here would hold the lock for as long as no event
+        // comes. Every read of the crate happens under this lock, so the event seen stays.
+        if !readable_now(self.as_raw_fd())? {
+            return Ok(None);
+        }
+        // SAFETY: live channel with an event ready, so the read does not wait whatever the
+        // descriptor's flags; valid out-pointers.
         let ret = unsafe { ffi::ibv_get_cq_event(self.as_raw(), &mut cq, &mut cq_context) };
         if ret != 0 {
             let errno = Errno::last();
@@ -294,6 +309,26 @@ pub(crate) fn set_nonblocking(fd: RawFd, nonblocking: bool) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether `fd` is readable now, without waiting (`poll` with a zero time-out). An interrupted
+/// `poll` counts as not readable: the callers look again.
+fn readable_now(fd: RawFd) -> Result<bool> {
+    let mut pollfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&mut pollfd, 1, 0) };
+    if n < 0 {
+        let errno = Errno::last();
+        if errno.raw() == libc::EINTR {
+            return Ok(false);
+        }
+        return Err(Error::verb("poll", errno));
+    }
+    Ok(n > 0)
 }
 
 /// Waits until `fd` is readable (`Ok(true)`) or `deadline` passes (`Ok(false)`); `None` waits

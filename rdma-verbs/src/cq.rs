@@ -235,9 +235,12 @@ impl CompletionQueue {
         // `max` of them.
         let n = unsafe { ffi::ibv_poll_cq(self.as_raw(), max, completions.as_mut_ptr().cast()) };
         if n < 0 {
-            return Err(Error::verb("ibv_poll_cq", crate::Errno::from_raw(-n)));
+            // A provider's value: negated without overflowing (i32::MIN stays as it is).
+            let errno = n.checked_neg().unwrap_or(n);
+            return Err(Error::verb("ibv_poll_cq", crate::Errno::from_raw(errno)));
         }
-        Ok(&completions[..n as usize])
+        // Never more than the slice holds, whatever the provider returned.
+        Ok(&completions[..(n as usize).min(completions.len())])
     }
 
     /// `ibv_req_notify_cq`: arms the queue: its next completion (or next solicited one, with

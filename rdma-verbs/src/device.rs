@@ -1,6 +1,5 @@
 //! Devices and device contexts: listing, opening, and querying device, port and GID table.
 
-use std::ffi::CStr;
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -103,15 +102,12 @@ pub struct Device {
 
 impl Device {
     fn describe(raw: NonNull<ffi::ibv_device>) -> Self {
-        // SAFETY: `raw` is a listed device; its name is a NUL-terminated string that lives as
-        // long as the list, and the other fields are plain values.
+        // SAFETY: `raw` is a listed device, alive as long as the list; its fields are plain
+        // values and fixed-size arrays.
         unsafe {
-            let name_ptr = ffi::ibv_get_device_name(raw.as_ptr());
-            let name = if name_ptr.is_null() {
-                String::new()
-            } else {
-                CStr::from_ptr(name_ptr).to_string_lossy().into_owned()
-            };
+            // What `ibv_get_device_name` returns: the device's fixed-size name array, read no
+            // further than its end.
+            let name = fixed_c_str(&(*raw.as_ptr()).name);
             Self {
                 name,
                 guid: u64::from_be(ffi::ibv_get_device_guid(raw.as_ptr())),
@@ -439,12 +435,7 @@ impl GidEntry {
         if ret.is_null() {
             return None;
         }
-        // SAFETY: on success the buffer holds a NUL-terminated name.
-        Some(
-            unsafe { CStr::from_ptr(name.as_ptr()) }
-                .to_string_lossy()
-                .into_owned(),
-        )
+        Some(fixed_c_str(&name))
     }
 }
 
@@ -618,10 +609,7 @@ impl DeviceAttr {
     fn from_raw(ex: &ffi::ibv_device_attr_ex) -> Self {
         let a = &ex.orig_attr;
         let count = |v: i32| u32::try_from(v).unwrap_or(0);
-        // SAFETY: the query NUL-terminates `fw_ver` inside its 64 bytes; a zeroed array is "".
-        let fw_ver = unsafe { CStr::from_ptr(a.fw_ver.as_ptr()) }
-            .to_string_lossy()
-            .into_owned();
+        let fw_ver = fixed_c_str(&a.fw_ver);
         Self {
             fw_ver,
             node_guid: u64::from_be(a.node_guid),
@@ -842,6 +830,13 @@ impl Context {
 
     /// Wraps a context this crate did not open, without taking over its closing.
     ///
+    /// The context's descriptors stay the owner's, with one exception the owner must accept:
+    /// [`get_async_event`](Self::get_async_event), [`wait_async_event`](Self::wait_async_event)
+    /// and `AsyncContextEvents::new` (feature `tokio`) set `O_NONBLOCK` on its asynchronous
+    /// event descriptor (`async_fd`) and leave it set, since a read that may block cannot be
+    /// made safe otherwise. The crate changes no other flag of a borrowed context, and its
+    /// completion channels are its own.
+    ///
     /// # Safety
     ///
     /// `raw` must be an open `ibv_context` that stays open for as long as `keep` (or any clone
@@ -861,19 +856,17 @@ impl Context {
         self.0.raw.as_ptr()
     }
 
-    /// The device's name.
+    /// `ibv_get_device_name` of the context's device: its name.
+    #[doc(alias = "ibv_get_device_name")]
     pub fn device_name(&self) -> String {
-        // SAFETY: a live context points at its device, whose name lives as long as it.
+        // SAFETY: a live context points at its device, which lives as long as it.
         unsafe {
             let device = (*self.as_raw()).device;
             if device.is_null() {
                 return String::new();
             }
-            let name = ffi::ibv_get_device_name(device);
-            if name.is_null() {
-                return String::new();
-            }
-            CStr::from_ptr(name).to_string_lossy().into_owned()
+            // What `ibv_get_device_name` returns, read no further than the array's end.
+            fixed_c_str(&(*device).name)
         }
     }
 
@@ -943,7 +936,8 @@ impl Context {
         let attr = self.query_device()?;
         let mut total = 0usize;
         for port in 1..=attr.phys_port_cnt {
-            total += self.query_port(port)?.gid_tbl_len as usize;
+            // Sizes from the provider: added without overflowing.
+            total = total.saturating_add(self.query_port(port)?.gid_tbl_len as usize);
         }
         let mut entries = vec![ffi::ibv_gid_entry::default(); total.max(1)];
         // SAFETY: live context; `entries` has room for `entries.len()` entries.
@@ -953,7 +947,11 @@ impl Context {
         let n = usize::try_from(n).map_err(|_| {
             Error::verb(
                 "ibv_query_gid_table",
-                crate::Errno::from_raw(i32::try_from(-n).unwrap_or(libc::EINVAL)),
+                crate::Errno::from_raw(
+                    n.checked_neg()
+                        .and_then(|e| i32::try_from(e).ok())
+                        .unwrap_or(libc::EINVAL),
+                ),
             )
         })?;
         Ok(entries[..n.min(entries.len())]
@@ -1001,6 +999,18 @@ impl AsFd for Context {
     }
 }
 
+/// The text of a fixed-size C character array from a provider or the kernel: up to its first
+/// NUL, or the whole array if it has none (never read past its end); bytes that are not UTF-8
+/// become U+FFFD.
+pub(crate) fn fixed_c_str(chars: &[libc::c_char]) -> String {
+    let bytes: Vec<u8> = chars
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1023,5 +1033,26 @@ mod tests {
         assert_eq!(gid.ipv4(), Some(Ipv4Addr::new(169, 254, 7, 1)));
         assert_ne!(gid.interface_id(), 0);
         assert!(Gid::default().is_zero());
+    }
+
+    #[test]
+    fn provider_strings_are_read_within_their_array() {
+        /// A name array without a NUL, followed by more text in the same structure: a read
+        /// that looks for the NUL instead of stopping at the array's end would take it too.
+        #[repr(C)]
+        struct Unterminated {
+            name: [libc::c_char; 4],
+            after: [libc::c_char; 4],
+        }
+        let c = |b: &[u8; 4]| b.map(|x| x as libc::c_char);
+        let raw = Unterminated {
+            name: c(b"rxe0"),
+            after: c(b"XYZ\0"),
+        };
+        assert_eq!(fixed_c_str(&raw.name), "rxe0");
+        assert_eq!(raw.after[3], 0);
+        assert_eq!(fixed_c_str(&c(b"ab\0d")), "ab");
+        assert_eq!(fixed_c_str(&c(b"\0\0\0\0")), "");
+        assert_eq!(fixed_c_str(&c(b"a\xffb\0")), "a\u{fffd}b");
     }
 }

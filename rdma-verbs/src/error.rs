@@ -55,11 +55,13 @@ impl Errno {
     }
 
     /// Interprets a verb's return value: 0 is success, anything else the errno (negative values,
-    /// as some providers return, are negated).
+    /// as some providers return, are negated). A value that has no positive counterpart
+    /// (`i32::MIN`) is kept as it is rather than overflowing: it is a provider's bug, and still
+    /// an error.
     pub(crate) fn result(ret: i32) -> Result<(), Self> {
         match ret {
             0 => Ok(()),
-            e => Err(Self(e.abs())),
+            e => Err(Self(e.checked_abs().unwrap_or(e))),
         }
     }
 }
@@ -257,5 +259,18 @@ mod tests {
     fn negative_return_values_are_errnos() {
         assert_eq!(Errno::result(-22), Err(Errno::INVAL));
         assert_eq!(Errno::result(0), Ok(()));
+    }
+
+    #[test]
+    fn any_return_value_is_interpreted_without_overflow() {
+        // A provider's value, not ours: i32::MIN has no positive counterpart.
+        assert_eq!(Errno::result(i32::MIN), Err(Errno::from_raw(i32::MIN)));
+        assert_eq!(Errno::result(i32::MAX), Err(Errno::from_raw(i32::MAX)));
+        assert_eq!(Errno::result(-i32::MAX), Err(Errno::from_raw(i32::MAX)));
+        let error = Error::check("ibv_modify_qp", i32::MIN).unwrap_err();
+        assert_eq!(error.errno(), Some(Errno::from_raw(i32::MIN)));
+        // Display and Debug of such a value do not panic either.
+        assert!(!error.to_string().is_empty());
+        assert!(!format!("{error:?}").is_empty());
     }
 }

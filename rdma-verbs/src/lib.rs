@@ -68,6 +68,8 @@ mod ah;
 #[cfg(feature = "tokio")]
 mod asynchronous;
 mod channel;
+#[cfg(doctest)]
+mod compile_fail;
 mod cq;
 mod device;
 mod error;

@@ -4,6 +4,7 @@ use std::alloc::Layout;
 use std::fmt;
 use std::ops::{Bound, RangeBounds};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
 use crate::ffi;
@@ -253,56 +254,87 @@ impl MemoryRegion {
     }
 
     /// Copies `out.len()` bytes starting at `offset` into `out`, without forming a reference to
-    /// the region's memory (a peer may be writing it).
+    /// the region's memory.
+    ///
+    /// In a remotely writable region a peer may write these bytes while they are copied, which
+    /// a plain copy would make a data race: the copy is made of relaxed atomic loads instead
+    /// (`AtomicU8` up to the first 8-byte boundary and after the last one, `AtomicU64` for the
+    /// aligned words between), so a concurrent write yields some mix of old and new bytes,
+    /// never undefined behaviour. Other regions (no peer writes them, and the post contract
+    /// keeps local device writes away from reads) are copied with a plain `memcpy`.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] if the range is outside the region.
     pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check_range(offset, out.len())?;
-        // SAFETY: the range is inside the region; `out` is a distinct Rust buffer.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.addr.as_ptr().add(offset),
-                out.as_mut_ptr(),
-                out.len(),
-            )
-        };
+        let src = self.addr.as_ptr().wrapping_add(offset);
+        if self.access.remotely_writable() {
+            // SAFETY: the range is inside the region; a remotely writable region has
+            // LOCAL_WRITE (checked at registration), so its memory is valid for writes as atomic
+            // loads need; Rust reaches it only through atomics (here, `write_at`, `load_u64`).
+            unsafe { copy_from_shared(src, out) };
+        } else {
+            // SAFETY: the range is inside the region; nothing writes it concurrently (see
+            // above); `out` is a distinct Rust buffer.
+            unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
+        }
         Ok(())
     }
 
     /// Copies `data` into the region at `offset`, without forming a reference to the region's
-    /// memory.
+    /// memory. In a remotely writable region the copy is made of relaxed atomic stores, as
+    /// [`read_at`](Self::read_at) describes for loads (a peer may write the same bytes
+    /// meanwhile: which write lands last is up to the timing).
     ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] if the range is outside the region.
     pub fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<()> {
         self.check_range(offset, data.len())?;
-        // SAFETY: the range is inside the region; `data` is a distinct Rust buffer.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.addr.as_ptr().add(offset), data.len())
-        };
+        let dst = self.addr.as_ptr().wrapping_add(offset);
+        if self.access.remotely_writable() {
+            // SAFETY: as in `read_at`.
+            unsafe { copy_to_shared(data, dst) };
+        } else {
+            // SAFETY: the range is inside the region, which has no concurrent writer; `data`
+            // is a distinct Rust buffer.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+        }
         Ok(())
     }
 
     /// Reads the naturally aligned 8-byte word at `offset` in one atomic load, as a peer's RDMA
     /// atomic leaves it (in host order; atomics operate on host-order words).
     ///
+    /// An atomic load needs memory that is valid for writes, so the region must have
+    /// [`LOCAL_WRITE`](AccessFlags::LOCAL_WRITE) (every region a peer can write has it). A
+    /// region without it cannot change while Rust reads it: use [`read_at`](Self::read_at) or
+    /// [`as_slice`](Self::as_slice).
+    ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] if the word is outside the region or not 8-byte aligned.
+    /// [`Error::InvalidArgument`] if the region lacks `LOCAL_WRITE`, or the word is outside the
+    /// region or not 8-byte aligned.
     pub fn load_u64(&self, offset: usize) -> Result<u64> {
+        if !self.access.contains(AccessFlags::LOCAL_WRITE) {
+            return Err(Error::InvalidArgument(
+                "load_u64 needs a region with LOCAL_WRITE (atomic loads need writable memory): \
+                 use read_at"
+                    .into(),
+            ));
+        }
         self.check_range(offset, 8)?;
         let ptr = self.addr.as_ptr().wrapping_add(offset);
-        if ptr as usize % 8 != 0 {
+        if ptr.addr() % 8 != 0 {
             return Err(Error::InvalidArgument(format!(
                 "offset {offset} is not 8-byte aligned"
             )));
         }
-        // SAFETY: in bounds, aligned, and only accessed atomically or by the HCA while shared.
-        let word = unsafe { std::sync::atomic::AtomicU64::from_ptr(ptr.cast()) };
-        Ok(word.load(std::sync::atomic::Ordering::Acquire))
+        // SAFETY: in bounds, aligned, valid for writes (LOCAL_WRITE, checked above), and only
+        // accessed atomically or by the device while shared.
+        let word = unsafe { AtomicU64::from_ptr(ptr.cast()) };
+        Ok(word.load(Ordering::Acquire))
     }
 
     /// The bytes `range` of the region, for use in a scatter/gather entry.
@@ -472,6 +504,43 @@ impl MrSlice<'_> {
     }
 }
 
+#[cfg(test)]
+impl MrSlice<'static> {
+    /// A slice of no region, for host tests that never post it.
+    pub(crate) fn unchecked_for_test(addr: u64, length: u32, lkey: u32) -> Self {
+        Self {
+            addr,
+            length,
+            lkey,
+            _region: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<'a> MrSlice<'a> {
+    /// The part of this slice starting `offset` bytes in, `len` bytes long: same region, same
+    /// borrow. With [`MrSliceMut::as_slice`] it sends part of a receive target, as UD programs
+    /// send the bytes after the 40-byte GRH of the buffer they receive into.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if the range is outside this slice.
+    pub fn sub(&self, offset: u32, len: u32) -> Result<MrSlice<'a>> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.length => Ok(MrSlice {
+                addr: self.addr + u64::from(offset),
+                length: len,
+                lkey: self.lkey,
+                _region: std::marker::PhantomData,
+            }),
+            _ => Err(Error::InvalidArgument(format!(
+                "bytes {offset}..+{len} are outside the {}-byte slice",
+                self.length
+            ))),
+        }
+    }
+}
+
 /// A bounds-checked byte range of a [`MemoryRegion`] borrowed exclusively (see
 /// [`MemoryRegion::slice_mut`]): the target of receives, RDMA reads and atomics posted through
 /// a [`PostScope`](crate::PostScope). Not `Copy`: sharing it (`&MrSliceMut`) lets several
@@ -529,18 +598,136 @@ impl RemoteMemory {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] if it does not fit.
+    /// [`Error::InvalidArgument`] if it does not fit, or if its address would pass the end of
+    /// the 64-bit address space (the fields come from a peer and are not trusted).
     pub fn slice(&self, offset: u32, len: u32) -> Result<Self> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len => Ok(Self {
-                addr: self.addr + u64::from(offset),
+        let addr = self.addr.checked_add(u64::from(offset));
+        match (offset.checked_add(len), addr) {
+            (Some(end), Some(addr)) if end <= self.len => Ok(Self {
+                addr,
                 len,
                 rkey: self.rkey,
             }),
             _ => Err(Error::InvalidArgument(format!(
-                "bytes {offset}..+{len} are outside the {}-byte remote memory",
-                self.len
+                "bytes {offset}..+{len} are outside the {}-byte remote memory at {:#x}",
+                self.len, self.addr
             ))),
         }
+    }
+}
+
+/// Copies `dst.len()` bytes from `src` with relaxed atomic loads: single bytes (`AtomicU8`) up
+/// to the first 8-byte boundary and after the last one, aligned words (`AtomicU64`) between.
+///
+/// # Safety
+///
+/// `src..src + dst.len()` is valid for reads and writes (atomic accesses need writable memory)
+/// and, while this runs, is accessed only atomically or by the device.
+unsafe fn copy_from_shared(src: *const u8, dst: &mut [u8]) {
+    let len = dst.len();
+    let head = ((8 - src.addr() % 8) % 8).min(len);
+    let mut i = 0;
+    while i < len {
+        let at = src.wrapping_add(i).cast_mut();
+        if i >= head && len - i >= 8 {
+            // SAFETY: inside the range and 8-byte aligned (past the head); see the contract.
+            let word = unsafe { AtomicU64::from_ptr(at.cast()) }.load(Ordering::Relaxed);
+            dst[i..i + 8].copy_from_slice(&word.to_ne_bytes());
+            i += 8;
+        } else {
+            // SAFETY: inside the range; see the contract.
+            dst[i] = unsafe { AtomicU8::from_ptr(at) }.load(Ordering::Relaxed);
+            i += 1;
+        }
+    }
+}
+
+/// Copies `src` to `dst` with relaxed atomic stores, split as [`copy_from_shared`] splits loads.
+///
+/// # Safety
+///
+/// As [`copy_from_shared`], for `dst..dst + src.len()`.
+unsafe fn copy_to_shared(src: &[u8], dst: *mut u8) {
+    let len = src.len();
+    let head = ((8 - dst.addr() % 8) % 8).min(len);
+    let mut i = 0;
+    while i < len {
+        let at = dst.wrapping_add(i);
+        if i >= head && len - i >= 8 {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(&src[i..i + 8]);
+            // SAFETY: inside the range and 8-byte aligned (past the head); see the contract.
+            unsafe { AtomicU64::from_ptr(at.cast()) }
+                .store(u64::from_ne_bytes(word), Ordering::Relaxed);
+            i += 8;
+        } else {
+            // SAFETY: inside the range; see the contract.
+            unsafe { AtomicU8::from_ptr(at) }.store(src[i], Ordering::Relaxed);
+            i += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_copies_move_every_byte_at_any_alignment() {
+        // 8-byte aligned backing store, so that offsets choose the alignment.
+        let mut backing = [0u64; 10];
+        let base = backing.as_mut_ptr().cast::<u8>();
+        for start in 0..9 {
+            for len in [0, 1, 7, 8, 9, 15, 16, 17, 40, 80 - start - 1] {
+                let data: Vec<u8> = (0..len).map(|i| (i * 7 + start + 1) as u8).collect();
+                // SAFETY: `start + len <= 80`, inside `backing`, which only this test touches.
+                unsafe {
+                    std::ptr::write_bytes(base, 0xee, 80);
+                    copy_to_shared(&data, base.add(start));
+                }
+                // SAFETY: as above; read-only view after the writes.
+                let all = unsafe { std::slice::from_raw_parts(base, 80) };
+                assert_eq!(&all[start..start + len], &data[..], "{start}+{len}");
+                assert!(all[..start].iter().all(|&b| b == 0xee), "{start}+{len}");
+                assert!(
+                    all[start + len..].iter().all(|&b| b == 0xee),
+                    "{start}+{len}"
+                );
+                let mut out = vec![0u8; len];
+                // SAFETY: as above.
+                unsafe { copy_from_shared(base.add(start), &mut out) };
+                assert_eq!(out, data, "{start}+{len}");
+            }
+        }
+    }
+
+    #[test]
+    fn remote_memory_slice_never_overflows() {
+        let remote = RemoteMemory {
+            addr: u64::MAX - 4,
+            len: u32::MAX,
+            rkey: 7,
+        };
+        // addr + offset passes the end of the address space: an error, not a panic or a wrap.
+        assert!(matches!(remote.slice(5, 1), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            remote.slice(u32::MAX, 1),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert_eq!(
+            remote.slice(4, 0).unwrap(),
+            RemoteMemory {
+                addr: u64::MAX,
+                len: 0,
+                rkey: 7
+            }
+        );
+        let ok = RemoteMemory {
+            addr: 0x1000,
+            len: 64,
+            rkey: 1,
+        };
+        assert_eq!(ok.slice(8, 56).unwrap().addr, 0x1008);
+        assert!(matches!(ok.slice(8, 57), Err(Error::InvalidArgument(_))));
     }
 }

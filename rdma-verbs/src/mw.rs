@@ -312,7 +312,8 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// # Errors
     ///
     /// - [`Error::InvalidArgument`], before posting, if `mw` is not of type 1, the window and
-    ///   region belong to different protection domains, the range is outside the region, the
+    ///   region belong to different protection domains or the window to another than the queue
+    ///   pair, the range is outside the region, the
     ///   region lacks [`MW_BIND`](AccessFlags::MW_BIND) or a right the window would grant, the
     ///   window would be zero-based, or the transport has no binds (UD);
     /// - [`Error::QueueFull`] if the send queue is full;
@@ -352,6 +353,13 @@ impl<T: Transport> QueuePair<T, Rts> {
             )));
         }
         let range = check_bind(mw, MwType::Type1, mr, range, access)?;
+        // `ibv_bind_mw` calls the window's provider with this queue pair: one of another
+        // context would be read as that provider's own.
+        if mw.pd.as_raw() != self.pd().as_raw() {
+            return Err(Error::InvalidArgument(
+                "the window belongs to another protection domain than the queue pair".into(),
+            ));
+        }
         let mut bind = ffi::ibv_mw_bind {
             wr_id,
             send_flags: if signaled { ffi::IBV_SEND_SIGNALED } else { 0 },

@@ -16,6 +16,7 @@
 //! queues, and only if no other queue pair uses them (see [`QueuePair::scope`]). The proof of
 //! soundness is in `docs/safety.md`, section "PostScope".
 
+use std::io::Write;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,6 +34,12 @@ use crate::wr::{Payload, RecvRequest, SendRequest, op};
 const DRAIN: Duration = Duration::from_secs(5);
 /// How long it then waits for the flush completions before resetting the queue pair.
 const FLUSH: Duration = Duration::from_secs(5);
+/// The longest drain [`PostScope::set_drain_timeout`] accepts.
+const MAX_DRAIN: Duration = Duration::from_secs(600);
+/// Empty polls a wait yields between before it starts sleeping.
+const SPIN_ROUNDS: u32 = 1000;
+/// The sleep between empty polls after that.
+const IDLE_SLEEP: Duration = Duration::from_micros(100);
 
 /// The completion queues a scope polls: the queue pair's send CQ and, if different, its receive
 /// CQ. They must be the very queues the queue pair was created with, and no other queue pair
@@ -75,6 +82,9 @@ pub struct PostScope<'scope, 'env, T: Transport> {
     qp: &'scope mut QueuePair<T, Rts>,
     cqs: &'scope mut ScopeCqs<'env>,
     outstanding: usize,
+    /// Set when a poll found more of this queue pair's completions than were outstanding:
+    /// the count can no longer be trusted, and the scope ends by resetting the queue pair.
+    miscounted: bool,
     drain: Duration,
     finished: bool,
     // Invariant in both lifetimes, as `std::thread::Scope` is.
@@ -97,23 +107,31 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// receives from an SRQ is refused: receives posted to the SRQ elsewhere would complete
     /// with this queue pair's number.
     ///
+    /// Before it runs `f`, the scope empties the queues: anything there is stale (late
+    /// completions of requests an earlier scope discarded by a reset, or those of a destroyed
+    /// queue pair whose number this one now has) and would be miscounted. That costs one empty
+    /// `ibv_poll_cq` per queue.
+    ///
     /// When the scope ends with requests outstanding it waits for them, then moves the queue
     /// pair to the error state (flushing them), and if even that does not complete them,
-    /// resets it and empties its completion queues, so no late completion is left for a later
-    /// scope to miscount. If the reset itself fails, the device may still write memory that
-    /// Rust is about to use again, and no safe way out remains: the process aborts.
+    /// resets it. A scope that reaped more of its queue pair's completions than it had
+    /// outstanding cannot trust its count, and ends by resetting the queue pair too. If the
+    /// reset itself fails, the device may still write memory that Rust is about to use again,
+    /// and no safe way out remains: the process aborts.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`], before anything is posted, for a queue pair attached to an
     /// SRQ, for completion queues that are not this queue pair's (another queue, another
-    /// device's, or `shared` given for a queue pair with two queues), and for queues another
-    /// queue pair also uses.
+    /// device's, or `shared` given for a queue pair with two queues), for queues another
+    /// queue pair also uses, for queues that do not empty, and for a queue pair an earlier
+    /// scope left in the error state or RESET (reset and reconnect it first).
     /// [`Error::Incomplete`] if requests were still outstanding when `f` returned and their
     /// completions did not arrive within 5 s (configurable with
     /// [`PostScope::set_drain_timeout`]): the queue pair was then moved to the error state (or
-    /// reset), whatever its type says; check [`query_state`](Self::query_state). A polling error
-    /// at the end is returned after the same clean-up.
+    /// reset), whatever its type says; check [`query_state`](Self::query_state). Also
+    /// [`Error::Incomplete`], with state RESET, when the count went wrong (more completions
+    /// than requests). A polling error at the end is returned after the same clean-up.
     ///
     /// # Examples
     ///
@@ -150,23 +168,36 @@ impl<T: Transport> QueuePair<T, Rts> {
             qp: self,
             cqs: &mut cqs,
             outstanding: 0,
+            miscounted: false,
             drain: DRAIN,
             finished: false,
             _scope: PhantomData,
             _env: PhantomData,
         };
-        if *scope.qp.stale_completions_mut() {
-            // An earlier scope reset this queue pair but could not empty its queues.
-            scope.finished = true;
-            if !scope.purge()? {
-                return Err(Error::InvalidArgument(
-                    "the completion queues still hold completions from before the queue pair \
-                     was reset, and do not empty"
-                        .into(),
-                ));
-            }
-            scope.finished = false;
+        // Nothing in the queues can be this scope's: they are this queue pair's alone, and
+        // earlier requests have completed and been polled (the unsafe posts' contract). What
+        // is there is stale (a reset scope's late completions, or those of a destroyed queue
+        // pair whose number this one now has) and would be miscounted: it is discarded.
+        scope.finished = true;
+        if !scope.purge()? {
+            return Err(Error::InvalidArgument(
+                "the completion queues do not empty: completions keep arriving for a queue pair \
+                 that has nothing posted"
+                    .into(),
+            ));
         }
+        if *scope.qp.state_changed_mut() {
+            // An earlier scope moved the queue pair out of RTS behind its type.
+            let state = scope.qp.query_state()?;
+            if state != QpStateKind::Rts {
+                return Err(Error::InvalidArgument(format!(
+                    "the queue pair is in state {state}, not RTS (an earlier scope flushed or \
+                     reset it): reset and reconnect it first"
+                )));
+            }
+            *scope.qp.state_changed_mut() = false;
+        }
+        scope.finished = false;
         let result = f(&mut scope);
         // `finish` ends the scope only once nothing is outstanding (or aborts).
         scope.finish()?;
@@ -405,6 +436,10 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
             .iter()
             .filter(|wc| wc.qp_num() == qp_num)
             .count();
+        if ours > self.outstanding {
+            // A completion that is not this scope's was counted (see `miscounted`).
+            self.miscounted = true;
+        }
         self.outstanding = self.outstanding.saturating_sub(ours);
         Ok(&completions[..n])
     }
@@ -453,10 +488,17 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
         self.outstanding
     }
 
-    /// How long the end of the scope waits for outstanding completions before flushing them
-    /// (5 s by default).
+    /// How long the end of the scope waits for outstanding completions before flushing them:
+    /// 5 s by default, at most 10 minutes (a longer `timeout` is taken as 10 minutes, so that
+    /// the end of a scope, which also runs when its closure panics, is always bounded).
     pub fn set_drain_timeout(&mut self, timeout: Duration) {
-        self.drain = timeout;
+        self.drain = timeout.min(MAX_DRAIN);
+    }
+
+    /// How long the end of the scope will wait before flushing (see
+    /// [`set_drain_timeout`](Self::set_drain_timeout)).
+    pub fn drain_timeout(&self) -> Duration {
+        self.drain
     }
 
     /// The queue pair's number.
@@ -465,15 +507,26 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
     }
 
     /// Reaps until nothing is outstanding or `timeout` passes; returns whether it got there.
+    /// The deadline is checked on every round, and the rounds back off from yielding to short
+    /// sleeps, so a device that never completes costs little CPU while the scope waits.
     fn reap(&mut self, timeout: Duration) -> Result<bool> {
-        let deadline = Instant::now().checked_add(timeout);
+        let start = Instant::now();
+        let timeout = timeout.min(MAX_DRAIN);
         let mut completions = [WorkCompletion::default(); 16];
+        let mut idle: u32 = 0;
         while self.outstanding > 0 {
+            if start.elapsed() >= timeout {
+                return Ok(false);
+            }
             if self.poll(&mut completions)?.is_empty() {
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Ok(false);
+                idle = idle.saturating_add(1);
+                if idle < SPIN_ROUNDS {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(IDLE_SLEEP);
                 }
-                std::thread::yield_now();
+            } else {
+                idle = 0;
             }
         }
         Ok(true)
@@ -482,6 +535,15 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
     /// Ends the scope: waits for, then flushes, then discards outstanding requests. It marks
     /// the scope finished only once nothing is outstanding; no error returns early.
     fn finish(&mut self) -> Result<()> {
+        if self.miscounted {
+            // The count is wrong, so no wait can tell when the device is done: RESET can.
+            let pending = self.outstanding;
+            self.reset_and_purge();
+            return Err(Error::Incomplete {
+                pending,
+                state: QpStateKind::Reset,
+            });
+        }
         if self.outstanding == 0 {
             self.finished = true;
             return Ok(());
@@ -502,21 +564,23 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
                 state: QpStateKind::Error,
             }));
         }
-        // Last resort: RESET discards every request, after which the device no longer uses
-        // their memory. Without it the borrows cannot end soundly.
-        if let Err(error) = self.move_to(QpStateKind::Reset) {
-            abort_lent(self.qp.qp_num(), &error);
-        }
-        self.outstanding = 0;
-        // Late completions of the discarded requests must not be counted by a later scope.
-        if !matches!(self.purge(), Ok(true)) {
-            *self.qp.stale_completions_mut() = true;
-        }
-        self.finished = true;
+        self.reset_and_purge();
         Err(polling_error.unwrap_or(Error::Incomplete {
             pending,
             state: QpStateKind::Reset,
         }))
+    }
+
+    /// The last resort: RESET discards every request, after which the device no longer uses
+    /// their memory; without it the borrows cannot end soundly, so a failure aborts. Then
+    /// empties the queues (best effort: the next scope empties them again before it posts).
+    fn reset_and_purge(&mut self) {
+        if let Err(error) = self.move_to(QpStateKind::Reset) {
+            abort_lent(self.qp.qp_num(), &error);
+        }
+        self.outstanding = 0;
+        let _ = self.purge();
+        self.finished = true;
     }
 
     /// Polls the scope's queues until they are empty, discarding what it finds; used only when
@@ -537,7 +601,6 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
                 n += recv.poll(&mut completions)?.len();
             }
             if n == 0 {
-                *self.qp.stale_completions_mut() = false;
                 return Ok(true);
             }
         }
@@ -549,9 +612,11 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
             qp_state: state.as_raw(),
             ..Default::default()
         };
-        // SAFETY: live queue pair; a state-only change needs no other attribute. The typed
-        // state of the queue pair no longer matches; posting then fails with typed errors,
-        // which the scope's error tells the caller.
+        // The typed state no longer matches: the next scope checks the real one.
+        *self.qp.state_changed_mut() = true;
+        // SAFETY: live queue pair; a state-only change needs no other attribute. Posting in
+        // the new state fails with typed errors or completes with flush errors, and the next
+        // scope refuses to run until the queue pair is in RTS again.
         let ret =
             unsafe { ffi::ibv_modify_qp(self.qp.as_raw(), &mut attr, ffi::IBV_QP_STATE as i32) };
         Error::check("ibv_modify_qp", ret)
@@ -562,7 +627,9 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
 /// returning would end the borrows while the device owns the memory.
 #[cold]
 fn abort_lent(qp_num: u32, error: &Error) -> ! {
-    eprintln!(
+    // `eprintln!` would panic if stderr is closed; the message is best effort.
+    let _ = writeln!(
+        std::io::stderr(),
         "rdma-verbs: PostScope could not reset queue pair {qp_num:#x} ({error}) while the device \
          may still use memory the scope lent it; aborting"
     );

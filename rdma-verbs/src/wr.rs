@@ -435,10 +435,33 @@ impl<'a> SendRequest<'a> {
         self.ud.is_some()
     }
 
+    /// The protection domain of the verbs object the request hands the provider (its address
+    /// handle, or the memory window it binds), if it names one.
+    fn object_pd(&self) -> Option<*mut ffi::ibv_pd> {
+        match (self.ud, self.bind) {
+            (Some((ah, _, _)), _) => Some(ah.pd().as_raw()),
+            (None, Some(bind)) => Some(bind.mw.pd().as_raw()),
+            (None, None) => None,
+        }
+    }
+
+    /// Refuses a request whose address handle or memory window belongs to a protection domain
+    /// other than `qp_pd` (the queue pair's): the provider would take the object for one of its
+    /// own, of another device or context perhaps, and read it as such.
+    pub(crate) fn check_object_pd(&self, qp_pd: *mut ffi::ibv_pd) -> Result<()> {
+        match self.object_pd() {
+            Some(pd) if pd != qp_pd => Err(foreign_object()),
+            _ => Ok(()),
+        }
+    }
+
     /// Writes the request into `raw` (its `next` left null), using `one` as storage for a
     /// single scatter/gather entry.
     pub(crate) fn fill(&self, raw: &mut ffi::ibv_send_wr, one: &mut ffi::ibv_sge) -> Result<()> {
         self.payload.check()?;
+        if self.op & op::ATOMIC != 0 {
+            self.check_atomic_result()?;
+        }
         let (sg_list, num_sge, inline) = self.payload.fill(one);
         *raw = ffi::ibv_send_wr {
             wr_id: self.wr_id,
@@ -497,6 +520,44 @@ impl<'a> SendRequest<'a> {
     }
 }
 
+impl SendRequest<'_> {
+    /// An atomic's result is one 8-byte word in one registered range: the device writes
+    /// exactly 8 bytes, so a shorter range would let it write past what the request borrows,
+    /// and a longer or scattered one is refused by the specification (rxe would complete it
+    /// with an error, other devices may not check).
+    fn check_atomic_result(&self) -> Result<()> {
+        match self.payload {
+            Payload::Slice(slice) if slice.length == 8 => Ok(()),
+            Payload::Slice(slice) => Err(Error::InvalidArgument(format!(
+                "an atomic's result is one 8-byte word, not {} bytes",
+                slice.length
+            ))),
+            _ => Err(Error::InvalidArgument(
+                "an atomic's result is one 8-byte range of a memory region".into(),
+            )),
+        }
+    }
+}
+
+fn foreign_object() -> Error {
+    Error::InvalidArgument(
+        "the address handle or memory window belongs to another protection domain than the \
+         queue pair"
+            .into(),
+    )
+}
+
+/// The protection domains of the address handles and memory windows a [`PostList`] holds.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum ObjectPds {
+    /// No request names one.
+    None,
+    /// Every one belongs to this one.
+    One(*mut ffi::ibv_pd),
+    /// Objects of several protection domains: no queue pair can take them all.
+    Mixed,
+}
+
 /// A receive work request (`struct ibv_recv_wr`).
 #[derive(Copy, Clone, Debug)]
 pub struct RecvRequest<'a> {
@@ -551,10 +612,14 @@ impl<'a> RecvRequest<'a> {
 /// [`clear`](Self::clear) never allocate. [`reuse`](Self::reuse) empties the list and lets it
 /// borrow different memory, so one list serves a whole program.
 pub struct PostList<'a, W: WorkRequest> {
+    // The chain points into both vectors (`next` into `wrs`, `sg_list` into `sges`), so neither
+    // may ever reallocate: a push is refused once either is full (see `capacity`), whatever
+    // capacities the allocator gave them.
     wrs: Vec<W::Raw>,
     sges: Vec<ffi::ibv_sge>,
     ops: u32,
     datagrams: usize,
+    object_pds: ObjectPds,
     _borrow: PhantomData<&'a ()>,
 }
 
@@ -579,6 +644,8 @@ pub trait WorkRequest: private::Sealed {
     fn op_bits(&self) -> u32;
     #[doc(hidden)]
     fn datagram(&self) -> bool;
+    #[doc(hidden)]
+    fn object_pd(&self) -> Option<*mut ffi::ibv_pd>;
 }
 
 mod private {
@@ -604,6 +671,9 @@ impl WorkRequest for SendRequest<'_> {
     fn datagram(&self) -> bool {
         self.is_datagram()
     }
+    fn object_pd(&self) -> Option<*mut ffi::ibv_pd> {
+        SendRequest::object_pd(self)
+    }
 }
 
 impl private::Sealed for RecvRequest<'_> {}
@@ -625,16 +695,26 @@ impl WorkRequest for RecvRequest<'_> {
     fn datagram(&self) -> bool {
         false
     }
+    fn object_pd(&self) -> Option<*mut ffi::ibv_pd> {
+        None
+    }
 }
 
 impl<'a, W: WorkRequest> PostList<'a, W> {
     /// A list with room for `capacity` requests.
     pub fn with_capacity(capacity: usize) -> Self {
+        Self::from_storage(Vec::with_capacity(capacity), Vec::with_capacity(capacity))
+    }
+
+    /// A list over empty vectors, whose capacities may differ.
+    fn from_storage(wrs: Vec<W::Raw>, sges: Vec<ffi::ibv_sge>) -> Self {
+        debug_assert!(wrs.is_empty() && sges.is_empty());
         Self {
-            wrs: Vec::with_capacity(capacity),
-            sges: Vec::with_capacity(capacity),
+            wrs,
+            sges,
             ops: 0,
             datagrams: 0,
+            object_pds: ObjectPds::None,
             _borrow: PhantomData,
         }
     }
@@ -646,17 +726,18 @@ impl<'a, W: WorkRequest> PostList<'a, W> {
     /// [`Error::InvalidArgument`] if the list is full or the request is malformed (inline data
     /// in a receive, too many entries).
     pub fn push(&mut self, request: W) -> Result<()> {
-        if self.wrs.len() == self.wrs.capacity() {
+        if self.wrs.len() >= self.capacity() {
             return Err(Error::InvalidArgument(format!(
                 "the post list is full ({} requests)",
-                self.wrs.capacity()
+                self.capacity()
             )));
         }
         let mut raw = W::Raw::default();
         let mut one = ffi::ibv_sge::default();
         let single = request.fill_raw(&mut raw, &mut one)?;
-        // Neither vector reallocates (both are below capacity), so the addresses taken here
-        // stay valid for as long as the list holds them.
+        // Neither vector reallocates (both are below their capacity: `capacity` is the smaller
+        // one, and both hold `len` elements), so the addresses taken here stay valid for as
+        // long as the list holds them.
         self.sges.push(one);
         if single {
             if let Some(stored) = self.sges.last_mut() {
@@ -671,6 +752,13 @@ impl<'a, W: WorkRequest> PostList<'a, W> {
         }
         self.ops |= request.op_bits();
         self.datagrams += usize::from(request.datagram());
+        if let Some(pd) = request.object_pd() {
+            self.object_pds = match self.object_pds {
+                ObjectPds::None => ObjectPds::One(pd),
+                ObjectPds::One(known) if known == pd => ObjectPds::One(known),
+                _ => ObjectPds::Mixed,
+            };
+        }
         Ok(())
     }
 
@@ -680,6 +768,7 @@ impl<'a, W: WorkRequest> PostList<'a, W> {
         self.sges.clear();
         self.ops = 0;
         self.datagrams = 0;
+        self.object_pds = ObjectPds::None;
     }
 
     /// Empties the list so that it can borrow other memory, keeping the storage.
@@ -688,13 +777,7 @@ impl<'a, W: WorkRequest> PostList<'a, W> {
         V: WorkRequest<Raw = W::Raw>,
     {
         self.clear();
-        PostList {
-            wrs: self.wrs,
-            sges: self.sges,
-            ops: 0,
-            datagrams: 0,
-            _borrow: PhantomData,
-        }
+        PostList::from_storage(self.wrs, self.sges)
     }
 
     /// The number of requests.
@@ -707,9 +790,11 @@ impl<'a, W: WorkRequest> PostList<'a, W> {
         self.wrs.is_empty()
     }
 
-    /// How many requests fit.
+    /// How many requests fit: the smaller capacity of the two vectors the chain points into,
+    /// which [`with_capacity`](Self::with_capacity) asks to be equal but the allocator may
+    /// make larger.
     pub fn capacity(&self) -> usize {
-        self.wrs.capacity()
+        self.wrs.capacity().min(self.sges.capacity())
     }
 
     pub(crate) fn ops(&self) -> u32 {
@@ -718,6 +803,17 @@ impl<'a, W: WorkRequest> PostList<'a, W> {
 
     pub(crate) fn datagrams(&self) -> usize {
         self.datagrams
+    }
+
+    /// Refuses a list holding an address handle or memory window of a protection domain other
+    /// than `qp_pd` (the queue pair's); see [`SendRequest::check_object_pd`]. A pointer
+    /// comparison.
+    pub(crate) fn check_object_pd(&self, qp_pd: *mut ffi::ibv_pd) -> Result<()> {
+        match self.object_pds {
+            ObjectPds::None => Ok(()),
+            ObjectPds::One(pd) if pd == qp_pd => Ok(()),
+            _ => Err(foreign_object()),
+        }
     }
 
     /// The head of the chain, or null when empty.
@@ -769,5 +865,59 @@ mod element_index_tests {
         assert_eq!(element_index(base, 4, base.wrapping_sub(1)), None);
         let between = (base as usize + 3) as *const u64;
         assert_eq!(element_index(base, 4, between), None);
+    }
+}
+
+#[cfg(test)]
+mod post_list_tests {
+    use super::*;
+
+    /// Every single-entry request of `list` points at its own entry in the list's current
+    /// entry storage, and every request but the last at the next one.
+    fn assert_chain_intact(list: &PostList<'_, RecvRequest<'_>>) {
+        let sges = list.sges.as_ptr_range();
+        for (i, raw) in list.wrs.iter().enumerate() {
+            let sg = raw.sg_list.cast_const();
+            assert!(sges.contains(&sg), "request {i}: entry outside the storage");
+            assert_eq!(sg, list.sges.as_ptr().wrapping_add(i), "request {i}");
+            let next = list.wrs.as_ptr().wrapping_add(i + 1).cast_mut();
+            let want = if i + 1 < list.wrs.len() {
+                next
+            } else {
+                std::ptr::null_mut()
+            };
+            assert_eq!(raw.next, want, "request {i}: broken chain");
+        }
+    }
+
+    #[test]
+    fn a_list_never_outgrows_either_vector() {
+        // The allocator may give the two vectors different capacities: the list must hold no
+        // more than the smaller, or pushing would move the entries the chain points at.
+        for (wr_cap, sge_cap) in [(8, 2), (2, 8), (4, 4)] {
+            let mut list: RecvList<'_> =
+                PostList::from_storage(Vec::with_capacity(wr_cap), Vec::with_capacity(sge_cap));
+            let cap = wr_cap.min(sge_cap);
+            assert_eq!(list.capacity(), cap);
+            for i in 0..wr_cap.max(sge_cap) {
+                let slice = MrSlice::unchecked_for_test(0x1000 + 8 * i as u64, 8, 1);
+                let pushed = list.push(RecvRequest::new(i as u64, slice));
+                if i < cap {
+                    pushed.expect("below capacity");
+                } else {
+                    assert!(matches!(pushed, Err(Error::InvalidArgument(_))), "push {i}");
+                }
+                assert_chain_intact(&list);
+            }
+            assert_eq!(list.len(), cap);
+            // `reuse` keeps both vectors, and the same bound.
+            let mut list: RecvList<'_> = list.reuse();
+            assert_eq!(list.capacity(), cap);
+            for i in 0..cap {
+                list.push(RecvRequest::empty(i as u64))
+                    .expect("reused list");
+            }
+            assert!(list.push(RecvRequest::empty(99)).is_err());
+        }
     }
 }

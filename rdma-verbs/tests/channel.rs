@@ -12,15 +12,6 @@ use rdma_verbs::*;
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;
 const TARGET: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);
 
-/// Posts a signaled RDMA write of `src` to `remote`: one send completion, no receive needed.
-fn write(qp: &mut QueuePair<Rc, Rts>, wr_id: u64, src: &MemoryRegion, remote: RemoteMemory) {
-    // SAFETY: callers keep `src` and the target alive until the completion is polled.
-    unsafe {
-        qp.post_send_one(&SendRequest::write(wr_id, src.slice(..).unwrap(), remote).signaled())
-            .unwrap();
-    }
-}
-
 #[test]
 fn channel_wakes_a_waiting_thread() {
     let Some(f) = fixture() else { return };

@@ -25,16 +25,7 @@ const BINDABLE: AccessFlags = AccessFlags::LOCAL_WRITE
 /// The fixture, or `None` after recording that the device lacks windows of type `kind`.
 fn fixture_with(kind: MwType) -> Option<Fixture> {
     let f = fixture()?;
-    let attr = f.context.query_device().expect("ibv_query_device");
-    let (supported, name) = match kind {
-        MwType::Type1 => (attr.supports_mw_type1(), "memory windows type 1"),
-        MwType::Type2 => (attr.supports_mw_type2(), "memory windows type 2"),
-    };
-    if !supported {
-        rdma_test_support::unsupported(name);
-        return None;
-    }
-    Some(f)
+    f.has_windows(kind).then_some(f)
 }
 
 /// Whether the device is Soft-RoCE (rxe reports vendor ID 0xffffff).

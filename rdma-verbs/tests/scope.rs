@@ -10,21 +10,6 @@ use rdma_verbs::*;
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;
 
-/// Polls the scope until nothing is outstanding; fails the test after [`WAIT`].
-fn reap_all<T: Transport>(s: &mut PostScope<'_, '_, T>) -> Vec<WorkCompletion> {
-    let mut out = Vec::new();
-    let mut buf = [WorkCompletion::default(); 8];
-    let deadline = std::time::Instant::now() + WAIT;
-    while s.outstanding() > 0 {
-        out.extend_from_slice(s.poll(&mut buf).expect("poll"));
-        assert!(
-            std::time::Instant::now() < deadline,
-            "completions never came: {out:?}"
-        );
-    }
-    out
-}
-
 #[test]
 fn scope_send_receive_read_and_atomics() {
     let Some(f) = fixture() else { return };
@@ -46,15 +31,14 @@ fn scope_send_receive_read_and_atomics() {
     remote_mr.write_at(0, &pattern(64, 9)).unwrap();
     remote_mr.write_at(0, &10u64.to_ne_bytes()).unwrap();
     let remote = remote_mr.remote(..).unwrap();
-    let mut results = f.pd.register(64, LOCAL).unwrap();
+    let mut results = f.pd.register(24, LOCAL).unwrap();
+    // An atomic's result is one 8-byte word.
+    let mut old = f.pd.register(8, LOCAL).unwrap();
 
     {
         let target = inbox.slice_mut(..).unwrap();
-        let (read_into, old_value) = {
-            let mut chunks = results.chunks_mut(32).unwrap();
-            let second = chunks.pop().unwrap();
-            (chunks.pop().unwrap(), second)
-        };
+        let read_into = results.slice_mut(..).unwrap();
+        let old_value = old.slice_mut(..).unwrap();
         b.scope(ScopeCqs::shared(&mut cq_b), |sb| {
             sb.recv(1, &target).unwrap();
             a.scope(ScopeCqs::shared(&mut cq_a), |sa| {
@@ -83,9 +67,8 @@ fn scope_send_receive_read_and_atomics() {
     }
     // The scopes are over: the memory is Rust's again.
     assert_eq!(&inbox.as_slice().unwrap()[..200], &pattern(256, 5)[..200]);
-    let results = results.as_slice().unwrap();
-    assert_eq!(&results[..24], &pattern(64, 9)[8..32]);
-    assert_eq!(u64::from_ne_bytes(results[32..40].try_into().unwrap()), 10);
+    assert_eq!(results.as_slice().unwrap(), &pattern(64, 9)[8..32]);
+    assert_eq!(old.load_u64(0).unwrap(), 10);
     assert_eq!(remote_mr.load_u64(0).unwrap(), 15);
 }
 
@@ -103,6 +86,10 @@ fn scope_that_ends_with_outstanding_requests_flushes_them() {
     let started = std::time::Instant::now();
     // Nobody sends: the receives never complete on their own.
     let result = b.scope(ScopeCqs::shared(&mut cq_b), |s| {
+        assert_eq!(s.drain_timeout(), Duration::from_secs(5), "the default");
+        // No wait without bound: the end of a scope also runs on panic, in `Drop`.
+        s.set_drain_timeout(Duration::MAX);
+        assert_eq!(s.drain_timeout(), Duration::from_secs(600));
         s.set_drain_timeout(Duration::from_millis(200));
         s.recv(1, &target).unwrap();
         s.recv(2, &target).unwrap();
@@ -144,10 +131,162 @@ fn scope_that_panics_still_drains_before_unwinding() {
     }));
     assert!(unwound.is_err());
     // The scope flushed the receive before letting the panic through, and reaped its flush
-    // completion: a new receive's flush completion is the only one in the queue (a leftover
-    // would come first and leave that one behind).
+    // completion: nothing is left in the queue.
     assert_eq!(b.query_state().unwrap(), QpStateKind::Error);
+    assert_cq_empty(&mut cq_b);
+    // The queue pair's type still says RTS; the next scope knows better.
+    let error = refused(&mut b, ScopeCqs::shared(&mut cq_b));
+    assert!(error.to_string().contains("not RTS"), "{error}");
+}
+
+/// A scope that left its queue pair in the error state (here on purpose, with
+/// `flush_outstanding`) makes the next scope check the real state: refused while it is ERR,
+/// accepted again once the queue pair is reset and reconnected.
+#[test]
+fn scope_refuses_a_queue_pair_an_earlier_scope_flushed() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (a, b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let mut b = b;
     scope_accepted(&f, &mut b, ScopeCqs::shared(&mut cq_b));
+    let error = refused(&mut b, ScopeCqs::shared(&mut cq_b));
+    assert!(error.to_string().contains("state ERR"), "{error}");
+    let (mut a, mut b) = reconnect(&f, a, b);
+    send_one_and_check(&f, (&mut a, &mut cq_a), (&mut b, &mut cq_b), 41);
+}
+
+/// Resets and reconnects an RC pair whose ends went through ERR or RESET.
+fn reconnect(
+    f: &Fixture,
+    a: QueuePair<Rc, Rts>,
+    b: QueuePair<Rc, Rts>,
+) -> (QueuePair<Rc, Rts>, QueuePair<Rc, Rts>) {
+    let (a_num, b_num) = (a.qp_num(), b.qp_num());
+    let init = ConnectedInitAttr::new(f.device.port);
+    let b = b
+        .into_reset()
+        .unwrap()
+        .into_init(&init)
+        .unwrap()
+        .into_rtr(&RcRtrAttr::new(f.av(), a_num, 100))
+        .unwrap()
+        .into_rts(&RcRtsAttr::new(200))
+        .unwrap();
+    let a = a
+        .into_reset()
+        .unwrap()
+        .into_init(&init)
+        .unwrap()
+        .into_rtr(&RcRtrAttr::new(f.av(), b_num, 200))
+        .unwrap()
+        .into_rts(&RcRtsAttr::new(100))
+        .unwrap();
+    (a, b)
+}
+
+/// One SEND from `a` into a receive of `b`, both through scopes: `b`'s scope counts exactly
+/// its own completion, and when it ends the receive holds every byte sent.
+fn send_one_and_check(
+    f: &Fixture,
+    (a, cq_a): (&mut QueuePair<Rc, Rts>, &mut CompletionQueue),
+    (b, cq_b): (&mut QueuePair<Rc, Rts>, &mut CompletionQueue),
+    seed: u8,
+) {
+    let mut inbox = f.pd.register(256, LOCAL).unwrap();
+    let mut src = f.pd.register(256, LOCAL).unwrap();
+    src.as_mut_slice()
+        .unwrap()
+        .copy_from_slice(&pattern(256, seed));
+    {
+        let target = inbox.slice_mut(..).unwrap();
+        b.scope(ScopeCqs::shared(cq_b), |sb| {
+            sb.recv(7, &target).unwrap();
+            a.scope(ScopeCqs::shared(cq_a), |sa| {
+                sa.send(SendRequest::send(8, src.slice(..).unwrap()))
+                    .unwrap();
+                let sent = reap_all(sa);
+                assert_ok(&sent[0], 8, WcOpcode::Send);
+            })
+            .unwrap();
+            let got = reap_all(sb);
+            assert_eq!(got.len(), 1, "{got:?}");
+            assert_ok(&got[0], 7, WcOpcode::Recv);
+            assert_eq!(got[0].byte_len(), 256);
+        })
+        .unwrap();
+    }
+    assert_eq!(inbox.as_slice().unwrap(), &pattern(256, seed)[..]);
+    assert_cq_empty(cq_b);
+}
+
+/// What a queue pair number reused by the device would leave behind: a completion with this
+/// queue pair's number already in its queue when a scope starts (made here by breaking the
+/// `unsafe` contract on purpose: a receive completed and left unpolled). Counted, it would end
+/// the scope while the scope's own receive is still posted; the scope discards it first, so
+/// its receive stays outstanding until the peer really sends, and then holds the peer's bytes.
+#[test]
+fn scope_discards_a_completion_left_in_its_queue() {
+    let Some(f) = fixture() else { return };
+    // b's queue raises an event on a channel: the test learns that the stale completion is in
+    // the queue without polling it.
+    let channel = f.context.create_comp_channel().unwrap();
+    let mut cq_a = f.cq(16);
+    let mut cq_b = f.context.cq_builder(16).channel(&channel).build().unwrap();
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let stale_buf = f.pd.register(64, LOCAL).unwrap();
+    let first = f.pd.register(64, LOCAL).unwrap();
+    cq_b.req_notify(false).unwrap();
+    // SAFETY: both regions outlive the requests: the send's completion is polled below, and
+    // the receive's completion is in b's queue (the channel's event says so) before the scope
+    // discards it.
+    unsafe {
+        b.post_recv_one(&RecvRequest::new(900, stale_buf.slice(..).unwrap()))
+            .unwrap();
+        a.post_send_one(&SendRequest::send(901, first.slice(..).unwrap()).signaled())
+            .unwrap();
+    }
+    assert_ok(&wait_for(&mut cq_a, 1)[0], 901, WcOpcode::Send);
+    let event = channel.wait(WAIT).expect("the receive completed");
+    assert!(event.is_for(&cq_b));
+
+    let mut inbox = f.pd.register(64, LOCAL).unwrap();
+    let mut src = f.pd.register(64, LOCAL).unwrap();
+    src.as_mut_slice()
+        .unwrap()
+        .copy_from_slice(&pattern(64, 77));
+    {
+        let target = inbox.slice_mut(..).unwrap();
+        b.scope(ScopeCqs::shared(&mut cq_b), |sb| {
+            sb.recv(1, &target).unwrap();
+            // Nothing has been sent to this receive: it must stay outstanding.
+            let mut buf = [WorkCompletion::default(); 4];
+            let quiet_until = std::time::Instant::now() + QUIET;
+            while std::time::Instant::now() < quiet_until {
+                let got = sb.poll(&mut buf).unwrap();
+                assert!(got.is_empty(), "a stale completion was reaped: {got:?}");
+            }
+            assert_eq!(sb.outstanding(), 1);
+            a.scope(ScopeCqs::shared(&mut cq_a), |sa| {
+                sa.send(SendRequest::send(2, src.slice(..).unwrap()))
+                    .unwrap();
+                assert_ok(&reap_all(sa)[0], 2, WcOpcode::Send);
+            })
+            .unwrap();
+            let got = reap_all(sb);
+            assert_eq!(got.len(), 1, "{got:?}");
+            assert_ok(&got[0], 1, WcOpcode::Recv);
+        })
+        .unwrap();
+    }
+    assert_eq!(inbox.as_slice().unwrap(), &pattern(64, 77)[..]);
     assert_cq_empty(&mut cq_b);
 }
 
@@ -299,7 +438,7 @@ fn scope_reset_leaves_no_stale_completion_for_the_next_scope() {
     let capacity = cq_b.capacity() as usize;
     let posted = 256;
     assert!(capacity < posted / 4, "capacity {capacity}");
-    let (mut a, b) = f.rc_pair(
+    let (a, b) = f.rc_pair(
         f.pd.create_qp(&cq_a, &cq_a),
         f.pd.create_qp(&cq_b, &cq_b).max_recv_wr(posted as u32),
         AccessFlags::empty(),
@@ -330,49 +469,11 @@ fn scope_reset_leaves_no_stale_completion_for_the_next_scope() {
     // the next scope below shows it by counting exactly its own completion).
     assert_cq_empty(&mut cq_b);
 
+    // The type still says RTS: the next scope queries the state and refuses.
+    let error = refused(&mut b, ScopeCqs::shared(&mut cq_b));
+    assert!(error.to_string().contains("state RESET"), "{error}");
     // Reconnect both ends (a's peer went through RESET), then one SEND into a new receive.
-    let a_num = a.qp_num();
-    let b_num = b.qp_num();
-    let b = b
-        .into_reset()
-        .unwrap()
-        .into_init(&ConnectedInitAttr::new(f.device.port))
-        .unwrap()
-        .into_rtr(&RcRtrAttr::new(f.av(), a_num, 100))
-        .unwrap();
-    let mut b = b.into_rts(&RcRtsAttr::new(200)).unwrap();
-    a = a
-        .into_reset()
-        .unwrap()
-        .into_init(&ConnectedInitAttr::new(f.device.port))
-        .unwrap()
-        .into_rtr(&RcRtrAttr::new(f.av(), b_num, 200))
-        .unwrap()
-        .into_rts(&RcRtsAttr::new(100))
-        .unwrap();
-    inbox.as_mut_slice().unwrap().fill(0);
-    let mut src = f.pd.register(256, LOCAL).unwrap();
-    src.as_mut_slice()
-        .unwrap()
-        .copy_from_slice(&pattern(256, 31));
-    {
-        let target = inbox.slice_mut(..).unwrap();
-        b.scope(ScopeCqs::shared(&mut cq_b), |sb| {
-            sb.recv(7, &target).unwrap();
-            a.scope(ScopeCqs::shared(&mut cq_a), |sa| {
-                sa.send(SendRequest::send(8, src.slice(..).unwrap()))
-                    .unwrap();
-                let sent = reap_all(sa);
-                assert_ok(&sent[0], 8, WcOpcode::Send);
-            })
-            .unwrap();
-            let got = reap_all(sb);
-            assert_eq!(got.len(), 1, "{got:?}");
-            assert_ok(&got[0], 7, WcOpcode::Recv);
-            assert_eq!(got[0].byte_len(), 256);
-        })
-        .unwrap();
-    }
-    assert_eq!(inbox.as_slice().unwrap(), &pattern(256, 31)[..]);
-    assert_cq_empty(&mut cq_b);
+    drop(inbox);
+    let (mut a, mut b) = reconnect(&f, a, b);
+    send_one_and_check(&f, (&mut a, &mut cq_a), (&mut b, &mut cq_b), 31);
 }

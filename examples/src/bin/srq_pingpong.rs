@@ -10,12 +10,21 @@
 //! Unlike the other pingpongs, this one posts with the `unsafe` calls: the safe
 //! [`rdma_verbs::PostScope`] covers one queue pair and its own receive queue, not an SRQ
 //! shared by many.
+//!
+//! As in the C program, one buffer takes every receive and gives every send, so each message
+//! echoes the last one received, on whichever queue pair. The client's message is all zeroes
+//! (the C program's buffer is zeroed, and `-c` sets the page-start bytes to 0). The server's
+//! buffer starts as 0x7b instead: it never goes on the wire (the server sends only after a
+//! receive has overwritten it), and `-c` on the server then also proves that messages landed.
+//! `-c` checks every byte of the last message, on either side, once every queue pair and the
+//! SRQ are gone; the end handshake runs before they go (see [`rdma_examples::exchange::Link`]).
 
 use std::time::Instant;
 
 use clap::Parser;
+use rdma_examples::exchange::PeerEnd;
 use rdma_examples::exchange::{self, Dest};
-use rdma_examples::pingpong::{self, Options, RECV_ID, SEND_ID};
+use rdma_examples::pingpong::{self, C_PEER_LINGER, FILL, Options, RECV_ID, SEND_ID};
 use rdma_verbs::{
     AccessFlags, ConnectedInitAttr, MemoryRegion, QueuePair, Rc, RecvRequest, Rts, SendFlags,
     SendRequest, SharedReceiveQueue, WorkCompletion,
@@ -24,6 +33,8 @@ use rdma_verbs::{
 const PROGRAM: &str = "srq_pingpong";
 /// The C program always exchanges this many records, used or not.
 const MAX_QP: usize = 256;
+/// The C program's buffer is zeroed: the client's message, and the one `-c` expects.
+const SRQ_FILL: u8 = 0;
 
 #[derive(Parser, Debug)]
 #[command(args_override_self = true)]
@@ -82,10 +93,18 @@ fn run(options: &Options, num_qp: u32) -> Result<(), String> {
     let mtu = pingpong::mtu(options)?;
     let size = options.message_size(4096);
     let mut setup = pingpong::setup(options, options.rx_depth + num_qp)?;
-    let buffer = setup
+    let mut buffer = setup
         .pd
         .register(size.max(1), AccessFlags::LOCAL_WRITE)
         .map_err(|e| format!("couldn't register MR: {e}"))?;
+    let initial = if options.servername.is_some() {
+        pingpong::client_message(size, SRQ_FILL, options.chk)
+    } else {
+        vec![FILL; size]
+    };
+    buffer
+        .write_at(0, &initial)
+        .map_err(|e| format!("couldn't fill the buffer: {e}"))?;
     let mut srq = setup
         .pd
         .create_srq(options.rx_depth, 1)
@@ -157,20 +176,20 @@ fn run(options: &Options, num_qp: u32) -> Result<(), String> {
             pingpong::print_address("remote", dest, false);
         }
     };
-    let mut qps = match &options.servername {
+    let (mut qps, link) = match &options.servername {
         Some(host) => {
-            let remote = exchange::client_exchange(host, options.port, &mine)?;
+            let (remote, link) = exchange::client_exchange(host, options.port, &mine)?;
             print_remote(&remote);
-            connect(qps, &remote)?
+            (connect(qps, &remote)?, link)
         }
         None => {
             let exchange = exchange::server_accept(options.port, MAX_QP)?;
             // The server connects before it answers, as the C program does.
             let qps = connect(qps, &exchange.remote)?;
             let remote = exchange.remote.clone();
-            exchange.reply(&mine)?;
+            let link = exchange.reply(&mine)?;
             print_remote(&remote);
-            qps
+            (qps, link)
         }
     };
 
@@ -224,10 +243,20 @@ fn run(options: &Options, num_qp: u32) -> Result<(), String> {
             }
         }
     }
-    pingpong::print_results(size, options.iters, start.elapsed());
-    // The queue pairs and the SRQ go before the buffer they use.
+    let elapsed = start.elapsed();
+    // The end handshake, before the queue pairs are destroyed (which would drop the ACK of a
+    // message the peer still waits for).
+    if link.finish(idle)? == PeerEnd::Closed {
+        std::thread::sleep(C_PEER_LINGER);
+    }
+    pingpong::print_results(size, options.iters, elapsed);
+    // The queue pairs and the SRQ go before the buffer they use, and before Rust reads it.
     drop(qps);
     drop(srq);
+    if options.chk {
+        let bytes = buffer.as_slice().map_err(|e| e.to_string())?;
+        pingpong::check_message(&bytes[..size], SRQ_FILL)?;
+    }
     drop(buffer);
     Ok(())
 }

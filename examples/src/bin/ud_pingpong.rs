@@ -10,7 +10,7 @@
 use clap::Parser;
 use rdma_examples::exchange::{self, Dest};
 use rdma_examples::pingpong::{self, GRH_LEN, Options, Pingpong, UD_QKEY};
-use rdma_verbs::{Init, QueuePair, SqPsnRtsAttr, Ud, UdInitAttr, UdRtrAttr};
+use rdma_verbs::{AccessFlags, Init, QueuePair, SqPsnRtsAttr, Ud, UdInitAttr, UdRtrAttr};
 
 const PROGRAM: &str = "ud_pingpong";
 
@@ -59,28 +59,37 @@ fn run(options: &Options) -> Result<(), String> {
             .pd
             .create_ah(&av)
             .map_err(|e| format!("failed to create AH: {e}"))?;
-        Pingpong::new(&setup, options, qp, Some(ah), remote.qpn, size, GRH_LEN)
+        // Receives land in the buffer with the 40-byte GRH in front; sends go out from after it.
+        Pingpong::new(
+            &setup,
+            options,
+            qp,
+            Some(ah),
+            remote.qpn,
+            size,
+            GRH_LEN,
+            AccessFlags::LOCAL_WRITE,
+        )
     };
-    // Receives land after the 40-byte GRH; sends go out from the same offset.
     let (mut pingpong, exchange) = match &options.servername {
         Some(host) => {
-            let remote = exchange::client_exchange(host, options.port, &[mine])?[0];
+            let (remote, link) = exchange::client_exchange(host, options.port, &[mine])?;
+            let remote = remote[0];
             pingpong::print_address("remote", &remote, false);
-            (activate(qp, &remote)?, None)
+            (activate(qp, &remote)?, Ok(link))
         }
         None => {
             let exchange = exchange::server_accept(options.port, 1)?;
             let remote = exchange.remote[0];
             pingpong::print_address("remote", &remote, false);
-            (activate(qp, &remote)?, Some(exchange))
+            (activate(qp, &remote)?, Err(exchange))
         }
     };
     // The server answers once its receives are posted.
-    let elapsed = pingpong.run(&mut setup, options, || match exchange {
-        Some(exchange) => exchange.reply(&[mine]),
-        None => Ok(()),
+    let (elapsed, _) = pingpong.run(&mut setup, options, || match exchange {
+        Ok(link) => Ok(link),
+        Err(exchange) => exchange.reply(&[mine]),
     })?;
-    pingpong.check(options);
     pingpong::print_results(size, options.iters, elapsed);
-    Ok(())
+    pingpong.check(options)
 }

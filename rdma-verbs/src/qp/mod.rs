@@ -166,10 +166,9 @@ pub(crate) struct QpInner {
     _send_cq: Arc<CqInner>,
     _recv_cq: Arc<CqInner>,
     _srq: Option<Arc<SrqInner>>,
-    /// Set when a [`PostScope`](crate::PostScope) reset this queue pair but could not empty its
-    /// completion queues of the late completions: the next scope empties them before it posts,
-    /// so that it cannot count a stale completion as one of its own.
-    pub(crate) stale_completions: bool,
+    /// Set when a [`PostScope`](crate::PostScope) moved this queue pair to the error state or
+    /// to RESET behind its type: the next scope checks the real state before it posts.
+    pub(crate) state_changed: bool,
 }
 
 // SAFETY: verbs on a queue pair may be called from any thread; posting takes `&mut`, which also
@@ -184,8 +183,16 @@ impl Drop for QpInner {
         // SAFETY: live queue pair, destroyed once, before the CQs, SRQ and PD it holds.
         let ret = unsafe { ffi::ibv_destroy_qp(self.raw.as_ptr()) };
         // Drop cannot report a failure and must not panic (see "Resource cleanup" in the
-        // crate documentation).
-        let _ = ret;
+        // crate documentation). A queue pair that still exists may still complete into its
+        // queues and use its SRQ and protection domain: they are leaked, so they stay alive and
+        // count as used (a scope then refuses those queues, whose completions it could not
+        // account for).
+        if ret != 0 {
+            std::mem::forget(self._send_cq.clone());
+            std::mem::forget(self._recv_cq.clone());
+            std::mem::forget(self._srq.clone());
+            std::mem::forget(self.pd.clone());
+        }
     }
 }
 
@@ -422,7 +429,7 @@ impl<'a, T: Transport> QpBuilder<'a, T> {
                 _send_cq: self.send_cq.inner.clone(),
                 _recv_cq: self.recv_cq.inner.clone(),
                 _srq: self.srq.map(|s| s.inner.clone()),
-                stale_completions: false,
+                state_changed: false,
             },
             _type: PhantomData,
         })
@@ -738,8 +745,10 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// # Errors
     ///
     /// - [`Error::InvalidArgument`] before posting anything, for an operation the transport does
-    ///   not allow (for example RDMA read on UC), a UD request without a destination, or
-    ///   immediate data on an operation that cannot carry it;
+    ///   not allow (for example RDMA read on UC), a UD request without a destination, a UD
+    ///   destination whose [`AddressHandle`](crate::AddressHandle) or a memory-window bind whose
+    ///   [`MemoryWindow`](crate::MemoryWindow) belongs to another protection domain (of this
+    ///   context or another), or immediate data on an operation that cannot carry it;
     /// - [`Error::QueueFull`] (`ENOMEM`): the send queue has no room; requests before `index`
     ///   were posted;
     /// - [`Error::Post`]: the provider refused request `index` (for example a queue pair the
@@ -791,6 +800,7 @@ impl<T: Transport> QueuePair<T, Rts> {
             return Ok(());
         }
         check_ops::<T>(list.ops(), list.datagrams(), list.len())?;
+        list.check_object_pd(self.inner.pd.as_raw())?;
         if let Some(ex) = self.inner.extended.filter(|ex| ex.covers(list.ops())) {
             // SAFETY: `ex` is this live queue pair's, held through `&mut self` (no batch open),
             // and covers every operation of the list, which checked its destinations above; the
@@ -822,6 +832,7 @@ impl<T: Transport> QueuePair<T, Rts> {
     #[inline]
     pub unsafe fn post_send_one(&mut self, request: &SendRequest<'_>) -> Result<()> {
         check_ops::<T>(request.op(), usize::from(request.is_datagram()), 1)?;
+        request.check_object_pd(self.inner.pd.as_raw())?;
         let mut raw = ffi::ibv_send_wr::default();
         let mut one = ffi::ibv_sge::default();
         request.fill(&mut raw, &mut one)?;
@@ -902,9 +913,9 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
         (&self.inner._send_cq, &self.inner._recv_cq)
     }
 
-    /// See [`QpInner::stale_completions`].
-    pub(crate) fn stale_completions_mut(&mut self) -> &mut bool {
-        &mut self.inner.stale_completions
+    /// See [`QpInner::state_changed`].
+    pub(crate) fn state_changed_mut(&mut self) -> &mut bool {
+        &mut self.inner.state_changed
     }
 
     fn check_no_srq(&self) -> Result<()> {

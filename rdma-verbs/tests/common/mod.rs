@@ -206,6 +206,46 @@ impl Fixture {
     }
 }
 
+impl Fixture {
+    /// Whether the device has memory windows of `kind`; records the justified skip
+    /// (`unsupported`) when it does not.
+    pub fn has_windows(&self, kind: MwType) -> bool {
+        let attr = self.context.query_device().expect("ibv_query_device");
+        let (supported, name) = match kind {
+            MwType::Type1 => (attr.supports_mw_type1(), "memory windows type 1"),
+            MwType::Type2 => (attr.supports_mw_type2(), "memory windows type 2"),
+        };
+        if !supported {
+            rdma_test_support::unsupported(name);
+        }
+        supported
+    }
+}
+
+/// Polls the scope until nothing is outstanding and returns what it reaped; fails the test
+/// after [`WAIT`].
+pub fn reap_all<T: Transport>(s: &mut PostScope<'_, '_, T>) -> Vec<WorkCompletion> {
+    let mut out = Vec::new();
+    let mut buf = [WorkCompletion::default(); 8];
+    let deadline = Instant::now() + WAIT;
+    while s.outstanding() > 0 {
+        out.extend_from_slice(s.poll(&mut buf).expect("poll"));
+        assert!(Instant::now() < deadline, "completions never came: {out:?}");
+    }
+    out
+}
+
+/// Posts a signaled RDMA write of all of `src` to `remote`: one send completion, no receive
+/// needed.
+pub fn write(qp: &mut QueuePair<Rc, Rts>, wr_id: u64, src: &MemoryRegion, remote: RemoteMemory) {
+    // SAFETY: callers keep `src` and the target registered until the completion is polled,
+    // and do not write `src` meanwhile.
+    unsafe {
+        qp.post_send_one(&SendRequest::write(wr_id, src.slice(..).unwrap(), remote).signaled())
+            .unwrap();
+    }
+}
+
 /// A line on the real stderr (libtest captures `eprintln!` of passing tests), for deviations
 /// and observations a reader of the run should see.
 pub fn note(line: &str) {

@@ -1,17 +1,12 @@
-// RTR accepts receives but cannot send, whatever the transport.
+// RTR accepts receives but cannot send: no `post_send` on an RC queue pair in RTR.
 
-use rdma_verbs::{QueuePair, Rc, Rtr, SendList, SendRequest, Ud};
+use rdma_verbs::{QueuePair, Rc, Rtr, SendList};
 
-fn post_rc(qp: &mut QueuePair<Rc, Rtr>, list: &mut SendList<'_>) {
+fn post(qp: &mut QueuePair<Rc, Rtr>, list: &mut SendList<'_>) {
     // SAFETY: never runs; the call itself must not compile.
     let _ = unsafe { qp.post_send(list) };
 }
 
-fn post_ud(qp: &mut QueuePair<Ud, Rtr>, request: &SendRequest<'_>) {
-    // SAFETY: never runs; the call itself must not compile.
-    let _ = unsafe { qp.post_send_one(request) };
-}
-
 fn main() {
-    let _ = (post_rc, post_ud);
+    let _ = post;
 }

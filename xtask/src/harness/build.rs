@@ -148,18 +148,41 @@ pub(crate) fn list_tests(binary: &TestBinary, test_args: &[String]) -> Result<Ve
 /// and returns their output and whether cargo succeeded.
 pub(crate) fn run_doc_tests(root: &Path, test_args: &[String]) -> Result<(Output, bool), String> {
     println!("harness: doc tests (host)");
-    let output = Command::new(env!("CARGO"))
+    let mut command = Command::new(env!("CARGO"));
+    command.args([
+        "test",
+        "--workspace",
+        "--exclude",
+        "xtask",
+        "--all-features",
+        "--doc",
+        "--",
+    ]);
+    command.args(test_args);
+    run_libtest(root, command)
+}
+
+/// Runs the compile-fail cases of `rdma-verbs` (doc tests of its `compile_fail` module) with
+/// their error codes checked, and returns their output and whether cargo succeeded.
+///
+/// Stable rustdoc accepts `compile_fail,E0599` but compares the error code only when it runs as
+/// a nightly compiler, so a case that fails for another reason (a typo, a moved item) would
+/// pass. `RUSTC_BOOTSTRAP=1` makes it compare; no nightly feature is enabled by it. The build
+/// goes to a target directory of its own so that the variable does not invalidate the main one.
+pub(crate) fn run_compile_fail(root: &Path) -> Result<(Output, bool), String> {
+    println!("harness: compile-fail cases, error codes checked (host)");
+    let mut command = Command::new(env!("CARGO"));
+    command
+        .env("RUSTC_BOOTSTRAP", "1")
+        .env("CARGO_TARGET_DIR", root.join("target").join("compile-fail"))
+        .args(["test", "-p", "rdma-verbs", "--doc", "--", "compile_fail::"]);
+    run_libtest(root, command)
+}
+
+/// Runs a cargo command that prints libtest output, echoes it, and parses it.
+fn run_libtest(root: &Path, mut command: Command) -> Result<(Output, bool), String> {
+    let output = command
         .current_dir(root)
-        .args([
-            "test",
-            "--workspace",
-            "--exclude",
-            "xtask",
-            "--all-features",
-            "--doc",
-            "--",
-        ])
-        .args(test_args)
         .stderr(Stdio::inherit())
         .output()
         .map_err(|e| format!("running cargo: {e}"))?;

@@ -188,7 +188,17 @@ pub(crate) fn execute(root: &Path, plan: &Plan) -> Result<Executed, String> {
         let (output, succeeded) = build::run_doc_tests(root, &plan.test_args)?;
         verdict
             .binaries
-            .push(verdict::judge_doc(&output, succeeded));
+            .push(verdict::judge_doc("doc tests", &output, succeeded, 0));
+        // A filtered run names the tests it wants; the compile-fail step belongs to full runs.
+        if plan.test_args.is_empty() {
+            let (output, succeeded) = build::run_compile_fail(root)?;
+            verdict.binaries.push(verdict::judge_doc(
+                "compile-fail (error codes)",
+                &output,
+                succeeded,
+                1,
+            ));
+        }
     }
     for binary in &plan.host {
         println!("harness: ==> {} (host)", binary.name);

@@ -326,11 +326,17 @@ pub(crate) fn judge(
     verdict
 }
 
-/// Judges `cargo test --doc`: there is no list before the run, so every test the doc-test
-/// runners announced (`running N tests`) must have printed `ok`.
-pub(crate) fn judge_doc(output: &Output, cargo_succeeded: bool) -> BinaryVerdict {
+/// Judges a `cargo test --doc` run called `name`: there is no list before the run, so every
+/// test the doc-test runners announced (`running N tests`) must have printed `ok`, and at least
+/// `at_least` must have run (a step whose tests all vanished fails).
+pub(crate) fn judge_doc(
+    name: &str,
+    output: &Output,
+    cargo_succeeded: bool,
+    at_least: usize,
+) -> BinaryVerdict {
     let mut verdict = BinaryVerdict {
-        name: "doc tests".to_string(),
+        name: name.to_string(),
         kind: Kind::Doc,
         exit: Exit::Code(if cargo_succeeded { 0 } else { 101 }),
         passed: 0,
@@ -357,6 +363,15 @@ pub(crate) fn judge_doc(output: &Output, cargo_succeeded: bool) -> BinaryVerdict
         verdict.failed.push((
             format!("(doc test {})", index + 1),
             "announced but printed no result".to_string(),
+        ));
+    }
+    if output.results.len() < at_least {
+        verdict.failed.push((
+            format!("({name})"),
+            format!(
+                "{} tests ran, at least {at_least} expected",
+                output.results.len()
+            ),
         ));
     }
     if verdict.failed.is_empty() && !cargo_succeeded {
@@ -683,11 +698,22 @@ mod tests {
             test result: ok. 2 passed\n\
             running 1 test\n\
             test src/x.rs - c (line 1) ... ignored\n";
-        let verdict = judge_doc(&parse_libtest(text), false);
+        let verdict = judge_doc("doc tests", &parse_libtest(text), false, 0);
         assert_eq!(verdict.passed, 2);
         assert_eq!(verdict.failed.len(), 2, "{:?}", verdict.failed);
-        let clean = judge_doc(&parse_libtest("running 1 test\ntest a ... ok\n"), false);
+        let clean = judge_doc(
+            "doc tests",
+            &parse_libtest("running 1 test\ntest a ... ok\n"),
+            false,
+            0,
+        );
         assert_eq!(clean.failed.len(), 1, "cargo's failure counts");
+        let vanished = judge_doc("compile-fail", &parse_libtest("running 0 tests\n"), true, 1);
+        assert_eq!(
+            vanished.failed.len(),
+            1,
+            "a step whose tests vanished fails"
+        );
     }
 
     #[test]

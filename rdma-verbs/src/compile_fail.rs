@@ -1,0 +1,98 @@
+//! Compile-fail cases, run as doc tests: each misuse the typestate and the borrows are meant to
+//! stop must fail to compile with the named error code, so the test fails if the code compiles
+//! or fails for another reason. Only error codes are compared, never the compiler's wording or
+//! help text. The `_ok` cases are the controls: the same code without the misuse compiles.
+//!
+//! Stable rustdoc compares the error code only when it runs as a nightly compiler: `cargo xtask
+//! test` runs this module a second time with `RUSTC_BOOTSTRAP=1` (in a target directory of its
+//! own), and that run is the one that proves the codes. A plain `cargo test --doc` only proves
+//! that each case fails to compile.
+//!
+//! The cases themselves are the files of `rdma-verbs/tests/ui/`.
+
+/// Build a doc-test item from a case file: `case!(Name, "file.rs", "compile_fail,E0599")`.
+macro_rules! case {
+    ($name:ident, $file:literal, $fence:literal) => {
+        #[doc = concat!("```", $fence)]
+        #[doc = include_str!(concat!("../tests/ui/", $file))]
+        #[doc = "```"]
+        #[allow(dead_code)]
+        struct $name;
+    };
+}
+
+// Typestate: operations exist only in the states that allow them.
+case!(PostSendInInit, "post_send_in_init.rs", "compile_fail,E0599");
+case!(
+    PostSendOneInInit,
+    "post_send_one_in_init.rs",
+    "compile_fail,E0599"
+);
+case!(PostSendInRtr, "post_send_in_rtr.rs", "compile_fail,E0599");
+case!(
+    PostSendOneInRtr,
+    "post_send_one_in_rtr.rs",
+    "compile_fail,E0599"
+);
+case!(
+    PostRecvInReset,
+    "post_recv_in_reset.rs",
+    "compile_fail,E0599"
+);
+case!(
+    PostRecvOneInReset,
+    "post_recv_one_in_reset.rs",
+    "compile_fail,E0599"
+);
+case!(
+    IntoRtrFromReset,
+    "into_rtr_from_reset.rs",
+    "compile_fail,E0599"
+);
+case!(
+    IntoRtsFromReset,
+    "into_rts_from_reset.rs",
+    "compile_fail,E0599"
+);
+case!(RcAttrForUd, "rc_attr_for_ud.rs", "compile_fail,E0308");
+case!(
+    UseAfterTransition,
+    "use_after_transition.rs",
+    "compile_fail,E0382"
+);
+case!(
+    QueuePairNotClone,
+    "queue_pair_not_clone.rs",
+    "compile_fail,E0277"
+);
+case!(TypestateOk, "typestate_ok.rs", "rust");
+
+// Borrows: memory outlives what names it.
+case!(
+    MrSliceOutlivesRegion,
+    "mr_slice_outlives_region.rs",
+    "compile_fail,E0597"
+);
+case!(
+    SendListOutlivesRegion,
+    "send_list_outlives_region.rs",
+    "compile_fail,E0505"
+);
+case!(BorrowsOk, "borrows_ok.rs", "rust");
+
+// PostScope: posted memory stays borrowed, and alive, until the scope ends.
+case!(
+    ScopeRequestOutlivesScope,
+    "scope_request_outlives_scope.rs",
+    "compile_fail,E0597"
+);
+case!(
+    ScopeRegionUsedWhilePosted,
+    "scope_region_used_while_posted.rs",
+    "compile_fail,E0502"
+);
+case!(
+    ScopeRegionUsedWhilePostedOk,
+    "scope_region_used_while_posted_ok.rs",
+    "rust"
+);

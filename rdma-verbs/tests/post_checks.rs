@@ -1,0 +1,157 @@
+//! What every post path refuses before the provider sees it, beyond the address handles of
+//! `unsafe_surface.rs`: a memory window of another protection domain (of the same context or
+//! another), which the provider would read as one of its own structures, and an atomic whose
+//! result is not one 8-byte word, which would let the device write past the borrowed range.
+//! Each refusal is followed by a control: the same post with the right object works.
+
+mod common;
+
+use common::*;
+use rdma_verbs::*;
+
+const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;
+const BINDABLE: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::MW_BIND);
+
+/// The error a refused post must give: `InvalidArgument` naming the protection domain.
+fn assert_foreign(result: Result<()>) {
+    match result {
+        Err(Error::InvalidArgument(reason)) => {
+            assert!(reason.contains("protection domain"), "{reason}")
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}
+
+#[test]
+fn binds_refuse_a_window_of_another_domain() {
+    let Some(f) = fixture() else { return };
+    if !f.has_windows(MwType::Type1) || !f.has_windows(MwType::Type2) {
+        return;
+    }
+    let (mut cq_a, cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, _b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::REMOTE_WRITE,
+    );
+    // Window and region agree with each other, but not with the queue pair.
+    let context2 = Context::open(&f.device.name).expect("a second context");
+    for (what, pd) in [
+        ("another domain", f.context.alloc_pd().unwrap()),
+        ("another context", context2.alloc_pd().unwrap()),
+    ] {
+        eprintln!("window of {what}");
+        let region = pd.register(4096, BINDABLE).unwrap();
+        let mut type1 = pd.alloc_mw(MwType::Type1).unwrap();
+        // SAFETY: refused before posting.
+        let bound = unsafe {
+            a.bind_mw(
+                &mut type1,
+                1,
+                &region,
+                0..4096,
+                AccessFlags::REMOTE_WRITE,
+                true,
+            )
+        };
+        assert_foreign(bound.map(|_| ()));
+        let mut type2 = pd.alloc_mw(MwType::Type2).unwrap();
+        let request =
+            SendRequest::bind_mw(2, &mut type2, &region, 0..4096, AccessFlags::REMOTE_WRITE)
+                .unwrap();
+        // SAFETY: refused before posting.
+        assert_foreign(unsafe { a.post_send_one(&request.signaled()) });
+        a.scope(ScopeCqs::shared(&mut cq_a), |s| {
+            let request =
+                SendRequest::bind_mw(3, &mut type2, &region, 0..4096, AccessFlags::REMOTE_WRITE)
+                    .unwrap();
+            assert_foreign(s.send(request));
+            assert_eq!(s.outstanding(), 0);
+        })
+        .unwrap();
+    }
+    assert_no_completion(&mut cq_a, QUIET);
+
+    // The control: a window of the queue pair's own domain binds.
+    let region = f.pd.register(4096, BINDABLE).unwrap();
+    let mut own = f.pd.alloc_mw(MwType::Type2).unwrap();
+    let old = own.rkey();
+    a.scope(ScopeCqs::shared(&mut cq_a), |s| {
+        let request =
+            SendRequest::bind_mw(4, &mut own, &region, 0..4096, AccessFlags::REMOTE_WRITE).unwrap();
+        s.send(request).unwrap();
+        let done = reap_all(s);
+        assert_ok(&done[0], 4, WcOpcode::BindMw);
+    })
+    .unwrap();
+    assert_ne!(own.rkey(), old, "the bind gave the window a new key");
+}
+
+#[test]
+fn atomics_refuse_a_result_that_is_not_one_word() {
+    let Some(f) = fixture() else { return };
+    let rights = AccessFlags::REMOTE_ATOMIC;
+    let (mut cq_a, cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, _b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b),
+        rights,
+    );
+    let mut counter = f.pd.register(8, LOCAL | rights).unwrap();
+    counter.write_at(0, &41u64.to_ne_bytes()).unwrap();
+    let remote = counter.remote(..).unwrap();
+    let mut results = f.pd.register(32, LOCAL).unwrap();
+    results.as_mut_slice().unwrap().fill(0xee);
+
+    for len in [4u32, 16] {
+        let short = results.slice(..len as usize).unwrap();
+        let add = SendRequest::fetch_add(1, short, remote, 1).signaled();
+        let swap = SendRequest::compare_swap(2, short, remote, 41, 0).signaled();
+        for request in [add, swap] {
+            // SAFETY: refused before posting.
+            match unsafe { a.post_send_one(&request) } {
+                Err(Error::InvalidArgument(reason)) => assert!(reason.contains("8-byte")),
+                other => panic!("{len}-byte result: {other:?}"),
+            }
+        }
+        let mut list = SendList::with_capacity(1);
+        let pushed = list.push(SendRequest::fetch_add(3, short, remote, 1));
+        assert!(
+            matches!(pushed, Err(Error::InvalidArgument(_))),
+            "{pushed:?}"
+        );
+    }
+    {
+        let mut words = results.chunks_mut(16).unwrap();
+        let (wide, _) = (words.remove(0), words);
+        a.scope(ScopeCqs::shared(&mut cq_a), |s| {
+            let refused = s.fetch_add(4, &wide, remote, 1);
+            assert!(
+                matches!(refused, Err(Error::InvalidArgument(_))),
+                "{refused:?}"
+            );
+            assert_eq!(s.outstanding(), 0);
+        })
+        .unwrap();
+    }
+    assert_no_completion(&mut cq_a, QUIET);
+    // Neither word moved: the counter and every result byte are as they were.
+    assert_eq!(counter.load_u64(0).unwrap(), 41);
+    assert!(results.as_slice().unwrap().iter().all(|&b| b == 0xee));
+
+    // The control: an 8-byte result gets the old value.
+    {
+        let word = results.slice_mut(8..16).unwrap();
+        a.scope(ScopeCqs::shared(&mut cq_a), |s| {
+            s.fetch_add(5, &word, remote, 1).unwrap();
+            assert_ok(&reap_all(s)[0], 5, WcOpcode::FetchAdd);
+        })
+        .unwrap();
+    }
+    let bytes = results.as_slice().unwrap();
+    assert_eq!(u64::from_ne_bytes(bytes[8..16].try_into().unwrap()), 41);
+    assert!(bytes[..8].iter().chain(&bytes[16..]).all(|&b| b == 0xee));
+    assert_eq!(counter.load_u64(0).unwrap(), 42);
+}
