@@ -42,6 +42,10 @@ impl ProtectionDomain {
     /// pd.create_ah(&av)
     /// # }
     /// ```
+    ///
+    /// # References
+    ///
+    /// [`ibv_create_ah(3)`](https://man7.org/linux/man-pages/man3/ibv_create_ah.3.html)
     #[doc(alias = "ibv_create_ah")]
     pub fn create_ah(&self, av: &AddressVector) -> Result<AddressHandle> {
         let mut raw_attr = av.to_raw();
@@ -60,6 +64,10 @@ impl ProtectionDomain {
     /// # Errors
     ///
     /// [`Error::Verb`] with the errno of `ibv_create_ah_from_wc`.
+    ///
+    /// # References
+    ///
+    /// [`ibv_create_ah_from_wc(3)`](https://man7.org/linux/man-pages/man3/ibv_create_ah_from_wc.3.html)
     #[doc(alias = "ibv_create_ah_from_wc")]
     pub fn create_ah_from_wc(
         &self,

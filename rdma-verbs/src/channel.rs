@@ -138,6 +138,10 @@ impl Context {
     ///
     /// [`Error::Verb`] with the errno of `ibv_create_comp_channel`, or of `fcntl` making its
     /// descriptor non-blocking.
+    ///
+    /// # References
+    ///
+    /// [`ibv_create_comp_channel(3)`](https://man7.org/linux/man-pages/man3/ibv_create_comp_channel.3.html)
     #[doc(alias = "ibv_create_comp_channel")]
     pub fn create_comp_channel(&self) -> Result<CompletionChannel> {
         // SAFETY: live context.
@@ -192,6 +196,10 @@ impl CompletionChannel {
     /// # Errors
     ///
     /// [`Error::Verb`] with the errno of `ibv_get_cq_event` (or of `poll` while waiting).
+    ///
+    /// # References
+    ///
+    /// [`ibv_get_cq_event(3)`](https://man7.org/linux/man-pages/man3/ibv_get_cq_event.3.html)
     #[doc(alias = "ibv_get_cq_event")]
     pub fn get_event(&self) -> Result<Option<CqEvent>> {
         loop {

@@ -96,3 +96,8 @@ case!(
     "scope_region_used_while_posted_ok.rs",
     "rust"
 );
+
+// Values that do nothing unless used (`#[must_use]`). A lint has no error code: the control,
+// which differs only in using the value, shows that nothing else fails.
+case!(RequestUnused, "request_unused.rs", "compile_fail");
+case!(RequestUnusedOk, "request_unused_ok.rs", "rust");

@@ -4,12 +4,14 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::channel::{ChannelInner, CompletionChannel};
 use crate::device::{Context, c_enum};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::flags::WcFlags;
+use crate::inflight::Routes;
 
 /// Per-CQ bookkeeping the completion channel reaches through `cq_context`: events received but
 /// not yet acknowledged.
@@ -27,6 +29,8 @@ pub(crate) struct CqInner {
     pub(crate) context: Context,
     // Dropped after the CQ: a CQ must be destroyed before its channel.
     channel: Option<Arc<ChannelInner>>,
+    /// The in-flight tables of the queue pairs completing here (owned-buffer data path).
+    pub(crate) routes: Routes,
 }
 
 // SAFETY: libibverbs CQs may be polled, armed and destroyed from any thread (the provider locks
@@ -101,6 +105,10 @@ impl Context {
     /// # Errors
     ///
     /// As [`CqBuilder::build`].
+    ///
+    /// # References
+    ///
+    /// [`ibv_create_cq(3)`](https://man7.org/linux/man-pages/man3/ibv_create_cq.3.html)
     #[doc(alias = "ibv_create_cq")]
     pub fn create_cq(&self, cqe: u32) -> Result<CompletionQueue> {
         self.cq_builder(cqe).build()
@@ -148,6 +156,10 @@ impl<'a> CqBuilder<'a> {
     ///   another device context;
     /// - [`Error::Verb`] with the errno of `ibv_create_cq` (`EINVAL` above the device's
     ///   `max_cqe`).
+    ///
+    /// # References
+    ///
+    /// [`ibv_create_cq(3)`](https://man7.org/linux/man-pages/man3/ibv_create_cq.3.html)
     #[doc(alias = "ibv_create_cq")]
     pub fn build(self) -> Result<CompletionQueue> {
         let cqe = i32::try_from(self.cqe)
@@ -195,6 +207,7 @@ impl<'a> CqBuilder<'a> {
                 events,
                 context: self.context.clone(),
                 channel,
+                routes: Routes::default(),
             }),
             capacity,
         })
@@ -224,6 +237,10 @@ impl CompletionQueue {
     /// }
     /// # Ok::<(), rdma_verbs::Error>(())
     /// ```
+    ///
+    /// # References
+    ///
+    /// [`ibv_poll_cq(3)`](https://man7.org/linux/man-pages/man3/ibv_poll_cq.3.html)
     #[doc(alias = "ibv_poll_cq")]
     #[inline]
     pub fn poll<'a>(
@@ -243,12 +260,69 @@ impl CompletionQueue {
         Ok(&completions[..(n as usize).min(completions.len())])
     }
 
+    /// Polls until `min` completions have arrived (at most `completions.len()`) or `timeout`
+    /// has passed, and returns every completion it reaped, so none is lost when time runs
+    /// out: fewer than `min` means the time ran out. A busy poll that backs off from yielding
+    /// to 50 µs sleeps after a thousand empty polls; to wait without polling, arm the queue
+    /// and wait on its [`CompletionChannel`].
+    ///
+    /// # Errors
+    ///
+    /// As [`poll`](Self::poll); completions reaped before a polling error are lost with it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use rdma_verbs::{CompletionQueue, WorkCompletion};
+    /// # fn f(cq: &mut CompletionQueue) -> rdma_verbs::Result<()> {
+    /// let mut completions = [WorkCompletion::default(); 2];
+    /// let got = cq.poll_for(&mut completions, 2, Duration::from_secs(5))?;
+    /// if got.len() < 2 {
+    ///     eprintln!("only {} of 2 completions within 5 s", got.len());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn poll_for<'a>(
+        &mut self,
+        completions: &'a mut [WorkCompletion],
+        min: usize,
+        timeout: Duration,
+    ) -> Result<&'a [WorkCompletion]> {
+        const SPIN_ROUNDS: u32 = 1000;
+        const IDLE_SLEEP: Duration = Duration::from_micros(50);
+        let min = min.min(completions.len());
+        let start = Instant::now();
+        let mut n = 0;
+        let mut idle: u32 = 0;
+        while n < min {
+            let got = self.poll(&mut completions[n..])?.len();
+            n += got;
+            if n >= min || start.elapsed() >= timeout {
+                break;
+            }
+            if got > 0 {
+                idle = 0;
+            } else if idle < SPIN_ROUNDS {
+                idle += 1;
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(IDLE_SLEEP);
+            }
+        }
+        Ok(&completions[..n])
+    }
+
     /// `ibv_req_notify_cq`: arms the queue: its next completion (or next solicited one, with
     /// `solicited_only`) raises an event on its completion channel.
     ///
     /// # Errors
     ///
     /// [`Error::Verb`] with the provider's errno.
+    ///
+    /// # References
+    ///
+    /// [`ibv_req_notify_cq(3)`](https://man7.org/linux/man-pages/man3/ibv_req_notify_cq.3.html)
     #[doc(alias = "ibv_req_notify_cq")]
     #[inline]
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {

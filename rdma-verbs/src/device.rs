@@ -30,6 +30,10 @@ unsafe impl Sync for DeviceList {}
 ///
 /// [`Error::Verb`] when libibverbs cannot read the device list (for example `ENOSYS` when the
 /// kernel has no RDMA support). An empty list is not an error.
+///
+/// # References
+///
+/// [`ibv_get_device_list(3)`](https://man7.org/linux/man-pages/man3/ibv_get_device_list.3.html)
 #[doc(alias = "ibv_get_device_list")]
 pub fn devices() -> Result<DeviceList> {
     let mut count = 0;
@@ -119,12 +123,20 @@ impl Device {
     }
 
     /// `ibv_get_device_name`: the device's name, for example `mlx5_0` or `rxe0`.
+    ///
+    /// # References
+    ///
+    /// [`ibv_get_device_name(3)`](https://man7.org/linux/man-pages/man3/ibv_get_device_name.3.html)
     #[doc(alias = "ibv_get_device_name")]
     pub fn name(&self) -> &str {
         &self.name
     }
 
     /// `ibv_get_device_guid`: the node GUID, in host byte order.
+    ///
+    /// # References
+    ///
+    /// [`ibv_get_device_guid(3)`](https://man7.org/linux/man-pages/man3/ibv_get_device_guid.3.html)
     #[doc(alias = "ibv_get_device_guid")]
     pub fn guid(&self) -> u64 {
         self.guid
@@ -146,6 +158,10 @@ impl Device {
     ///
     /// [`Error::Verb`] with the errno of `ibv_open_device` (for example `EPERM` without access to
     /// `/dev/infiniband`).
+    ///
+    /// # References
+    ///
+    /// [`ibv_open_device(3)`](https://man7.org/linux/man-pages/man3/ibv_open_device.3.html)
     #[doc(alias = "ibv_open_device")]
     pub fn open(&self) -> Result<Context> {
         // SAFETY: `raw` is a device of a live list (it borrows `self`).
@@ -857,6 +873,10 @@ impl Context {
     }
 
     /// `ibv_get_device_name` of the context's device: its name.
+    ///
+    /// # References
+    ///
+    /// [`ibv_get_device_name(3)`](https://man7.org/linux/man-pages/man3/ibv_get_device_name.3.html)
     #[doc(alias = "ibv_get_device_name")]
     pub fn device_name(&self) -> String {
         // SAFETY: a live context points at its device, which lives as long as it.
@@ -885,6 +905,11 @@ impl Context {
     /// # Errors
     ///
     /// [`Error::Verb`] with the errno of the query.
+    ///
+    /// # References
+    ///
+    /// [`ibv_query_device(3)`](https://man7.org/linux/man-pages/man3/ibv_query_device.3.html)
+    /// [`ibv_query_device_ex(3)`](https://man7.org/linux/man-pages/man3/ibv_query_device_ex.3.html)
     #[doc(alias = "ibv_query_device")]
     #[doc(alias = "ibv_query_device_ex")]
     pub fn query_device(&self) -> Result<DeviceAttr> {
@@ -901,6 +926,10 @@ impl Context {
     /// # Errors
     ///
     /// [`Error::Verb`] (`EINVAL` for a port the device does not have).
+    ///
+    /// # References
+    ///
+    /// [`ibv_query_port(3)`](https://man7.org/linux/man-pages/man3/ibv_query_port.3.html)
     #[doc(alias = "ibv_query_port")]
     pub fn query_port(&self, port: u8) -> Result<PortAttr> {
         let mut attr = ffi::ibv_port_attr::default();
@@ -915,6 +944,11 @@ impl Context {
     /// # Errors
     ///
     /// [`Error::Verb`]: `ENODATA` for an empty entry, `EINVAL` for an index out of range.
+    ///
+    /// # References
+    ///
+    /// [`ibv_query_gid(3)`](https://man7.org/linux/man-pages/man3/ibv_query_gid.3.html)
+    /// [`ibv_query_gid_ex(3)`](https://man7.org/linux/man-pages/man3/ibv_query_gid_ex.3.html)
     #[doc(alias = "ibv_query_gid")]
     #[doc(alias = "ibv_query_gid_ex")]
     pub fn query_gid(&self, port: u8, index: u32) -> Result<GidEntry> {
@@ -931,6 +965,10 @@ impl Context {
     /// # Errors
     ///
     /// [`Error::Verb`] with the errno of the query.
+    ///
+    /// # References
+    ///
+    /// [`ibv_query_gid_table(3)`](https://man7.org/linux/man-pages/man3/ibv_query_gid_table.3.html)
     #[doc(alias = "ibv_query_gid_table")]
     pub fn gid_table(&self) -> Result<Vec<GidEntry>> {
         let attr = self.query_device()?;

@@ -29,8 +29,12 @@
 //!   it and hand it back on failure; sends exist only in RTS.
 //! - Work requests are built safely and chained into reusable [`PostList`]s that go to the device
 //!   in one call. Posting them directly is `unsafe`: the device uses the memory after the call
-//!   returns. [`QueuePair::scope`] is the safe way: memory stays borrowed until its completion
-//!   is reaped. See `docs/safety.md` in the repository.
+//!   returns. Two safe ways: [`QueuePair::scope`], in which memory stays borrowed until its
+//!   completion is reaped, and the owned-buffer path, in which posting moves a [`Buf`] of a
+//!   [`BufferPool`] into the queue pair ([`QueuePair::post_send_owned`],
+//!   [`QueuePair::post_recv_buf`]) and [`CompletionQueue::poll_each`] hands it back with its
+//!   completion: receive rings that outlive any scope, many queue pairs on one completion
+//!   queue, unsignaled sends. See `docs/safety.md` and `docs/data-path.md` in the repository.
 //! - Polling fills a caller's array; nothing allocates on the data path.
 //! - Failed verbs return [`Error`], naming the verb and its errno; failed work requests are
 //!   completions with a [`WcStatus`]. The library does not panic on bad input.
@@ -65,27 +69,30 @@
 pub use rdma_verbs_sys as ffi;
 
 mod ah;
-#[cfg(feature = "tokio")]
-mod asynchronous;
+mod async_event;
+mod buf;
 mod channel;
 #[cfg(doctest)]
 mod compile_fail;
 mod cq;
 mod device;
 mod error;
-mod event;
 mod flags;
+mod inflight;
 mod mr;
 mod mw;
+mod owned;
 mod pd;
 pub mod qp;
 mod scope;
 mod srq;
+#[cfg(feature = "tokio")]
+mod tokio_io;
 mod wr;
 
 pub use ah::AddressHandle;
-#[cfg(feature = "tokio")]
-pub use asynchronous::{AsyncCompletionChannel, AsyncContextEvents};
+pub use async_event::AsyncEvent;
+pub use buf::{Buf, BufferPool};
 pub use channel::{CompletionChannel, CqEvent};
 pub use cq::{CompletionQueue, CqBuilder, WcOpcode, WcStatus, WorkCompletion};
 pub use device::{
@@ -93,10 +100,10 @@ pub use device::{
     NodeType, PortAttr, PortState, Transport as DeviceTransport, devices,
 };
 pub use error::{Errno, Error, Result};
-pub use event::AsyncEvent;
 pub use flags::{AccessFlags, SendFlags, WcFlags};
 pub use mr::{MemoryRegion, MrSlice, MrSliceMut, RemoteMemory};
 pub use mw::{MemoryWindow, MwType};
+pub use owned::{Completion, OwnedSend, PostRefused};
 pub use pd::ProtectionDomain;
 pub use qp::{
     AddressVector, CanPostRecv, ConnectedInitAttr, GlobalRoute, Init, QpBuilder, QpCaps, QpState,
@@ -105,4 +112,6 @@ pub use qp::{
 };
 pub use scope::{PostScope, ScopeCqs};
 pub use srq::SharedReceiveQueue;
+#[cfg(feature = "tokio")]
+pub use tokio_io::{AsyncCompletionChannel, AsyncContextEvents};
 pub use wr::{Payload, PostList, RecvList, RecvRequest, SendList, SendRequest, Sge, WorkRequest};

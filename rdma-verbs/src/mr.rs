@@ -80,6 +80,10 @@ impl ProtectionDomain {
     /// mr.as_mut_slice()?[..5].copy_from_slice(b"hello");
     /// # Ok::<(), rdma_verbs::Error>(())
     /// ```
+    ///
+    /// # References
+    ///
+    /// [`ibv_reg_mr(3)`](https://man7.org/linux/man-pages/man3/ibv_reg_mr.3.html)
     #[doc(alias = "ibv_reg_mr")]
     pub fn register(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion> {
         check_access(access)?;
@@ -117,6 +121,10 @@ impl ProtectionDomain {
     /// # Errors
     ///
     /// As [`register`](Self::register).
+    ///
+    /// # References
+    ///
+    /// [`ibv_reg_mr(3)`](https://man7.org/linux/man-pages/man3/ibv_reg_mr.3.html)
     #[doc(alias = "ibv_reg_mr")]
     pub unsafe fn register_raw(
         &self,
@@ -208,6 +216,12 @@ impl MemoryRegion {
     /// The access rights it was registered with.
     pub fn access(&self) -> AccessFlags {
         self.access
+    }
+
+    /// Whether the region owns its memory ([`register`](ProtectionDomain::register)), as
+    /// opposed to memory the caller promised ([`register_raw`](ProtectionDomain::register_raw)).
+    pub(crate) fn owns_memory(&self) -> bool {
+        matches!(self.storage, Storage::Owned(_))
     }
 
     /// The protection domain it belongs to.
@@ -475,6 +489,7 @@ impl Drop for MemoryRegion {
 /// It borrows the region, so the region outlives the slice; whether the region outlives the work
 /// request that uses it is up to the post call.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[must_use = "a slice does nothing until a request carries it"]
 pub struct MrSlice<'a> {
     pub(crate) addr: u64,
     pub(crate) length: u32,
@@ -504,16 +519,24 @@ impl MrSlice<'_> {
     }
 }
 
-#[cfg(test)]
 impl MrSlice<'static> {
-    /// A slice of no region, for host tests that never post it.
-    pub(crate) fn unchecked_for_test(addr: u64, length: u32, lkey: u32) -> Self {
+    /// A slice that borrows nothing: for memory whose registration something other than a
+    /// borrow keeps alive (an owned [`Buf`](crate::Buf) moved into a queue pair's in-flight
+    /// table before the post). A slice is only numbers; what makes posting it sound is the
+    /// post's contract.
+    pub(crate) fn from_raw_parts(addr: u64, length: u32, lkey: u32) -> Self {
         Self {
             addr,
             length,
             lkey,
             _region: std::marker::PhantomData,
         }
+    }
+
+    /// A slice of no region, for host tests that never post it.
+    #[cfg(test)]
+    pub(crate) fn unchecked_for_test(addr: u64, length: u32, lkey: u32) -> Self {
+        Self::from_raw_parts(addr, length, lkey)
     }
 }
 
@@ -546,6 +569,7 @@ impl<'a> MrSlice<'a> {
 /// a [`PostScope`](crate::PostScope). Not `Copy`: sharing it (`&MrSliceMut`) lets several
 /// requests target the same bytes, as C programs do, while Rust still cannot touch them.
 #[derive(Debug, PartialEq, Eq)]
+#[must_use = "a slice does nothing until a request carries it"]
 pub struct MrSliceMut<'a> {
     pub(crate) addr: u64,
     pub(crate) length: u32,
@@ -584,6 +608,7 @@ impl MrSliceMut<'_> {
 /// Remote memory: an address, a length and the rkey that grants access, as a peer advertises it
 /// for RDMA reads, writes and atomics.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[must_use = "remote memory does nothing until a request names it"]
 pub struct RemoteMemory {
     /// Start address in the peer's address space.
     pub addr: u64,

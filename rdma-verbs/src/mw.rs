@@ -119,6 +119,10 @@ impl ProtectionDomain {
     /// println!("window key {:#x}", mw.rkey());
     /// # Ok::<(), rdma_verbs::Error>(())
     /// ```
+    ///
+    /// # References
+    ///
+    /// [`ibv_alloc_mw(3)`](https://man7.org/linux/man-pages/man3/ibv_alloc_mw.3.html)
     #[doc(alias = "ibv_alloc_mw")]
     pub fn alloc_mw(&self, kind: MwType) -> Result<MemoryWindow> {
         // SAFETY: live PD.
@@ -232,6 +236,17 @@ pub(crate) fn check_bind(
             "the window and the region belong to different protection domains".into(),
         ));
     }
+    // A window outlives its bind: it stays bound, and usable by a peer, until it is bound
+    // again, invalidated or deallocated, and a region with a window bound cannot be
+    // deregistered (rxe refuses with EBUSY, and `Drop` cannot report it). A region that owns
+    // its memory then leaks it, which is safe; memory promised by `register_raw` may be freed
+    // by its owner once the region is dropped, and the peer would write freed memory.
+    if !mr.owns_memory() {
+        return Err(Error::InvalidArgument(
+            "windows bind only to regions that own their memory (register, not register_raw)"
+                .into(),
+        ));
+    }
     let start = match range.start_bound() {
         Bound::Included(&s) => s,
         Bound::Excluded(&s) => s.saturating_add(1),
@@ -313,7 +328,7 @@ impl<T: Transport> QueuePair<T, Rts> {
     ///
     /// - [`Error::InvalidArgument`], before posting, if `mw` is not of type 1, the window and
     ///   region belong to different protection domains or the window to another than the queue
-    ///   pair, the range is outside the region, the
+    ///   pair, the region does not own its memory (`register_raw`), the range is outside the region, the
     ///   region lacks [`MW_BIND`](AccessFlags::MW_BIND) or a right the window would grant, the
     ///   window would be zero-based, or the transport has no binds (UD);
     /// - [`Error::QueueFull`] if the send queue is full;
@@ -336,6 +351,10 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// // ... poll the completion, then send `mr.addr()`, 4096 and `rkey` to the peer.
     /// # Ok(()) }
     /// ```
+    ///
+    /// # References
+    ///
+    /// [`ibv_bind_mw(3)`](https://man7.org/linux/man-pages/man3/ibv_bind_mw.3.html)
     #[doc(alias = "ibv_bind_mw")]
     pub unsafe fn bind_mw(
         &mut self,
@@ -352,6 +371,7 @@ impl<T: Transport> QueuePair<T, Rts> {
                 T::NAME
             )));
         }
+        crate::wr::check_wr_id(wr_id, false)?;
         let range = check_bind(mw, MwType::Type1, mr, range, access)?;
         // `ibv_bind_mw` calls the window's provider with this queue pair: one of another
         // context would be read as that provider's own.

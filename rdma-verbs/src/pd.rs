@@ -50,6 +50,10 @@ impl Context {
     /// # Errors
     ///
     /// [`Error::Verb`] with the errno of `ibv_alloc_pd` (`ENOMEM` when out of resources).
+    ///
+    /// # References
+    ///
+    /// [`ibv_alloc_pd(3)`](https://man7.org/linux/man-pages/man3/ibv_alloc_pd.3.html)
     #[doc(alias = "ibv_alloc_pd")]
     pub fn alloc_pd(&self) -> Result<ProtectionDomain> {
         // SAFETY: live context.

@@ -14,7 +14,7 @@
 //! The scope counts completions to know when the device is done, so it must see every
 //! completion of its queue pair and no one else's: it takes the queue pair's own completion
 //! queues, and only if no other queue pair uses them (see [`QueuePair::scope`]). The proof of
-//! soundness is in `docs/safety.md`, section "PostScope".
+//! soundness is in `docs/safety.md`, section "The safe post path: `QueuePair::scope`".
 
 use std::io::Write;
 use std::marker::PhantomData;
@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::ffi;
 use crate::flags::SendFlags;
 use crate::mr::{MrSliceMut, RemoteMemory};
-use crate::qp::{QpStateKind, QueuePair, Rts, Transport};
+use crate::qp::{QpStateKind, QueuePair, Rts, Transport, may_have_posted};
 use crate::wr::{Payload, RecvRequest, SendRequest, op};
 
 /// How long the end of a scope waits for outstanding completions before flushing them.
@@ -45,6 +45,7 @@ const IDLE_SLEEP: Duration = Duration::from_micros(100);
 /// CQ. They must be the very queues the queue pair was created with, and no other queue pair
 /// may use them; [`QueuePair::scope`] checks both.
 #[derive(Debug)]
+#[must_use = "the queues do nothing until a scope runs with them"]
 pub struct ScopeCqs<'env> {
     send: &'env mut CompletionQueue,
     recv: Option<&'env mut CompletionQueue>,
@@ -100,7 +101,8 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// [`ScopeCqs::shared`] when it uses one queue for sends and receives, [`ScopeCqs::split`]
     /// otherwise), and no other queue pair may use them: the scope knows the device is done with
     /// its memory by counting completions, so it must see every completion of this queue pair
-    /// and reaps only its own. Completions the scope reaps itself at the end are discarded.
+    /// and nothing else may complete into its queues. Completions the scope reaps itself (at
+    /// its start and at its end) are discarded.
     ///
     /// For the same reason requests posted earlier with the `unsafe` functions must have
     /// completed and been polled (their contract says so), and a queue pair that takes its
@@ -124,8 +126,9 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// [`Error::InvalidArgument`], before anything is posted, for a queue pair attached to an
     /// SRQ, for completion queues that are not this queue pair's (another queue, another
     /// device's, or `shared` given for a queue pair with two queues), for queues another
-    /// queue pair also uses, for queues that do not empty, and for a queue pair an earlier
-    /// scope left in the error state or RESET (reset and reconnect it first).
+    /// queue pair also uses, for queues that do not empty, for a queue pair an earlier scope
+    /// left in the error state or RESET (reset and reconnect it first), and for a queue pair
+    /// with owned requests ([`post_send_owned`](Self::post_send_owned)) in flight.
     /// [`Error::Incomplete`] if requests were still outstanding when `f` returned and their
     /// completions did not arrive within 5 s (configurable with
     /// [`PostScope::set_drain_timeout`]): the queue pair was then moved to the error state (or
@@ -161,6 +164,12 @@ impl<T: Transport> QueuePair<T, Rts> {
         if self.has_srq() {
             return Err(Error::InvalidArgument(
                 "a scope cannot run on a queue pair attached to an SRQ".into(),
+            ));
+        }
+        if self.owned_in_flight() > 0 {
+            // Their completions carry this queue pair's number: the scope would count them.
+            return Err(Error::InvalidArgument(
+                "owned requests are in flight on this queue pair: reap them before a scope".into(),
             ));
         }
         check_cqs(self.cq_inners(), &cqs)?;
@@ -255,20 +264,6 @@ fn shared_with_others() -> Error {
          account for every completion: give each scoped queue pair queues of its own"
             .into(),
     )
-}
-
-/// Whether a failed post may still have handed the request to the device, so that its memory
-/// must be treated as lent: the provider did not say (`bad_wr` null), or the extended path's
-/// `ibv_wr_complete` failed, which can happen after the requests were queued (rxe stores the
-/// producer index before it rings the doorbell, and the doorbell can fail).
-fn may_have_posted(error: &Error) -> bool {
-    match error {
-        Error::PostIndeterminate { .. } => true,
-        Error::QueueFull { verb, .. } | Error::Post { verb, .. } => {
-            *verb == crate::qp::EXTENDED_POST_VERB
-        }
-        _ => false,
-    }
 }
 
 impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
@@ -413,10 +408,11 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
         posted
     }
 
-    /// `ibv_poll_cq` on the scope's queue(s): fills `completions` and counts them as done.
-    /// (Only completions with this queue pair's number count: the queues are this queue
-    /// pair's alone, but a queue pair whose `ibv_destroy_qp` failed may still complete into
-    /// them.)
+    /// `ibv_poll_cq` on the scope's queue(s): fills `completions` and counts those with this
+    /// queue pair's number as done. (The queues are this queue pair's alone; a queue pair
+    /// whose `ibv_destroy_qp` failed keeps its queues in use, so a scope refuses them.)
+    /// Completions of the send queue are counted even if polling the receive queue then
+    /// fails; they are lost to the caller with the error.
     ///
     /// # Errors
     ///
@@ -425,23 +421,30 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
         &mut self,
         completions: &'a mut [WorkCompletion],
     ) -> Result<&'a [WorkCompletion]> {
-        let mut n = self.cqs.send.poll(completions)?.len();
+        let n = self.cqs.send.poll(completions)?.len();
+        // Counted before the receive queue is polled, so that a failing second poll does not
+        // lose them from the count.
+        self.count_done(&completions[..n]);
+        let mut total = n;
         if n < completions.len() {
             if let Some(recv) = self.cqs.recv.as_deref_mut() {
-                n += recv.poll(&mut completions[n..])?.len();
+                let m = recv.poll(&mut completions[n..])?.len();
+                total += m;
             }
+            self.count_done(&completions[n..total]);
         }
+        Ok(&completions[..total])
+    }
+
+    /// Counts `reaped` completions of this queue pair as done.
+    fn count_done(&mut self, reaped: &[WorkCompletion]) {
         let qp_num = self.qp.qp_num();
-        let ours = completions[..n]
-            .iter()
-            .filter(|wc| wc.qp_num() == qp_num)
-            .count();
+        let ours = reaped.iter().filter(|wc| wc.qp_num() == qp_num).count();
         if ours > self.outstanding {
             // A completion that is not this scope's was counted (see `miscounted`).
             self.miscounted = true;
         }
         self.outstanding = self.outstanding.saturating_sub(ours);
-        Ok(&completions[..n])
     }
 
     /// Ends outstanding requests now: moves the queue pair to the error state, which completes
@@ -550,6 +553,14 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
         }
         let pending = self.outstanding;
         let drained = self.reap(self.drain);
+        if self.miscounted {
+            // Found while draining: the count that reached zero cannot be trusted.
+            self.reset_and_purge();
+            return Err(Error::Incomplete {
+                pending,
+                state: QpStateKind::Reset,
+            });
+        }
         if matches!(drained, Ok(true)) {
             self.finished = true;
             return Ok(());
@@ -557,7 +568,10 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
         // A polling error is reported, but only after the clean-up below.
         let polling_error = drained.err();
         // Flush: in the error state every outstanding request completes with a flush error.
-        if self.move_to(QpStateKind::Error).is_ok() && matches!(self.reap(FLUSH), Ok(true)) {
+        if self.move_to(QpStateKind::Error).is_ok()
+            && matches!(self.reap(FLUSH), Ok(true))
+            && !self.miscounted
+        {
             self.finished = true;
             return Err(polling_error.unwrap_or(Error::Incomplete {
                 pending,

@@ -56,6 +56,10 @@ impl ProtectionDomain {
     /// # Errors
     ///
     /// [`Error::Verb`] with the errno of `ibv_create_srq` (`EINVAL` above the device's limits).
+    ///
+    /// # References
+    ///
+    /// [`ibv_create_srq(3)`](https://man7.org/linux/man-pages/man3/ibv_create_srq.3.html)
     #[doc(alias = "ibv_create_srq")]
     pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<SharedReceiveQueue> {
         let mut init = ffi::ibv_srq_init_attr {
@@ -103,6 +107,10 @@ impl SharedReceiveQueue {
     /// # Errors
     ///
     /// [`Error::Verb`] (`EINVAL` for a limit above `max_wr`).
+    ///
+    /// # References
+    ///
+    /// [`ibv_modify_srq(3)`](https://man7.org/linux/man-pages/man3/ibv_modify_srq.3.html)
     #[doc(alias = "ibv_modify_srq")]
     pub fn arm_limit(&self, limit: u32) -> Result<()> {
         let mut attr = ffi::ibv_srq_attr {
@@ -121,6 +129,10 @@ impl SharedReceiveQueue {
     /// # Errors
     ///
     /// [`Error::Verb`] with the errno of `ibv_query_srq`.
+    ///
+    /// # References
+    ///
+    /// [`ibv_query_srq(3)`](https://man7.org/linux/man-pages/man3/ibv_query_srq.3.html)
     #[doc(alias = "ibv_query_srq")]
     pub fn limit(&self) -> Result<u32> {
         let mut attr = ffi::ibv_srq_attr::default();
@@ -141,6 +153,12 @@ impl SharedReceiveQueue {
     /// [`Error::QueueFull`] or [`Error::Post`], with the index of the first request not posted;
     /// [`Error::PostIndeterminate`] when the provider did not name one: take every request as
     /// posted.
+    /// [`Error::InvalidArgument`], before posting anything, for a `wr_id` with the top bit set
+    /// (reserved for owned requests).
+    ///
+    /// # References
+    ///
+    /// [`ibv_post_srq_recv(3)`](https://man7.org/linux/man-pages/man3/ibv_post_srq_recv.3.html)
     #[doc(alias = "ibv_post_srq_recv")]
     pub unsafe fn post_recv(&mut self, list: &mut RecvList<'_>) -> Result<()> {
         if list.is_empty() {
@@ -161,6 +179,10 @@ impl SharedReceiveQueue {
     /// # Errors
     ///
     /// As [`post_recv`](Self::post_recv).
+    ///
+    /// # References
+    ///
+    /// [`ibv_post_srq_recv(3)`](https://man7.org/linux/man-pages/man3/ibv_post_srq_recv.3.html)
     #[doc(alias = "ibv_post_srq_recv")]
     pub unsafe fn post_recv_one(&mut self, request: &RecvRequest<'_>) -> Result<()> {
         let mut raw = ffi::ibv_recv_wr::default();

@@ -13,6 +13,7 @@ use crate::ah::AddressHandle;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::flags::{AccessFlags, SendFlags};
+use crate::inflight::OWNED_ID_BIT;
 use crate::mr::{MemoryRegion, MrSlice, RemoteMemory};
 use crate::mw::{MemoryWindow, MwType, check_bind};
 
@@ -20,6 +21,7 @@ use crate::mw::{MemoryWindow, MwType, check_bind};
 /// structure, so lists of them go to the hardware as they are.
 #[repr(transparent)]
 #[derive(Copy, Clone)]
+#[must_use = "a scatter/gather entry does nothing until a request carries it"]
 pub struct Sge<'a> {
     raw: ffi::ibv_sge,
     _region: PhantomData<&'a MemoryRegion>,
@@ -90,9 +92,15 @@ impl<'a> From<&'a [Sge<'a>]> for Payload<'a> {
 impl Payload<'_> {
     /// The payload's scatter/gather pointer, entry count and extra send flags, using `one` as
     /// storage for a single entry.
+    ///
+    /// An empty slice or empty inline data becomes no entry at all: some providers read an
+    /// entry of length 0 as 2 GiB (ionic), and the device would then reach past the slice into
+    /// the rest of its region.
     fn fill(&self, one: &mut ffi::ibv_sge) -> (*mut ffi::ibv_sge, i32, u32) {
         match *self {
             Payload::None => (std::ptr::null_mut(), 0, 0),
+            Payload::Slice(slice) if slice.length == 0 => (std::ptr::null_mut(), 0, 0),
+            Payload::Inline([]) => (std::ptr::null_mut(), 0, 0),
             Payload::Slice(slice) => {
                 *one = ffi::ibv_sge {
                     addr: slice.addr,
@@ -120,13 +128,22 @@ impl Payload<'_> {
 
     /// Whether [`fill`](Self::fill) points into its `one` storage.
     fn uses_single_entry(&self) -> bool {
-        matches!(self, Payload::Slice(_) | Payload::Inline(_))
+        match self {
+            Payload::Slice(slice) => slice.length > 0,
+            Payload::Inline(bytes) => !bytes.is_empty(),
+            _ => false,
+        }
     }
 
     fn check(&self) -> Result<()> {
         match *self {
             Payload::List(list) if i32::try_from(list.len()).is_err() => Err(
                 Error::InvalidArgument("too many scatter/gather entries".into()),
+            ),
+            // The caller's list goes to the provider as it is: an entry of length 0 in it
+            // could be read as 2 GiB (see `fill`).
+            Payload::List(list) if list.iter().any(|sge| sge.is_empty()) => Err(
+                Error::InvalidArgument("a scatter/gather entry of 0 bytes".into()),
             ),
             Payload::Inline(bytes) if u32::try_from(bytes.len()).is_err() => {
                 Err(Error::InvalidArgument("inline data too long".into()))
@@ -165,6 +182,7 @@ pub(crate) mod op {
 /// # Ok(()) }
 /// ```
 #[derive(Copy, Clone, Debug)]
+#[must_use = "a request does nothing until it is posted"]
 pub struct SendRequest<'a> {
     wr_id: u64,
     opcode: u32,
@@ -177,6 +195,8 @@ pub struct SendRequest<'a> {
     ud: Option<(&'a AddressHandle, u32, u32)>,
     invalidate_rkey: u32,
     bind: Option<MwBind<'a>>,
+    /// Posted by the owned-buffer path, whose ids alone may have [`OWNED_ID_BIT`].
+    owned: bool,
 }
 
 /// The window, key, region, range and rights of a BIND_MW request.
@@ -204,6 +224,7 @@ impl<'a> SendRequest<'a> {
             ud: None,
             invalidate_rkey: 0,
             bind: None,
+            owned: false,
         }
     }
 
@@ -298,8 +319,10 @@ impl<'a> SendRequest<'a> {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] if `mw` is not of type 2, the window and region belong to
-    /// different protection domains, the range is empty or outside the region, or the region
-    /// lacks [`MW_BIND`](AccessFlags::MW_BIND) or a right the window would grant.
+    /// different protection domains, the region does not own its memory (registered with
+    /// `register_raw`: a window stays bound after the region's owner may have freed it), the
+    /// range is empty or outside the region, or the region lacks
+    /// [`MW_BIND`](AccessFlags::MW_BIND) or a right the window would grant.
     ///
     /// # Examples
     ///
@@ -316,6 +339,10 @@ impl<'a> SendRequest<'a> {
     /// // ... poll the completion, then send `mr.addr()`, 4096 and `mw.rkey()` to the peer.
     /// # Ok(()) }
     /// ```
+    ///
+    /// # References
+    ///
+    /// [`ibv_post_send(3)`](https://man7.org/linux/man-pages/man3/ibv_post_send.3.html)
     #[doc(alias = "IBV_WR_BIND_MW")]
     pub fn bind_mw(
         wr_id: u64,
@@ -342,6 +369,10 @@ impl<'a> SendRequest<'a> {
     /// `rkey`, posted on the queue pair the window is bound to. Once it has executed the key grants
     /// nothing, and the window may be bound again. Completes with
     /// [`WcOpcode::LocalInv`](crate::WcOpcode::LocalInv) when signaled.
+    ///
+    /// # References
+    ///
+    /// [`ibv_post_send(3)`](https://man7.org/linux/man-pages/man3/ibv_post_send.3.html)
     #[doc(alias = "IBV_WR_LOCAL_INV")]
     pub fn local_invalidate(wr_id: u64, rkey: u32) -> Self {
         let mut request = Self::new(wr_id, ffi::IBV_WR_LOCAL_INV, op::LOCAL_INV, Payload::None);
@@ -354,6 +385,10 @@ impl<'a> SendRequest<'a> {
     /// completion reports the key
     /// ([`WorkCompletion::invalidated_rkey`](crate::WorkCompletion::invalidated_rkey)). The
     /// window must be bound to the receiving queue pair.
+    ///
+    /// # References
+    ///
+    /// [`ibv_post_send(3)`](https://man7.org/linux/man-pages/man3/ibv_post_send.3.html)
     #[doc(alias = "IBV_WR_SEND_WITH_INV")]
     pub fn send_with_invalidate(wr_id: u64, payload: impl Into<Payload<'a>>, rkey: u32) -> Self {
         let mut request = Self::new(
@@ -439,8 +474,14 @@ impl<'a> SendRequest<'a> {
     /// handle, or the memory window it binds), if it names one.
     fn object_pd(&self) -> Option<*mut ffi::ibv_pd> {
         match (self.ud, self.bind) {
-            (Some((ah, _, _)), _) => Some(ah.pd().as_raw()),
+            (Some((ah, _, _)), None) => Some(ah.pd().as_raw()),
             (None, Some(bind)) => Some(bind.mw.pd().as_raw()),
+            // No transport takes both (the post refuses it anyway), but if they disagree, no
+            // queue pair's domain matches: null is never a live `ibv_pd`.
+            (Some((ah, _, _)), Some(bind)) if ah.pd().as_raw() == bind.mw.pd().as_raw() => {
+                Some(ah.pd().as_raw())
+            }
+            (Some(_), Some(_)) => Some(std::ptr::null_mut()),
             (None, None) => None,
         }
     }
@@ -458,6 +499,7 @@ impl<'a> SendRequest<'a> {
     /// Writes the request into `raw` (its `next` left null), using `one` as storage for a
     /// single scatter/gather entry.
     pub(crate) fn fill(&self, raw: &mut ffi::ibv_send_wr, one: &mut ffi::ibv_sge) -> Result<()> {
+        check_wr_id(self.wr_id, self.owned)?;
         self.payload.check()?;
         if self.op & op::ATOMIC != 0 {
             self.check_atomic_result()?;
@@ -539,6 +581,27 @@ impl SendRequest<'_> {
     }
 }
 
+impl SendRequest<'_> {
+    /// The same request, as an owned request with id `id` (see [`OWNED_ID_BIT`]).
+    pub(crate) fn owned(mut self, id: u64) -> Self {
+        self.wr_id = id;
+        self.owned = true;
+        self
+    }
+}
+
+/// Refuses a `wr_id` with [`OWNED_ID_BIT`] set unless the owned-buffer path posts it: its
+/// completion could otherwise be taken for an owned request's, and release a buffer the device
+/// still uses.
+pub(crate) fn check_wr_id(wr_id: u64, owned: bool) -> Result<()> {
+    if wr_id & OWNED_ID_BIT != 0 && !owned {
+        return Err(Error::InvalidArgument(format!(
+            "wr_id {wr_id:#x}: ids with the top bit set are reserved for owned requests"
+        )));
+    }
+    Ok(())
+}
+
 fn foreign_object() -> Error {
     Error::InvalidArgument(
         "the address handle or memory window belongs to another protection domain than the \
@@ -560,9 +623,11 @@ enum ObjectPds {
 
 /// A receive work request (`struct ibv_recv_wr`).
 #[derive(Copy, Clone, Debug)]
+#[must_use = "a request does nothing until it is posted"]
 pub struct RecvRequest<'a> {
     wr_id: u64,
     payload: Payload<'a>,
+    owned: bool,
 }
 
 impl<'a> RecvRequest<'a> {
@@ -572,7 +637,15 @@ impl<'a> RecvRequest<'a> {
         Self {
             wr_id,
             payload: payload.into(),
+            owned: false,
         }
+    }
+
+    /// The same receive, as an owned request with id `id` (see [`OWNED_ID_BIT`]).
+    pub(crate) fn owned(mut self, id: u64) -> Self {
+        self.wr_id = id;
+        self.owned = true;
+        self
     }
 
     /// A receive with no buffer: for RDMA writes with immediate and zero-length sends.
@@ -580,6 +653,7 @@ impl<'a> RecvRequest<'a> {
         Self {
             wr_id,
             payload: Payload::None,
+            owned: false,
         }
     }
 
@@ -589,6 +663,7 @@ impl<'a> RecvRequest<'a> {
     }
 
     pub(crate) fn fill(&self, raw: &mut ffi::ibv_recv_wr, one: &mut ffi::ibv_sge) -> Result<()> {
+        check_wr_id(self.wr_id, self.owned)?;
         if let Payload::Inline(_) = self.payload {
             return Err(Error::InvalidArgument(
                 "a receive cannot use inline data".into(),
@@ -611,6 +686,7 @@ impl<'a> RecvRequest<'a> {
 /// The storage is allocated once, by [`with_capacity`](Self::with_capacity); pushing, posting and
 /// [`clear`](Self::clear) never allocate. [`reuse`](Self::reuse) empties the list and lets it
 /// borrow different memory, so one list serves a whole program.
+#[must_use = "a list does nothing until it is posted"]
 pub struct PostList<'a, W: WorkRequest> {
     // The chain points into both vectors (`next` into `wrs`, `sg_list` into `sges`), so neither
     // may ever reallocate: a push is refused once either is full (see `capacity`), whatever
@@ -919,5 +995,62 @@ mod post_list_tests {
             }
             assert!(list.push(RecvRequest::empty(99)).is_err());
         }
+    }
+}
+
+#[cfg(test)]
+mod empty_entry_tests {
+    use super::*;
+
+    /// An empty slice or empty inline data goes to the provider as no entry at all (some read
+    /// length 0 as 2 GiB), on every request kind and in lists; a caller's list with an empty
+    /// entry is refused.
+    #[test]
+    fn nothing_of_length_zero_reaches_the_provider() {
+        let empty = MrSlice::unchecked_for_test(0x1000, 0, 7);
+        let mut raw = ffi::ibv_send_wr::default();
+        let mut one = ffi::ibv_sge::default();
+        for request in [
+            SendRequest::send(1, empty),
+            SendRequest::send(2, Payload::Inline(&[])),
+            SendRequest::read(
+                3,
+                empty,
+                RemoteMemory {
+                    addr: 0x2000,
+                    len: 64,
+                    rkey: 9,
+                },
+            ),
+        ] {
+            request.fill(&mut raw, &mut one).unwrap();
+            assert_eq!((raw.num_sge, raw.sg_list), (0, std::ptr::null_mut()));
+            assert_eq!(raw.send_flags & ffi::IBV_SEND_INLINE, 0);
+        }
+        let mut recv = ffi::ibv_recv_wr::default();
+        RecvRequest::new(4, empty)
+            .fill(&mut recv, &mut one)
+            .unwrap();
+        assert_eq!((recv.num_sge, recv.sg_list), (0, std::ptr::null_mut()));
+
+        let mut list: RecvList<'_> = PostList::with_capacity(2);
+        list.push(RecvRequest::new(5, empty)).unwrap();
+        assert_eq!(list.wrs[0].num_sge, 0);
+        assert!(list.wrs[0].sg_list.is_null());
+
+        let entry = |addr, length| Sge {
+            raw: ffi::ibv_sge {
+                addr,
+                length,
+                lkey: 7,
+            },
+            _region: PhantomData,
+        };
+        let entries = [entry(0x1000, 8), entry(0x2000, 0)];
+        let refused = SendRequest::send(6, &entries[..]).fill(&mut raw, &mut one);
+        assert!(
+            matches!(refused, Err(Error::InvalidArgument(_))),
+            "{refused:?}"
+        );
     }
 }

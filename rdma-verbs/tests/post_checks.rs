@@ -155,3 +155,74 @@ fn atomics_refuse_a_result_that_is_not_one_word() {
     assert!(bytes[..8].iter().chain(&bytes[16..]).all(|&b| b == 0xee));
     assert_eq!(counter.load_u64(0).unwrap(), 42);
 }
+
+/// A window stays bound after its bind, and a region with a window bound cannot be
+/// deregistered: memory promised by `register_raw` could then be freed by its owner while a
+/// peer still writes it through the window. Binds to such regions are refused, of both types;
+/// the same bind to a region that owns its memory works.
+#[test]
+fn binds_refuse_a_region_over_caller_memory() {
+    let Some(f) = fixture() else { return };
+    if !f.has_windows(MwType::Type1) || !f.has_windows(MwType::Type2) {
+        return;
+    }
+    let (mut cq_a, cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, _b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::REMOTE_WRITE,
+    );
+    let mut memory = vec![0u8; 4096].into_boxed_slice();
+    let addr = std::ptr::NonNull::new(memory.as_mut_ptr()).unwrap();
+    // SAFETY: `memory` outlives the region (dropped at the end of the test, after it) and is
+    // not touched through references while the region lives.
+    let external = unsafe { f.pd.register_raw(addr, 4096, BINDABLE) }.unwrap();
+    let refused = |result: Result<()>| match result {
+        Err(Error::InvalidArgument(reason)) => assert!(reason.contains("register_raw"), "{reason}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    };
+    let mut type1 = f.pd.alloc_mw(MwType::Type1).unwrap();
+    // SAFETY: refused before posting.
+    refused(
+        unsafe {
+            a.bind_mw(
+                &mut type1,
+                1,
+                &external,
+                0..4096,
+                AccessFlags::REMOTE_WRITE,
+                true,
+            )
+        }
+        .map(|_| ()),
+    );
+    let mut type2 = f.pd.alloc_mw(MwType::Type2).unwrap();
+    refused(
+        SendRequest::bind_mw(2, &mut type2, &external, 0..4096, AccessFlags::REMOTE_WRITE)
+            .map(|_| ()),
+    );
+    assert_no_completion(&mut cq_a, QUIET);
+
+    // The control: the same type 1 bind to a region that owns its memory.
+    let owned = f.pd.register(4096, BINDABLE).unwrap();
+    let old = type1.rkey();
+    // SAFETY: `owned` outlives the bind's completion, polled below.
+    let rkey = unsafe {
+        a.bind_mw(
+            &mut type1,
+            3,
+            &owned,
+            0..4096,
+            AccessFlags::REMOTE_WRITE,
+            true,
+        )
+    }
+    .unwrap();
+    assert_ok(&wait_for(&mut cq_a, 1)[0], 3, WcOpcode::BindMw);
+    assert_ne!(rkey, old);
+    drop(type1);
+    drop(type2);
+    drop(owned);
+    drop(external);
+    drop(memory);
+}

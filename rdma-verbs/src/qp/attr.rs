@@ -18,6 +18,7 @@ pub(crate) mod sealed {
 /// Addressing of the remote port (`struct ibv_ah_attr`): for RC and UC the path in
 /// [`RcRtrAttr`]/[`UcRtrAttr`], for UD an [`AddressHandle`](crate::AddressHandle).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[must_use = "attributes do nothing until a transition uses them"]
 pub struct AddressVector {
     /// Destination LID (InfiniBand; 0 on RoCE).
     pub dlid: u16,
@@ -89,6 +90,7 @@ impl AddressVector {
 
 /// Global routing (`struct ibv_global_route`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[must_use = "attributes do nothing until a transition uses them"]
 pub struct GlobalRoute {
     /// Destination GID.
     pub dgid: Gid,
@@ -104,6 +106,7 @@ pub struct GlobalRoute {
 
 /// RESET → INIT for RC and UC: `IBV_QP_STATE | PKEY_INDEX | PORT | ACCESS_FLAGS`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[must_use = "attributes do nothing until a transition uses them"]
 pub struct ConnectedInitAttr {
     /// Partition key index (0).
     pub pkey_index: u16,
@@ -133,6 +136,7 @@ impl ConnectedInitAttr {
 
 /// RESET → INIT for UD: `IBV_QP_STATE | PKEY_INDEX | PORT | QKEY`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[must_use = "attributes do nothing until a transition uses them"]
 pub struct UdInitAttr {
     /// Partition key index (0).
     pub pkey_index: u16,
@@ -156,6 +160,7 @@ impl UdInitAttr {
 /// INIT → RTR for RC: `STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC |
 /// MIN_RNR_TIMER`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[must_use = "attributes do nothing until a transition uses them"]
 pub struct RcRtrAttr {
     /// Path to the peer.
     pub av: AddressVector,
@@ -188,6 +193,7 @@ impl RcRtrAttr {
 
 /// INIT → RTR for UC: `STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[must_use = "attributes do nothing until a transition uses them"]
 pub struct UcRtrAttr {
     /// Path to the peer.
     pub av: AddressVector,
@@ -213,10 +219,12 @@ impl UcRtrAttr {
 
 /// INIT → RTR for UD: `STATE` only.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[must_use = "attributes do nothing until a transition uses them"]
 pub struct UdRtrAttr;
 
 /// RTR → RTS for RC: `STATE | TIMEOUT | RETRY_CNT | RNR_RETRY | SQ_PSN | MAX_QP_RD_ATOMIC`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[must_use = "attributes do nothing until a transition uses them"]
 pub struct RcRtsAttr {
     /// This side's first packet sequence number.
     pub sq_psn: u32,
@@ -246,6 +254,7 @@ impl RcRtsAttr {
 
 /// RTR → RTS for UC and UD: `STATE | SQ_PSN`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[must_use = "attributes do nothing until a transition uses them"]
 pub struct SqPsnRtsAttr {
     /// This side's first packet sequence number.
     pub sq_psn: u32,
@@ -261,6 +270,7 @@ impl SqPsnRtsAttr {
 /// Attributes prepared elsewhere, for example by `rdma_init_qp_attr` in the connection
 /// manager: a raw `ibv_qp_attr` and its mask, for the transition to the state they name.
 #[derive(Copy, Clone)]
+#[must_use = "attributes do nothing until a transition uses them"]
 pub struct RawModifyAttr {
     attr: ffi::ibv_qp_attr,
     mask: u32,

@@ -376,7 +376,8 @@ unsafe fn build(
             (_, Some(sge)) => ffi::ibv_wr_set_sge(qpx, sge.lkey, sge.addr, sge.length),
             // A zero-length request still gets its data setter, which some providers (mlx5)
             // need to finish the request.
-            _ if num_sge == 0 => ffi::ibv_wr_set_sge(qpx, 0, 0, 0),
+            // No entry at all: an entry of length 0 may be read as 2 GiB (see `Payload::fill`).
+            _ if num_sge == 0 => ffi::ibv_wr_set_sge_list(qpx, 0, std::ptr::null()),
             _ => ffi::ibv_wr_set_sge_list(qpx, num_sge, raw.sg_list),
         }
     };

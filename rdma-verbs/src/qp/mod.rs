@@ -42,6 +42,7 @@ pub use state::{CanPostRecv, Init, QpState, QpStateKind, Reset, Rtr, Rts};
 use crate::cq::{CompletionQueue, CqInner};
 use crate::error::{Errno, Error, Result};
 use crate::ffi;
+use crate::inflight::QpTables;
 use crate::pd::ProtectionDomain;
 use crate::srq::{SharedReceiveQueue, SrqInner};
 use crate::wr::{RecvList, RecvRequest, SendList, SendRequest, op};
@@ -169,6 +170,9 @@ pub(crate) struct QpInner {
     /// Set when a [`PostScope`](crate::PostScope) moved this queue pair to the error state or
     /// to RESET behind its type: the next scope checks the real state before it posts.
     pub(crate) state_changed: bool,
+    /// The owned requests in flight (`docs/data-path.md`), reached by the completion queues
+    /// through their routes.
+    pub(crate) tables: Arc<QpTables>,
 }
 
 // SAFETY: verbs on a queue pair may be called from any thread; posting takes `&mut`, which also
@@ -187,7 +191,16 @@ impl Drop for QpInner {
         // queues and use its SRQ and protection domain: they are leaked, so they stay alive and
         // count as used (a scope then refuses those queues, whose completions it could not
         // account for).
-        if ret != 0 {
+        if ret == 0 {
+            // The device no longer uses anything of the queue pair's: owned requests still in
+            // flight are released (their buffers go back to their pools), and late
+            // completions find no route.
+            self._send_cq.routes.remove(&self.tables);
+            self._recv_cq.routes.remove(&self.tables);
+            self.tables.clear();
+        } else {
+            // The routes stay, and with them the tables and their buffers: a completion may
+            // still release them.
             std::mem::forget(self._send_cq.clone());
             std::mem::forget(self._recv_cq.clone());
             std::mem::forget(self._srq.clone());
@@ -245,6 +258,10 @@ impl ProtectionDomain {
     /// let qp = pd.create_qp::<Rc>(&cq, &cq).max_send_wr(32).build()?;
     /// # Ok::<(), rdma_verbs::Error>(())
     /// ```
+    ///
+    /// # References
+    ///
+    /// [`ibv_create_qp(3)`](https://man7.org/linux/man-pages/man3/ibv_create_qp.3.html)
     #[doc(alias = "ibv_create_qp")]
     pub fn create_qp<'a, T: Transport>(
         &'a self,
@@ -328,6 +345,10 @@ impl<'a, T: Transport> QpBuilder<'a, T> {
     /// println!("extended sends: {}", qp.uses_extended_post());
     /// # Ok::<(), rdma_verbs::Error>(())
     /// ```
+    ///
+    /// # References
+    ///
+    /// [`ibv_create_qp_ex(3)`](https://man7.org/linux/man-pages/man3/ibv_create_qp_ex.3.html)
     #[doc(alias = "ibv_create_qp_ex")]
     pub fn send_path(mut self, path: SendPath) -> Self {
         self.send_path = path;
@@ -348,6 +369,11 @@ impl<'a, T: Transport> QpBuilder<'a, T> {
     ///   [`Error::Unsupported`] (`ibv_create_qp_ex`: the provider lacks it or refused the send
     ///   operations with `EOPNOTSUPP`; `ibv_qp_to_qp_ex`: the queue pair it made has no usable
     ///   builders) or [`Error::Verb`] (`ibv_create_qp_ex` refused them with `EINVAL`).
+    ///
+    /// # References
+    ///
+    /// [`ibv_create_qp(3)`](https://man7.org/linux/man-pages/man3/ibv_create_qp.3.html)
+    /// [`ibv_create_qp_ex(3)`](https://man7.org/linux/man-pages/man3/ibv_create_qp_ex.3.html)
     #[doc(alias = "ibv_create_qp")]
     #[doc(alias = "ibv_create_qp_ex")]
     pub fn build(self) -> Result<QueuePair<T, Reset>> {
@@ -420,6 +446,16 @@ impl<'a, T: Transport> QpBuilder<'a, T> {
             max_recv_sge: cap.max_recv_sge,
             max_inline_data: cap.max_inline_data,
         };
+        // The tables for owned requests, and the routes by which the queues reach them
+        // (allocated here, once: posting and polling never allocate).
+        let tables = Arc::new(QpTables::new(caps.max_send_wr, caps.max_recv_wr));
+        // SAFETY: the queue pair just created.
+        let qp_num = unsafe { (*raw.as_ptr()).qp_num };
+        let one_cq = Arc::ptr_eq(&self.send_cq.inner, &self.recv_cq.inner);
+        self.send_cq.inner.routes.add(qp_num, &tables, true, one_cq);
+        if !one_cq {
+            self.recv_cq.inner.routes.add(qp_num, &tables, false, true);
+        }
         Ok(QueuePair {
             inner: QpInner {
                 raw,
@@ -430,9 +466,22 @@ impl<'a, T: Transport> QpBuilder<'a, T> {
                 _recv_cq: self.recv_cq.inner.clone(),
                 _srq: self.srq.map(|s| s.inner.clone()),
                 state_changed: false,
+                tables,
             },
             _type: PhantomData,
         })
+    }
+}
+
+/// Whether a failed post may still have handed the request to the device, so that its memory
+/// must be treated as lent: the provider did not say (`bad_wr` null), or the extended path's
+/// `ibv_wr_complete` failed, which can happen after the requests were queued (rxe stores the
+/// producer index before it rings the doorbell, and the doorbell can fail).
+pub(crate) fn may_have_posted(error: &Error) -> bool {
+    match error {
+        Error::PostIndeterminate { .. } => true,
+        Error::QueueFull { verb, .. } | Error::Post { verb, .. } => *verb == EXTENDED_POST_VERB,
+        _ => false,
     }
 }
 
@@ -501,6 +550,11 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
         self.inner.caps
     }
 
+    /// The in-flight tables of owned requests.
+    pub(crate) fn tables(&self) -> &Arc<QpTables> {
+        &self.inner.tables
+    }
+
     /// Whether sends go through the extended `ibv_wr_*` API (see [`SendPath`]): `false` for
     /// [`SendPath::Classic`], and for [`SendPath::Auto`] where the provider did not offer it.
     pub fn uses_extended_post(&self) -> bool {
@@ -523,6 +577,10 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
     /// # Errors
     ///
     /// [`Error::Verb`] with the errno of `ibv_query_qp`.
+    ///
+    /// # References
+    ///
+    /// [`ibv_query_qp(3)`](https://man7.org/linux/man-pages/man3/ibv_query_qp.3.html)
     #[doc(alias = "ibv_query_qp")]
     pub fn query_state(&self) -> Result<QpStateKind> {
         let mut attr = ffi::ibv_qp_attr::default();
@@ -560,7 +618,13 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
         // SAFETY: live queue pair; `attr` holds every field `mask` names.
         let ret = unsafe { ffi::ibv_modify_qp(self.as_raw(), &mut attr, mask as i32) };
         match Errno::result(ret) {
-            Ok(()) => Ok(self.cast()),
+            Ok(()) => {
+                if To::KIND == QpStateKind::Reset {
+                    // The device dropped every request: owned ones are released.
+                    self.inner.tables.clear();
+                }
+                Ok(self.cast())
+            }
             Err(errno) => Err(TransitionError {
                 error: Error::ModifyQp {
                     from: S::KIND,
@@ -652,6 +716,10 @@ impl<T: Transport> QueuePair<T, Reset> {
     ///
     /// [`Error::ModifyQp`] (for example `EINVAL` for a port the device lacks), with the queue
     /// pair back in RESET.
+    ///
+    /// # References
+    ///
+    /// [`ibv_modify_qp(3)`](https://man7.org/linux/man-pages/man3/ibv_modify_qp.3.html)
     #[doc(alias = "ibv_modify_qp")]
     pub fn into_init(self, attr: &T::InitAttr) -> Transition<T, Reset, Init> {
         self.modify(|raw| attr.fill(raw))
@@ -679,6 +747,10 @@ impl<T: Transport> QueuePair<T, Init> {
     ///
     /// [`Error::ModifyQp`] (on RoCE, `ETIMEDOUT` or `ENETUNREACH` when the GID has no route),
     /// with the queue pair back in INIT.
+    ///
+    /// # References
+    ///
+    /// [`ibv_modify_qp(3)`](https://man7.org/linux/man-pages/man3/ibv_modify_qp.3.html)
     #[doc(alias = "ibv_modify_qp")]
     pub fn into_rtr(self, attr: &T::RtrAttr) -> Transition<T, Init, Rtr> {
         self.modify(|raw| attr.fill(raw))
@@ -704,6 +776,10 @@ impl<T: Transport> QueuePair<T, Rtr> {
     /// # Errors
     ///
     /// [`Error::ModifyQp`], with the queue pair back in RTR.
+    ///
+    /// # References
+    ///
+    /// [`ibv_modify_qp(3)`](https://man7.org/linux/man-pages/man3/ibv_modify_qp.3.html)
     #[doc(alias = "ibv_modify_qp")]
     pub fn into_rts(self, attr: &T::RtsAttr) -> Transition<T, Rtr, Rts> {
         self.modify(|raw| attr.fill(raw))
@@ -748,7 +824,9 @@ impl<T: Transport> QueuePair<T, Rts> {
     ///   not allow (for example RDMA read on UC), a UD request without a destination, a UD
     ///   destination whose [`AddressHandle`](crate::AddressHandle) or a memory-window bind whose
     ///   [`MemoryWindow`](crate::MemoryWindow) belongs to another protection domain (of this
-    ///   context or another), or immediate data on an operation that cannot carry it;
+    ///   context or another), immediate data on an operation that cannot carry it, or a
+    ///   `wr_id` with the top bit set (reserved for owned requests, see
+    ///   [`post_send_owned`](QueuePair::post_send_owned));
     /// - [`Error::QueueFull`] (`ENOMEM`): the send queue has no room; requests before `index`
     ///   were posted;
     /// - [`Error::Post`]: the provider refused request `index` (for example a queue pair the
@@ -792,6 +870,11 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// unsafe { qp.post_send(&mut list)? };
     /// # Ok(()) }
     /// ```
+    ///
+    /// # References
+    ///
+    /// [`ibv_post_send(3)`](https://man7.org/linux/man-pages/man3/ibv_post_send.3.html)
+    /// [`ibv_wr_complete(3)`](https://man7.org/linux/man-pages/man3/ibv_wr_complete.3.html)
     #[doc(alias = "ibv_post_send")]
     #[doc(alias = "ibv_wr_complete")]
     #[inline]
@@ -827,6 +910,11 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// # Errors
     ///
     /// As [`post_send`](Self::post_send).
+    ///
+    /// # References
+    ///
+    /// [`ibv_post_send(3)`](https://man7.org/linux/man-pages/man3/ibv_post_send.3.html)
+    /// [`ibv_wr_complete(3)`](https://man7.org/linux/man-pages/man3/ibv_wr_complete.3.html)
     #[doc(alias = "ibv_post_send")]
     #[doc(alias = "ibv_wr_complete")]
     #[inline]
@@ -868,7 +956,12 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
     /// # Errors
     ///
     /// [`Error::QueueFull`] or [`Error::Post`] as for [`post_send`](QueuePair::post_send);
-    /// [`Error::InvalidArgument`] for a queue pair that takes its receives from an SRQ.
+    /// [`Error::InvalidArgument`] for a queue pair that takes its receives from an SRQ, or a
+    /// `wr_id` with the top bit set (reserved for owned requests).
+    ///
+    /// # References
+    ///
+    /// [`ibv_post_recv(3)`](https://man7.org/linux/man-pages/man3/ibv_post_recv.3.html)
     #[doc(alias = "ibv_post_recv")]
     #[inline]
     pub unsafe fn post_recv(&mut self, list: &mut RecvList<'_>) -> Result<()> {
@@ -891,6 +984,10 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
     /// # Errors
     ///
     /// As [`post_recv`](Self::post_recv).
+    ///
+    /// # References
+    ///
+    /// [`ibv_post_recv(3)`](https://man7.org/linux/man-pages/man3/ibv_post_recv.3.html)
     #[doc(alias = "ibv_post_recv")]
     #[inline]
     pub unsafe fn post_recv_one(&mut self, request: &RecvRequest<'_>) -> Result<()> {

@@ -13,11 +13,11 @@ use std::task::{Context as TaskContext, Poll, ready};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
+use crate::async_event::AsyncEvent;
 use crate::channel::{CompletionChannel, CqEvent, set_nonblocking};
 use crate::cq::{CompletionQueue, WorkCompletion};
 use crate::device::Context;
 use crate::error::{Errno, Error, Result};
-use crate::event::AsyncEvent;
 
 /// The channel's descriptor for tokio's reactor. Holds a clone of the channel, so the
 /// descriptor stays open (and the same) while it is registered.
@@ -145,6 +145,10 @@ impl AsyncCompletionChannel {
     ///
     /// [`Error::Verb`] with the errno of `ibv_get_cq_event`, or naming `epoll_wait` with
     /// `ESHUTDOWN` if the runtime is shutting down.
+    ///
+    /// # References
+    ///
+    /// [`ibv_get_cq_event(3)`](https://man7.org/linux/man-pages/man3/ibv_get_cq_event.3.html)
     #[doc(alias = "ibv_get_cq_event")]
     pub async fn wait(&self) -> Result<CqEvent> {
         loop {
@@ -216,6 +220,11 @@ impl CompletionQueue {
     ///   `channel`'s channel (it would never wake up);
     /// - else as [`poll`](Self::poll), [`req_notify`](Self::req_notify) and
     ///   [`AsyncCompletionChannel::wait`].
+    ///
+    /// # References
+    ///
+    /// [`ibv_poll_cq(3)`](https://man7.org/linux/man-pages/man3/ibv_poll_cq.3.html)
+    /// [`ibv_req_notify_cq(3)`](https://man7.org/linux/man-pages/man3/ibv_req_notify_cq.3.html)
     #[doc(alias = "ibv_poll_cq")]
     #[doc(alias = "ibv_req_notify_cq")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
@@ -322,6 +331,11 @@ impl AsyncContextEvents {
     ///
     /// [`Error::Verb`] with the errno of `ibv_get_async_event`, or naming `epoll_wait` with
     /// `ESHUTDOWN` if the runtime is shutting down.
+    ///
+    /// # References
+    ///
+    /// [`ibv_get_async_event(3)`](https://man7.org/linux/man-pages/man3/ibv_get_async_event.3.html)
+    /// [`ibv_ack_async_event(3)`](https://man7.org/linux/man-pages/man3/ibv_ack_async_event.3.html)
     #[doc(alias = "ibv_get_async_event")]
     #[doc(alias = "ibv_ack_async_event")]
     pub async fn next(&self) -> Result<AsyncEvent> {

@@ -225,6 +225,11 @@ impl Context {
     /// # Errors
     ///
     /// [`Error::Verb`] with the errno of `ibv_get_async_event`.
+    ///
+    /// # References
+    ///
+    /// [`ibv_get_async_event(3)`](https://man7.org/linux/man-pages/man3/ibv_get_async_event.3.html)
+    /// [`ibv_ack_async_event(3)`](https://man7.org/linux/man-pages/man3/ibv_ack_async_event.3.html)
     #[doc(alias = "ibv_get_async_event")]
     #[doc(alias = "ibv_ack_async_event")]
     pub fn get_async_event(&self) -> Result<Option<AsyncEvent>> {

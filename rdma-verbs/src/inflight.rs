@@ -1,0 +1,320 @@
+//! In-flight tables of the owned-buffer data path (`docs/data-path.md`): what each queue of a
+//! queue pair holds while the device may use it, the request ids that find it again, and the
+//! routes by which a completion queue reaches the tables of its queue pairs.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::buf::Buf;
+use crate::error::{Error, Result};
+
+/// The bit every owned request id has, and no other `wr_id` may have: the post paths refuse
+/// `wr_id`s with it set, so a completion of another request can never be taken for an owned
+/// one.
+pub(crate) const OWNED_ID_BIT: u64 = 1 << 63;
+
+/// Ids are handed to tables in blocks of this many.
+const BLOCK: u64 = 1 << 16;
+/// The next block of ids, for the whole process. Blocks are numbered from 0; block `b` holds
+/// ids `OWNED_ID_BIT | b * BLOCK ..`, so there are 2^47 blocks (2^63 ids) before the space
+/// runs out, which it refuses to do rather than wrap.
+static NEXT_BLOCK: AtomicU64 = AtomicU64::new(0);
+const BLOCKS: u64 = OWNED_ID_BIT / BLOCK;
+
+/// A table's source of ids: no two requests of the process ever get the same id.
+#[derive(Debug)]
+struct IdSource {
+    next: u64,
+    end: u64,
+}
+
+impl IdSource {
+    const fn new() -> Self {
+        Self { next: 0, end: 0 }
+    }
+
+    fn next(&mut self) -> Result<u64> {
+        if self.next == self.end {
+            let block = NEXT_BLOCK
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                    (b < BLOCKS).then_some(b + 1)
+                })
+                .map_err(|_| {
+                    Error::InvalidArgument("the process has used every owned request id".into())
+                })?;
+            self.next = OWNED_ID_BIT | (block * BLOCK);
+            self.end = self.next + BLOCK;
+        }
+        let id = self.next;
+        self.next += 1;
+        Ok(id)
+    }
+}
+
+/// What the device may use while a request is in flight, and what the completion returns.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub(crate) id: u64,
+    pub(crate) tag: u64,
+    pub(crate) buf: Option<Buf>,
+    /// A receive (its buffer's length becomes the bytes received).
+    pub(crate) recv: bool,
+}
+
+/// The in-flight requests of one queue (a queue pair's send or receive queue), in posting
+/// order: such a queue completes in order, so a completion releases every request before
+/// its own too (unsignaled sends).
+#[derive(Debug)]
+pub(crate) struct Ring {
+    state: Mutex<RingState>,
+    /// A receive queue's ring.
+    recv: bool,
+}
+
+#[derive(Debug)]
+struct RingState {
+    ids: IdSource,
+    /// At most `capacity` entries; its storage is allocated once, at creation.
+    entries: VecDeque<Entry>,
+    capacity: usize,
+}
+
+impl Ring {
+    pub(crate) fn new(capacity: u32, recv: bool) -> Self {
+        let capacity = capacity as usize;
+        Self {
+            state: Mutex::new(RingState {
+                ids: IdSource::new(),
+                entries: VecDeque::with_capacity(capacity),
+                capacity,
+            }),
+            recv,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, RingState> {
+        // Every change is a single step (push, pop, drain), so a panic elsewhere while the lock
+        // was held cannot leave the ring inconsistent.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Records a request about to be posted and returns its id; the request must be posted
+    /// only after this returns, so that its completion finds it. Gives `buf` back when the
+    /// queue is full (as many requests in flight as the queue pair holds) or the ids ran out.
+    pub(crate) fn push(
+        &self,
+        tag: u64,
+        buf: Option<Buf>,
+    ) -> std::result::Result<u64, (Error, Option<Buf>)> {
+        let mut state = self.lock();
+        if state.entries.len() >= state.capacity {
+            return Err((
+                Error::QueueFull {
+                    verb: "owned post",
+                    index: 0,
+                },
+                buf,
+            ));
+        }
+        let id = match state.ids.next() {
+            Ok(id) => id,
+            Err(error) => return Err((error, buf)),
+        };
+        // Below capacity: no reallocation.
+        state.entries.push_back(Entry {
+            id,
+            tag,
+            buf,
+            recv: self.recv,
+        });
+        Ok(id)
+    }
+
+    /// Whether one more request would fill the ring: the send path then makes it signaled, or
+    /// unsignaled requests could fill the queue with nothing left to release them.
+    pub(crate) fn one_slot_left(&self) -> bool {
+        let state = self.lock();
+        state.entries.len() + 1 >= state.capacity
+    }
+
+    /// Takes back the request `id` recorded last, whose post the provider refused.
+    pub(crate) fn unpush(&self, id: u64) -> Option<Entry> {
+        let mut state = self.lock();
+        match state.entries.back() {
+            Some(last) if last.id == id => state.entries.pop_back(),
+            _ => None,
+        }
+    }
+
+    /// The completion of request `id`: takes it and releases every request before it (their
+    /// buffers return to their pools). `None` if `id` is not in flight here (a stale
+    /// completion, or another queue's).
+    pub(crate) fn complete(&self, id: u64) -> Option<Entry> {
+        let mut state = self.lock();
+        let position = state.entries.iter().position(|e| e.id == id)?;
+        state.entries.drain(..position);
+        state.entries.pop_front()
+    }
+
+    /// Releases every request: called once the device no longer uses any (the queue pair was
+    /// reset or destroyed).
+    pub(crate) fn clear(&self) {
+        self.lock().entries.clear();
+    }
+
+    /// Requests in flight.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+}
+
+/// The in-flight tables of one queue pair.
+#[derive(Debug)]
+pub(crate) struct QpTables {
+    pub(crate) send: Ring,
+    pub(crate) recv: Ring,
+}
+
+impl QpTables {
+    pub(crate) fn new(max_send_wr: u32, max_recv_wr: u32) -> Self {
+        Self {
+            send: Ring::new(max_send_wr, false),
+            recv: Ring::new(max_recv_wr, true),
+        }
+    }
+
+    /// Requests in flight in both queues.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.send.len() + self.recv.len()
+    }
+
+    /// Releases everything (see [`Ring::clear`]).
+    pub(crate) fn clear(&self) {
+        self.send.clear();
+        self.recv.clear();
+    }
+}
+
+/// How a completion queue reaches the tables of a queue pair that completes into it.
+#[derive(Debug)]
+pub(crate) struct Route {
+    pub(crate) qp_num: u32,
+    pub(crate) tables: Arc<QpTables>,
+    /// The queue pair's send queue completes here.
+    pub(crate) send: bool,
+    /// Its receive queue completes here.
+    pub(crate) recv: bool,
+}
+
+/// The routes of one completion queue: written when a queue pair is created on it or
+/// destroyed, read once per [`poll_each`](crate::CompletionQueue::poll_each) call.
+#[derive(Debug, Default)]
+pub(crate) struct Routes {
+    routes: Mutex<Vec<Route>>,
+}
+
+impl Routes {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Vec<Route>> {
+        self.routes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Adds a queue pair's route (or marks its other queue on the route it has here).
+    pub(crate) fn add(&self, qp_num: u32, tables: &Arc<QpTables>, send: bool, recv: bool) {
+        let mut routes = self.lock();
+        if let Some(route) = routes.iter_mut().find(|r| Arc::ptr_eq(&r.tables, tables)) {
+            route.send |= send;
+            route.recv |= recv;
+        } else {
+            routes.push(Route {
+                qp_num,
+                tables: tables.clone(),
+                send,
+                recv,
+            });
+        }
+    }
+
+    /// Removes the route to `tables` (its queue pair was destroyed).
+    pub(crate) fn remove(&self, tables: &Arc<QpTables>) {
+        self.lock().retain(|r| !Arc::ptr_eq(&r.tables, tables));
+    }
+}
+
+/// Finds the owned request a completion of queue pair `qp_num` with `wr_id` ends, among
+/// `routes`: takes it from its table (releasing the requests before it). `None` for a
+/// completion of no owned request.
+pub(crate) fn take_completed(routes: &[Route], qp_num: u32, wr_id: u64) -> Option<Entry> {
+    if wr_id & OWNED_ID_BIT == 0 {
+        return None;
+    }
+    // Ids are unique in the process, so at most one table holds it; several routes share a
+    // number only while a destroyed queue pair's route is being removed.
+    routes.iter().filter(|r| r.qp_num == qp_num).find_map(|r| {
+        let send = r.send.then(|| r.tables.send.complete(wr_id)).flatten();
+        send.or_else(|| r.recv.then(|| r.tables.recv.complete(wr_id)).flatten())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_unique_and_marked() {
+        let mut a = IdSource::new();
+        let mut b = IdSource::new();
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..(BLOCK as usize + 10) {
+            for id in [a.next().unwrap(), b.next().unwrap()] {
+                assert_ne!(id & OWNED_ID_BIT, 0);
+                assert!(seen.insert(id), "id {id:#x} handed out twice");
+            }
+        }
+    }
+
+    #[test]
+    fn a_completion_releases_its_request_and_those_before_it() {
+        let ring = Ring::new(4, false);
+        let ids: Vec<u64> = (0..4).map(|tag| ring.push(tag, None).unwrap()).collect();
+        let (error, _) = ring.push(9, None).unwrap_err();
+        assert!(matches!(error, Error::QueueFull { .. }), "{error:?}");
+        // Completing the third releases the first two (unsignaled) and returns the third.
+        let entry = ring.complete(ids[2]).unwrap();
+        assert_eq!(entry.tag, 2);
+        assert_eq!(ring.len(), 1);
+        // A stale or unknown id releases nothing.
+        assert!(ring.complete(ids[0]).is_none());
+        assert!(ring.complete(OWNED_ID_BIT | 12345).is_none());
+        assert_eq!(ring.len(), 1);
+        // Undoing a post works only for the last one pushed.
+        let last = ring.push(5, None).unwrap();
+        assert!(ring.unpush(ids[3]).is_none());
+        assert_eq!(ring.unpush(last).unwrap().tag, 5);
+        ring.clear();
+        assert_eq!(ring.len(), 0);
+    }
+
+    #[test]
+    fn only_owned_ids_are_looked_up() {
+        let tables = Arc::new(QpTables::new(2, 2));
+        let id = tables.recv.push(7, None).unwrap();
+        let routes = vec![Route {
+            qp_num: 5,
+            tables: tables.clone(),
+            send: false,
+            recv: true,
+        }];
+        assert!(take_completed(&routes, 5, id & !OWNED_ID_BIT).is_none());
+        assert!(
+            take_completed(&routes, 6, id).is_none(),
+            "another queue pair"
+        );
+        assert_eq!(take_completed(&routes, 5, id).unwrap().tag, 7);
+        assert!(take_completed(&routes, 5, id).is_none(), "taken once");
+    }
+}

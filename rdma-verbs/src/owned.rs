@@ -1,0 +1,503 @@
+//! The owned-buffer data path (`docs/data-path.md`): posting moves a [`Buf`] into the queue
+//! pair, and the completion that proves the device is done with it hands it back, through
+//! [`CompletionQueue::poll_each`]. Safe, with no scope to outlive: a receive ring can stay
+//! posted across iterations, many queue pairs can share a completion queue, and sends may be
+//! unsignaled.
+//!
+//! Why it is sound: a posted buffer is in the queue's in-flight table, where no Rust code
+//! reaches it, and it holds its pool's region registered. It leaves the table only (a) with
+//! the completion of its own request, or of a later one of the same queue, which completes in
+//! order; (b) when the queue pair is reset or destroyed, after the verb has returned; or (c)
+//! when the provider refused the post and said so. Each request's `wr_id` is an id no other
+//! request of the process ever had (see `inflight.rs`), and the other post paths refuse ids of
+//! that form, so no other completion, stale or not, can be taken for it.
+
+use std::fmt;
+
+use crate::buf::Buf;
+use crate::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
+use crate::error::{Error, Result};
+use crate::inflight::{Entry, Ring, take_completed};
+use crate::mr::RemoteMemory;
+use crate::qp::{CanPostRecv, QpState, QueuePair, Rts, Transport, may_have_posted};
+use crate::wr::{Payload, RecvRequest, SendRequest};
+
+/// A send request of the owned-buffer path: what it sends (a [`Buf`], or inline bytes), the
+/// operation, a tag the completion gives back, and whether it is signaled.
+///
+/// Signaled by default: its completion hands its buffer back. An [`unsignaled`](Self::unsignaled)
+/// request produces no completion; its buffer returns to its pool when a later signaled
+/// request of the same queue pair completes.
+#[must_use = "a request does nothing until it is posted"]
+pub struct OwnedSend<'a> {
+    kind: Kind<'a>,
+    tag: u64,
+    imm: Option<u32>,
+    signaled: bool,
+}
+
+enum Kind<'a> {
+    Send(Option<Buf>),
+    SendInline(&'a [u8]),
+    Write(Buf, RemoteMemory),
+    WriteInline(&'a [u8], RemoteMemory),
+    Read(Buf, RemoteMemory),
+    FetchAdd(Buf, RemoteMemory, u64),
+    CompareSwap(Buf, RemoteMemory, u64, u64),
+}
+
+impl<'a> OwnedSend<'a> {
+    fn new(kind: Kind<'a>) -> Self {
+        Self {
+            kind,
+            tag: 0,
+            imm: None,
+            signaled: true,
+        }
+    }
+
+    /// SEND of the buffer's first [`len`](Buf::len) bytes.
+    pub fn send(buf: Buf) -> Self {
+        Self::new(Kind::Send(Some(buf)))
+    }
+
+    /// A SEND of no bytes (no buffer).
+    pub fn send_empty() -> Self {
+        Self::new(Kind::Send(None))
+    }
+
+    /// SEND of `bytes`, copied into the request when it is posted (`IBV_SEND_INLINE`, up to
+    /// the queue pair's `max_inline_data`): no buffer, and `bytes` are free again as soon as
+    /// the post returns.
+    pub fn send_inline(bytes: &'a [u8]) -> Self {
+        Self::new(Kind::SendInline(bytes))
+    }
+
+    /// RDMA WRITE of the buffer's first `len` bytes to `remote` (the peer's memory).
+    pub fn write(buf: Buf, remote: RemoteMemory) -> Self {
+        Self::new(Kind::Write(buf, remote))
+    }
+
+    /// RDMA WRITE of `bytes`, inline.
+    pub fn write_inline(bytes: &'a [u8], remote: RemoteMemory) -> Self {
+        Self::new(Kind::WriteInline(bytes, remote))
+    }
+
+    /// RDMA READ of `remote` into the buffer's first `len` bytes.
+    pub fn read(target: Buf, remote: RemoteMemory) -> Self {
+        Self::new(Kind::Read(target, remote))
+    }
+
+    /// ATOMIC_FETCH_AND_ADD on the 8-byte word at `remote`; the old value lands in the first 8
+    /// bytes of `result` (its length is set to 8), in the byte order the device writes.
+    pub fn fetch_add(result: Buf, remote: RemoteMemory, add: u64) -> Self {
+        Self::new(Kind::FetchAdd(result, remote, add))
+    }
+
+    /// ATOMIC_CMP_AND_SWP on the 8-byte word at `remote`: if it equals `compare`, it becomes
+    /// `swap`. The old value lands in the first 8 bytes of `result` (its length is set to 8).
+    pub fn compare_swap(result: Buf, remote: RemoteMemory, compare: u64, swap: u64) -> Self {
+        Self::new(Kind::CompareSwap(result, remote, compare, swap))
+    }
+
+    /// The tag [`Completion::tag`] gives back (0 by default).
+    pub fn tag(mut self, tag: u64) -> Self {
+        self.tag = tag;
+        self
+    }
+
+    /// Immediate data (SEND and RDMA WRITE only; posting it on another operation fails with
+    /// [`Error::InvalidArgument`]).
+    pub fn with_imm(mut self, imm: u32) -> Self {
+        self.imm = Some(imm);
+        self
+    }
+
+    /// No completion for this request (see the type's documentation).
+    pub fn unsignaled(mut self) -> Self {
+        self.signaled = false;
+        self
+    }
+}
+
+impl fmt::Debug for OwnedSend<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let op = match &self.kind {
+            Kind::Send(_) => "SEND",
+            Kind::SendInline(_) => "SEND (inline)",
+            Kind::Write(..) => "RDMA_WRITE",
+            Kind::WriteInline(..) => "RDMA_WRITE (inline)",
+            Kind::Read(..) => "RDMA_READ",
+            Kind::FetchAdd(..) => "ATOMIC_FETCH_AND_ADD",
+            Kind::CompareSwap(..) => "ATOMIC_CMP_AND_SWP",
+        };
+        f.debug_struct("OwnedSend")
+            .field("op", &op)
+            .field("tag", &self.tag)
+            .field("imm", &self.imm)
+            .field("signaled", &self.signaled)
+            .finish()
+    }
+}
+
+/// A post the queue pair did not take: the error, and the buffer, which the device never saw.
+///
+/// `buf` is `None` when the request had none, and when the provider did not say whether it
+/// took the request ([`Error::PostIndeterminate`], or the extended path's `ibv_wr_complete`
+/// failing): the buffer then stays in flight until a completion, a reset or the destruction
+/// of the queue pair releases it.
+#[derive(Debug)]
+pub struct PostRefused {
+    error: Error,
+    buf: Option<Buf>,
+}
+
+impl PostRefused {
+    /// Why the post failed.
+    pub fn error(&self) -> &Error {
+        &self.error
+    }
+
+    /// The error and the buffer.
+    pub fn into_parts(self) -> (Error, Option<Buf>) {
+        (self.error, self.buf)
+    }
+
+    /// The buffer, if it came back.
+    pub fn into_buf(self) -> Option<Buf> {
+        self.buf
+    }
+}
+
+impl fmt::Display for PostRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl std::error::Error for PostRefused {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl From<PostRefused> for Error {
+    fn from(refused: PostRefused) -> Self {
+        refused.error
+    }
+}
+
+/// Refuses `buf` unless its region is in the queue pair's protection domain (the device
+/// would refuse the key at run time; this says so at post time).
+fn check_pd(buf: Option<&Buf>, qp_pd: *mut crate::ffi::ibv_pd) -> Result<()> {
+    match buf {
+        Some(buf) if buf.pd().as_raw() != qp_pd => Err(Error::InvalidArgument(
+            "the buffer's pool is in another protection domain than the queue pair".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Records `buf` in `ring`, posts with `post` (given the request's id), and undoes the record
+/// if the provider refused the post and said so.
+fn post_owned(
+    ring: &Ring,
+    tag: u64,
+    buf: Option<Buf>,
+    post: impl FnOnce(u64) -> Result<()>,
+) -> std::result::Result<(), PostRefused> {
+    let id = ring
+        .push(tag, buf)
+        .map_err(|(error, buf)| PostRefused { error, buf })?;
+    match post(id) {
+        Ok(()) => Ok(()),
+        Err(error) if may_have_posted(&error) => Err(PostRefused { error, buf: None }),
+        Err(error) => {
+            let buf = ring.unpush(id).and_then(|entry| entry.buf);
+            Err(PostRefused { error, buf })
+        }
+    }
+}
+
+impl<T: Transport> QueuePair<T, Rts> {
+    /// Posts an owned send request: its buffer moves into the queue pair until the request's
+    /// completion (or a later one of this queue pair, for an unsignaled request) hands it back
+    /// through [`CompletionQueue::poll_each`] on the send completion queue. Allocates nothing.
+    ///
+    /// A UD queue pair needs a destination, which owned requests cannot carry yet: they are
+    /// refused there.
+    ///
+    /// # Errors
+    ///
+    /// [`PostRefused`], with the buffer when the device never saw it:
+    /// [`Error::InvalidArgument`] for an operation the transport does not allow, immediate
+    /// data where it cannot go, an atomic whose buffer holds fewer than 8 bytes, or a buffer of
+    /// another protection domain; [`Error::QueueFull`] when as many requests are in flight as
+    /// the send queue holds; else as [`post_send_one`](Self::post_send_one).
+    pub fn post_send_owned(
+        &mut self,
+        request: OwnedSend<'_>,
+    ) -> std::result::Result<(), PostRefused> {
+        let OwnedSend {
+            kind,
+            tag,
+            imm,
+            signaled,
+        } = request;
+        let (mut buf, build): (Option<Buf>, Build<'_>) = match kind {
+            Kind::Send(buf) => (buf, Build::Send),
+            Kind::SendInline(bytes) => (None, Build::SendInline(bytes)),
+            Kind::Write(buf, remote) => (Some(buf), Build::Write(remote)),
+            Kind::WriteInline(bytes, remote) => (None, Build::WriteInline(bytes, remote)),
+            Kind::Read(buf, remote) => (Some(buf), Build::Read(remote)),
+            Kind::FetchAdd(buf, remote, add) => (Some(buf), Build::FetchAdd(remote, add)),
+            Kind::CompareSwap(buf, remote, compare, swap) => {
+                (Some(buf), Build::CompareSwap(remote, compare, swap))
+            }
+        };
+        if let Err(error) = check_pd(buf.as_ref(), self.pd().as_raw()) {
+            return Err(PostRefused { error, buf });
+        }
+        if build.is_atomic() {
+            if let Some(result) = buf.as_mut() {
+                if let Err(error) = result.set_len(8) {
+                    return Err(PostRefused { error, buf });
+                }
+            }
+        }
+        if let (Build::Read(remote), Some(target)) = (&build, &buf) {
+            if target.len() > remote.len as usize {
+                let error = Error::InvalidArgument(format!(
+                    "a read of {} bytes from {} bytes of remote memory",
+                    target.len(),
+                    remote.len
+                ));
+                return Err(PostRefused { error, buf });
+            }
+        }
+        let slice = buf.as_ref().map(|b| b.raw_slice(false));
+        let tables = self.tables().clone();
+        // The request that takes the last free slot is signaled whatever the caller asked:
+        // unsignaled requests are released only by a later completion, and with the queue
+        // full of them none could come.
+        let signaled = signaled || tables.send.one_slot_left();
+        post_owned(&tables.send, tag, buf, |id| {
+            let payload = slice.map_or(Payload::None, Payload::Slice);
+            let mut request = build.request(payload).owned(id);
+            if let Some(imm) = imm {
+                request = request.with_imm(imm);
+            }
+            if signaled {
+                request = request.signaled();
+            }
+            // SAFETY: the request names the buffer's bytes (`slice`), or inline bytes copied
+            // during the call, or none. The buffer was moved into the send table before this
+            // post and leaves it only with this request's completion (or a later one of this
+            // queue, which completes in order), with the queue pair's reset or destruction, or
+            // if this post fails without the device having seen it; it holds its region
+            // registered meanwhile, and no Rust code can reach its bytes. `remote` is the
+            // peer's memory. The request's id has `OWNED_ID_BIT`, which no other post may use,
+            // so no other completion can release the buffer.
+            unsafe { self.post_send_one(&request) }
+        })
+    }
+}
+
+/// The `SendRequest` constructor an owned request maps to.
+enum Build<'a> {
+    Send,
+    SendInline(&'a [u8]),
+    Write(RemoteMemory),
+    WriteInline(&'a [u8], RemoteMemory),
+    Read(RemoteMemory),
+    FetchAdd(RemoteMemory, u64),
+    CompareSwap(RemoteMemory, u64, u64),
+}
+
+impl<'a> Build<'a> {
+    fn is_atomic(&self) -> bool {
+        matches!(self, Build::FetchAdd(..) | Build::CompareSwap(..))
+    }
+
+    /// The request, with `payload` (the buffer's slice, or none) and a placeholder id.
+    fn request(&self, payload: Payload<'a>) -> SendRequest<'a> {
+        match *self {
+            Build::Send => SendRequest::send(0, payload),
+            Build::SendInline(bytes) => SendRequest::send(0, Payload::Inline(bytes)),
+            Build::Write(remote) => SendRequest::write(0, payload, remote),
+            Build::WriteInline(bytes, remote) => {
+                SendRequest::write(0, Payload::Inline(bytes), remote)
+            }
+            Build::Read(remote) => SendRequest::read(0, payload, remote),
+            Build::FetchAdd(remote, add) => match payload {
+                Payload::Slice(slice) => SendRequest::fetch_add(0, slice, remote, add),
+                // No buffer: refused by the atomic check when posted.
+                other => SendRequest::send(0, other),
+            },
+            Build::CompareSwap(remote, compare, swap) => match payload {
+                Payload::Slice(slice) => SendRequest::compare_swap(0, slice, remote, compare, swap),
+                other => SendRequest::send(0, other),
+            },
+        }
+    }
+}
+
+impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
+    /// Posts an owned receive into the whole of `buf` (its capacity): the buffer moves into the
+    /// queue pair until the receive's completion hands it back, with its length set to the
+    /// bytes received, through [`CompletionQueue::poll_each`] on the receive completion queue.
+    /// Allocates nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`PostRefused`], with the buffer when the device never saw it:
+    /// [`Error::InvalidArgument`] for a queue pair on an SRQ or a buffer of another protection
+    /// domain; [`Error::QueueFull`] when as many receives are in flight as the receive queue
+    /// holds; else as [`post_recv_one`](Self::post_recv_one).
+    pub fn post_recv_buf(&mut self, buf: Buf, tag: u64) -> std::result::Result<(), PostRefused> {
+        if self.has_srq() {
+            return Err(PostRefused {
+                error: Error::InvalidArgument(
+                    "a queue pair on an SRQ receives through the SRQ".into(),
+                ),
+                buf: Some(buf),
+            });
+        }
+        if let Err(error) = check_pd(Some(&buf), self.pd().as_raw()) {
+            return Err(PostRefused {
+                error,
+                buf: Some(buf),
+            });
+        }
+        let slice = buf.raw_slice(true);
+        let tables = self.tables().clone();
+        post_owned(&tables.recv, tag, Some(buf), |id| {
+            let request = RecvRequest::new(0, slice).owned(id);
+            // SAFETY: as in `post_send_owned`: the buffer is in the receive table, where
+            // nothing reaches it, until this receive's completion (receive queues complete in
+            // order), the queue pair's reset or destruction, or a refused post.
+            unsafe { self.post_recv_one(&request) }
+        })
+    }
+}
+
+impl<T: Transport, S: QpState> QueuePair<T, S> {
+    /// Owned requests in flight, in both queues.
+    pub fn owned_in_flight(&self) -> usize {
+        self.tables().in_flight()
+    }
+}
+
+/// A work completion, and for an owned request, its tag and the buffer it hands back.
+#[derive(Debug)]
+#[must_use = "a completion may hold a buffer"]
+pub struct Completion {
+    wc: WorkCompletion,
+    owned: Option<(u64, Option<Buf>)>,
+}
+
+impl Completion {
+    fn new(wc: WorkCompletion, entry: Option<Entry>) -> Self {
+        let owned = entry.map(|entry| {
+            let mut buf = entry.buf;
+            if let Some(buf) = buf.as_mut() {
+                buf.set_received(received_len(&wc, entry.recv));
+            }
+            (entry.tag, buf)
+        });
+        Self { wc, owned }
+    }
+
+    /// The work completion. For an owned request its `wr_id` is the crate's id; use
+    /// [`tag`](Self::tag).
+    pub fn wc(&self) -> &WorkCompletion {
+        &self.wc
+    }
+
+    /// The tag of the owned request this completes, or `None` for a request posted another
+    /// way (then [`wc`](Self::wc)`.wr_id()` is its `wr_id`).
+    pub fn tag(&self) -> Option<u64> {
+        self.owned.as_ref().map(|(tag, _)| *tag)
+    }
+
+    /// The buffer the completed owned request hands back. After a receive its length is the
+    /// bytes received (see [`Buf::len`]); after a failed completion its contents are
+    /// undefined.
+    pub fn take_buf(&mut self) -> Option<Buf> {
+        self.owned.as_mut().and_then(|(_, buf)| buf.take())
+    }
+
+    /// The completion's status.
+    pub fn status(&self) -> WcStatus {
+        self.wc.status()
+    }
+
+    /// Whether the request succeeded.
+    pub fn is_success(&self) -> bool {
+        self.wc.is_success()
+    }
+}
+
+/// The length a buffer gets back from its completion: for a receive, the bytes that landed in
+/// it (none for an RDMA WRITE with immediate, whose bytes went to the peer's target memory, and
+/// none after an error, whose bytes are undefined); for a send, `None` (unchanged).
+fn received_len(wc: &WorkCompletion, recv: bool) -> Option<u32> {
+    if !recv {
+        return None;
+    }
+    if wc.status() != WcStatus::Success || wc.opcode() == WcOpcode::RecvRdmaWithImm {
+        return Some(0);
+    }
+    Some(wc.byte_len())
+}
+
+impl CompletionQueue {
+    /// Polls up to `max` completions and hands each to `f`, with what it releases: for an
+    /// owned request ([`QueuePair::post_send_owned`], [`QueuePair::post_recv_buf`]) its tag
+    /// and its buffer; completions of requests posted another way come as they are. Returns
+    /// how many it handed over (0 when the queue is empty). Allocates nothing.
+    ///
+    /// Poll queues that owned requests complete into with this only: a completion that
+    /// [`poll`](Self::poll), [`poll_for`](Self::poll_for), the `tokio` feature's
+    /// `poll_async` or a [`PostScope`](crate::PostScope) takes cannot release its buffer,
+    /// which then stays with the queue pair until it is reset or destroyed (a leak, not a
+    /// hazard).
+    ///
+    /// Unsignaled sends a completion releases go back to their pools; only the completed
+    /// request's buffer is handed over.
+    ///
+    /// # Errors
+    ///
+    /// As [`poll`](Self::poll). If `f` panics, the completions of that poll not yet handed
+    /// over are dropped (their buffers return to their pools).
+    pub fn poll_each(&mut self, max: usize, mut f: impl FnMut(Completion)) -> Result<usize> {
+        const BATCH: usize = 16;
+        let mut wcs = [WorkCompletion::default(); BATCH];
+        let mut done = 0;
+        while done < max {
+            let want = (max - done).min(BATCH);
+            let n = self.poll(&mut wcs[..want])?.len();
+            if n == 0 {
+                break;
+            }
+            let mut batch: [Option<Completion>; BATCH] = [const { None }; BATCH];
+            {
+                // One lock for the batch; released before `f` runs, which may create queue
+                // pairs on this queue (adding routes) or post (taking table locks).
+                let routes = self.inner.routes.lock();
+                for (slot, wc) in batch.iter_mut().zip(&wcs[..n]) {
+                    let entry = take_completed(&routes, wc.qp_num(), wc.wr_id());
+                    *slot = Some(Completion::new(*wc, entry));
+                }
+            }
+            for completion in batch.iter_mut().take(n).filter_map(Option::take) {
+                f(completion);
+            }
+            done += n;
+            if n < want {
+                break;
+            }
+        }
+        Ok(done)
+    }
+}

@@ -1,0 +1,502 @@
+//! The owned-buffer data path on the device: buffers move into the queue pair when posted and
+//! come back with their completion (`poll_each`), with every byte checked; a receive ring that
+//! stays posted across rounds; many queue pairs on one completion queue; unsignaled sends
+//! released by a later signaled one; RDMA WRITE, READ and atomics; what a reset and a drop
+//! release; stale completions that match nothing; and what the path refuses.
+
+mod common;
+
+use std::time::Instant;
+
+use common::*;
+use rdma_verbs::*;
+
+const SIZE: usize = 256;
+
+/// Reaps `want` completions from `cq` with `poll_each`; fails the test after [`WAIT`].
+fn reap(cq: &mut CompletionQueue, want: usize) -> Vec<Completion> {
+    let mut out = Vec::new();
+    let deadline = Instant::now() + WAIT;
+    while out.len() < want {
+        cq.poll_each(want - out.len(), |c| out.push(c)).unwrap();
+        assert!(
+            Instant::now() < deadline,
+            "{} of {want} completions: {out:?}",
+            out.len()
+        );
+    }
+    out
+}
+
+fn message(round: u64) -> Vec<u8> {
+    pattern(SIZE, round as u8)
+}
+
+/// A receive ring of 8 buffers stays posted across 200 rounds: each completion hands the
+/// buffer back with the bytes received, and it is posted again at once. The sender's buffers
+/// come back with their send completions.
+#[test]
+fn owned_receive_ring_across_rounds() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(32), f.cq(32));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let tx = BufferPool::new(&f.pd, 4, SIZE).unwrap();
+    let rx = BufferPool::new(&f.pd, 8, SIZE).unwrap();
+    for slot in 0..8 {
+        b.post_recv_buf(rx.take().unwrap(), slot).unwrap();
+    }
+    assert_eq!((rx.available(), b.owned_in_flight()), (0, 8));
+    for round in 0..200u64 {
+        let mut buf = tx.take().unwrap();
+        buf.fill_from(&message(round)).unwrap();
+        a.post_send_owned(OwnedSend::send(buf).tag(1000 + round))
+            .unwrap();
+        let mut sent = reap(&mut cq_a, 1);
+        assert_eq!(sent[0].tag(), Some(1000 + round));
+        assert_eq!(
+            (sent[0].status(), sent[0].wc().opcode()),
+            (WcStatus::Success, WcOpcode::Send)
+        );
+        assert_eq!(sent[0].take_buf().unwrap().len(), SIZE);
+        let mut got = reap(&mut cq_b, 1);
+        // Receives complete in order: round r fills ring slot r % 8.
+        assert_eq!(got[0].tag(), Some(round % 8), "{got:?}");
+        assert_eq!(got[0].wc().opcode(), WcOpcode::Recv);
+        assert_eq!(got[0].wc().qp_num(), b.qp_num());
+        let buf = got[0].take_buf().unwrap();
+        assert_eq!(buf.len(), SIZE, "the length is what arrived");
+        assert_eq!(&buf[..], &message(round)[..], "round {round}");
+        b.post_recv_buf(buf, round % 8).unwrap();
+    }
+    assert_eq!(tx.available(), 4);
+    assert_eq!(b.owned_in_flight(), 8);
+    // Dropping the queue pair releases the ring: every buffer is back.
+    drop(b);
+    assert_eq!(rx.available(), 8);
+}
+
+/// Four queue pairs receive into one completion queue: `poll_each` routes each completion to
+/// its queue pair's table. The senders post three unsignaled sends and a signaled one: one
+/// completion each, which also returns the unsignaled ones' buffers to their pool.
+#[test]
+fn owned_queue_pairs_share_a_completion_queue_and_unsignaled_sends_return() {
+    let Some(f) = fixture() else { return };
+    let mut shared = f.cq(64);
+    let mut send_cq = f.cq(64);
+    let tx = BufferPool::new(&f.pd, 16, SIZE).unwrap();
+    let rx = BufferPool::new(&f.pd, 16, SIZE).unwrap();
+    let mut pairs = Vec::new();
+    for _ in 0..4 {
+        let (a, b) = f.rc_pair(
+            f.pd.create_qp(&send_cq, &send_cq).max_send_wr(8),
+            f.pd.create_qp(&shared, &shared).max_recv_wr(8),
+            AccessFlags::empty(),
+        );
+        pairs.push((a, b));
+    }
+    for (p, (a, b)) in pairs.iter_mut().enumerate() {
+        for m in 0..4u64 {
+            b.post_recv_buf(rx.take().unwrap(), (p as u64) << 8 | m)
+                .unwrap();
+        }
+        for m in 0..4u64 {
+            let mut buf = tx.take().unwrap();
+            buf.fill_from(&message((p as u64) << 4 | m)).unwrap();
+            let request = OwnedSend::send(buf).tag((p as u64) << 8 | m);
+            let request = if m < 3 { request.unsignaled() } else { request };
+            a.post_send_owned(request).unwrap();
+        }
+    }
+    let received = reap(&mut shared, 16);
+    let mut seen = std::collections::BTreeSet::new();
+    for mut c in received {
+        assert!(c.is_success(), "{c:?}");
+        let tag = c.tag().expect("an owned receive");
+        let (p, m) = ((tag >> 8) as usize, tag & 0xff);
+        assert_eq!(c.wc().qp_num(), pairs[p].1.qp_num(), "routed by number");
+        let buf = c.take_buf().unwrap();
+        assert_eq!(
+            &buf[..],
+            &message((p as u64) << 4 | m)[..],
+            "pair {p} message {m}"
+        );
+        assert!(seen.insert(tag));
+    }
+    assert_eq!(seen.len(), 16);
+    // One send completion per pair (the signaled one), tagged 3.
+    let sent = reap(&mut send_cq, 4);
+    for c in &sent {
+        assert_eq!(c.tag().map(|t| t & 0xff), Some(3), "{c:?}");
+        assert!(c.is_success());
+    }
+    assert_no_completion_each(&mut send_cq);
+    drop(sent);
+    // Every send buffer is back: the signaled ones with their completions (dropped above),
+    // the unsignaled ones released by them.
+    assert_eq!(tx.available(), 16);
+    assert_eq!(rx.available(), 16);
+    for (a, b) in &pairs {
+        assert_eq!((a.owned_in_flight(), b.owned_in_flight()), (0, 0));
+    }
+}
+
+/// Nothing more arrives within [`QUIET`].
+fn assert_no_completion_each(cq: &mut CompletionQueue) {
+    let until = Instant::now() + QUIET;
+    while Instant::now() < until {
+        let n = cq
+            .poll_each(4, |c| panic!("unexpected completion: {c:?}"))
+            .unwrap();
+        assert_eq!(n, 0);
+    }
+}
+
+/// RDMA WRITE from a buffer, READ into one, and both atomics with their old values, against a
+/// remotely writable region of the peer (read by copying, as such regions are).
+#[test]
+fn owned_write_read_and_atomics() {
+    let Some(f) = fixture() else { return };
+    let rights = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+    let (mut cq_a, cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, _b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b),
+        rights,
+    );
+    let mut target =
+        f.pd.register(2 * SIZE, AccessFlags::LOCAL_WRITE | rights)
+            .unwrap();
+    target.write_at(SIZE, &message(77)).unwrap();
+    let pool = BufferPool::new(&f.pd, 4, SIZE).unwrap();
+
+    let mut buf = pool.take().unwrap();
+    buf.fill_from(&message(5)).unwrap();
+    a.post_send_owned(OwnedSend::write(buf, target.remote(..SIZE).unwrap()).tag(1))
+        .unwrap();
+    let mut read = pool.take().unwrap();
+    read.set_len(SIZE).unwrap();
+    a.post_send_owned(OwnedSend::read(read, target.remote(SIZE..).unwrap()).tag(2))
+        .unwrap();
+    let done = reap(&mut cq_a, 2);
+    let mut copy = vec![0u8; SIZE];
+    target.read_at(0, &mut copy).unwrap();
+    assert_eq!(copy, message(5), "the write landed");
+    let mut done = done.into_iter();
+    let mut write = done.next().unwrap();
+    assert_eq!(
+        (write.tag(), write.wc().opcode()),
+        (Some(1), WcOpcode::RdmaWrite)
+    );
+    drop(write.take_buf());
+    let mut read = done.next().unwrap();
+    assert_eq!(
+        (read.tag(), read.wc().opcode()),
+        (Some(2), WcOpcode::RdmaRead)
+    );
+    assert_eq!(&read.take_buf().unwrap()[..], &message(77)[..], "the read");
+
+    let word = target.remote(..8).unwrap();
+    target.write_at(0, &40u64.to_ne_bytes()).unwrap();
+    a.post_send_owned(OwnedSend::fetch_add(pool.take().unwrap(), word, 2).tag(3))
+        .unwrap();
+    let mut added = reap(&mut cq_a, 1).remove(0);
+    assert_eq!(added.wc().opcode(), WcOpcode::FetchAdd);
+    let old = added.take_buf().unwrap();
+    assert_eq!(old.len(), 8);
+    assert_eq!(u64::from_ne_bytes(old[..8].try_into().unwrap()), 40);
+    drop(old);
+    a.post_send_owned(OwnedSend::compare_swap(pool.take().unwrap(), word, 42, 7).tag(4))
+        .unwrap();
+    let mut swapped = reap(&mut cq_a, 1).remove(0);
+    assert_eq!(swapped.wc().opcode(), WcOpcode::CompSwap);
+    let old = swapped.take_buf().unwrap();
+    assert_eq!(u64::from_ne_bytes(old[..8].try_into().unwrap()), 42);
+    assert_eq!(target.load_u64(0).unwrap(), 7);
+}
+
+/// A reset releases every owned request (the device dropped them); a receive that completed
+/// before the reset and was never polled is stale afterwards: `poll_each` hands it over as a
+/// completion of no owned request, and the new receive posted after reconnecting is still in
+/// flight until the peer sends, then carries the new bytes.
+#[test]
+fn owned_reset_releases_and_stale_completions_match_nothing() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let pool = BufferPool::new(&f.pd, 8, SIZE).unwrap();
+    for slot in 0..3 {
+        b.post_recv_buf(pool.take().unwrap(), slot).unwrap();
+    }
+    let mut buf = pool.take().unwrap();
+    buf.fill_from(&message(1)).unwrap();
+    a.post_send_owned(OwnedSend::send(buf)).unwrap();
+    // Wait for the send: on rxe the receive's completion is then in b's queue, not polled.
+    let mut sent = reap(&mut cq_a, 1);
+    drop(sent.remove(0).take_buf());
+    assert_eq!(pool.available(), 5);
+
+    let (a_num, b_num) = (a.qp_num(), b.qp_num());
+    let b = b.into_reset().unwrap();
+    assert_eq!(pool.available(), 8, "the reset released all three receives");
+    assert_eq!(b.owned_in_flight(), 0);
+    let init = ConnectedInitAttr::new(f.device.port);
+    let mut b = b
+        .into_init(&init)
+        .unwrap()
+        .into_rtr(&RcRtrAttr::new(f.av(), a_num, 100))
+        .unwrap()
+        .into_rts(&RcRtsAttr::new(200))
+        .unwrap();
+    a = a
+        .into_reset()
+        .unwrap()
+        .into_init(&init)
+        .unwrap()
+        .into_rtr(&RcRtrAttr::new(f.av(), b_num, 200))
+        .unwrap()
+        .into_rts(&RcRtsAttr::new(100))
+        .unwrap();
+    b.post_recv_buf(pool.take().unwrap(), 9).unwrap();
+    // Whatever the queue still holds from before the reset matches no owned request.
+    let mut stale = 0;
+    let until = Instant::now() + QUIET;
+    while Instant::now() < until {
+        b_poll_stale(&mut cq_b, &mut stale);
+    }
+    note(&format!(
+        "{stale} stale completion(s) in the queue after the reset"
+    ));
+    assert_eq!(b.owned_in_flight(), 1, "the new receive is still in flight");
+
+    let mut buf = pool.take().unwrap();
+    buf.fill_from(&message(2)).unwrap();
+    a.post_send_owned(OwnedSend::send(buf)).unwrap();
+    drop(reap(&mut cq_a, 1));
+    let mut got = reap(&mut cq_b, 1).remove(0);
+    assert_eq!(got.tag(), Some(9));
+    assert_eq!(&got.take_buf().unwrap()[..], &message(2)[..]);
+    drop(got);
+    assert_eq!(pool.available(), 8);
+}
+
+/// Polls `cq` once; every completion must be of no owned request (stale).
+fn b_poll_stale(cq: &mut CompletionQueue, stale: &mut usize) {
+    cq.poll_each(4, |c| {
+        assert_eq!(
+            c.tag(),
+            None,
+            "a stale completion was taken for an owned one: {c:?}"
+        );
+        *stale += 1;
+    })
+    .unwrap();
+}
+
+/// What the owned path refuses, each time giving the buffer back: a buffer of another
+/// protection domain, a full receive queue, an atomic into fewer than 8 bytes, a UD send
+/// (no destination yet); and what the other paths refuse because of it: a `wr_id` with the top
+/// bit (reserved for owned ids), and a scope while owned requests are in flight.
+#[test]
+fn owned_refusals_give_the_buffer_back() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b).max_recv_wr(2),
+        AccessFlags::REMOTE_ATOMIC,
+    );
+    let pool = BufferPool::new(&f.pd, 64, 8).unwrap();
+    let other_pd = f.context.alloc_pd().unwrap();
+    let foreign = BufferPool::new(&other_pd, 1, 8).unwrap();
+
+    let refused = b.post_recv_buf(foreign.take().unwrap(), 1).unwrap_err();
+    assert!(
+        matches!(refused.error(), Error::InvalidArgument(_)),
+        "{refused}"
+    );
+    assert!(refused.into_buf().unwrap().is_from(&foreign));
+    assert_eq!(foreign.available(), 1);
+
+    let capacity = b.caps().max_recv_wr as usize;
+    for slot in 0..capacity {
+        b.post_recv_buf(pool.take().unwrap(), slot as u64).unwrap();
+    }
+    let full = b.post_recv_buf(pool.take().unwrap(), 99).unwrap_err();
+    assert!(matches!(full.error(), Error::QueueFull { .. }), "{full}");
+    assert!(full.into_buf().is_some());
+    assert_eq!(b.owned_in_flight(), capacity);
+
+    // A scope would count the owned receives' completions: refused while they are in flight.
+    let mut ran = false;
+    let scoped = b.scope(ScopeCqs::shared(&mut cq_b), |_| ran = true);
+    assert!(
+        matches!(scoped, Err(Error::InvalidArgument(_))) && !ran,
+        "{scoped:?}"
+    );
+
+    let small = BufferPool::new(&f.pd, 1, 4).unwrap();
+    let mut counter =
+        f.pd.register(8, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC)
+            .unwrap();
+    counter.write_at(0, &5u64.to_ne_bytes()).unwrap();
+    let short = a
+        .post_send_owned(OwnedSend::fetch_add(
+            small.take().unwrap(),
+            counter.remote(..).unwrap(),
+            1,
+        ))
+        .unwrap_err();
+    assert!(
+        matches!(short.error(), Error::InvalidArgument(_)),
+        "{short}"
+    );
+    assert!(short.into_buf().is_some());
+
+    // Reserved ids: the unsafe path and the scope refuse them.
+    let src = f.pd.register(8, AccessFlags::LOCAL_WRITE).unwrap();
+    let reserved = SendRequest::send(1 << 63, src.slice(..).unwrap());
+    // SAFETY: refused before posting.
+    let posted = unsafe { a.post_send_one(&reserved) };
+    assert!(
+        matches!(posted, Err(Error::InvalidArgument(_))),
+        "{posted:?}"
+    );
+    let scoped = a.scope(ScopeCqs::shared(&mut cq_a), |s| {
+        s.send(SendRequest::send(u64::MAX, src.slice(..).unwrap()))
+    });
+    assert!(
+        matches!(scoped, Ok(Err(Error::InvalidArgument(_)))),
+        "{scoped:?}"
+    );
+
+    // UD: owned sends carry no destination yet, so they are refused; receives work.
+    let mut ud_cq = f.cq(4);
+    let mut ud = f.ud_qp(f.pd.create_qp(&ud_cq, &ud_cq), 0x1234);
+    let datagram = ud
+        .post_send_owned(OwnedSend::send(pool.take().unwrap()))
+        .unwrap_err();
+    assert!(
+        matches!(datagram.error(), Error::InvalidArgument(_)),
+        "{datagram}"
+    );
+    assert!(datagram.into_buf().is_some());
+    assert_no_completion_each(&mut ud_cq);
+    assert_no_completion_each(&mut cq_a);
+    drop(counter);
+}
+
+/// The receive of an RDMA WRITE with immediate holds no bytes (they went to the target
+/// memory): its buffer comes back with length 0, whatever the write's length. A SEND of an
+/// empty buffer arrives as a receive of 0 bytes.
+#[test]
+fn owned_receive_lengths_for_write_with_immediate_and_empty_sends() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::REMOTE_WRITE,
+    );
+    let target =
+        f.pd.register(SIZE, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+            .unwrap();
+    let pool = BufferPool::new(&f.pd, 4, SIZE).unwrap();
+    b.post_recv_buf(pool.take().unwrap(), 1).unwrap();
+    b.post_recv_buf(pool.take().unwrap(), 2).unwrap();
+    let mut buf = pool.take().unwrap();
+    buf.fill_from(&message(3)).unwrap();
+    a.post_send_owned(OwnedSend::write(buf, target.remote(..).unwrap()).with_imm(0xabcd))
+        .unwrap();
+    let mut empty = pool.take().unwrap();
+    empty.set_len(0).unwrap();
+    a.post_send_owned(OwnedSend::send(empty)).unwrap();
+    drop(reap(&mut cq_a, 2));
+    let mut got = reap(&mut cq_b, 2);
+    assert_eq!(got[0].wc().opcode(), WcOpcode::RecvRdmaWithImm);
+    assert_eq!(got[0].wc().imm_data(), Some(0xabcd));
+    assert_eq!(got[0].wc().byte_len() as usize, SIZE);
+    assert_eq!(
+        got[0].take_buf().unwrap().len(),
+        0,
+        "no bytes landed in the buffer"
+    );
+    assert_eq!(got[1].wc().opcode(), WcOpcode::Recv);
+    assert_eq!(got[1].wc().byte_len(), 0);
+    assert_eq!(got[1].take_buf().unwrap().len(), 0);
+    let mut copy = vec![0u8; SIZE];
+    target.read_at(0, &mut copy).unwrap();
+    assert_eq!(copy, message(3));
+}
+
+/// Unsignaled sends cannot fill the send queue for good: the one that takes the last free
+/// slot is made signaled, so its completion comes and releases every buffer.
+#[test]
+fn owned_unsignaled_sends_cannot_wedge_the_queue() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(64), f.cq(64));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a).max_send_wr(4),
+        f.pd.create_qp(&cq_b, &cq_b).max_recv_wr(64),
+        AccessFlags::empty(),
+    );
+    let slots = a.caps().max_send_wr as usize;
+    let pool = BufferPool::new(&f.pd, 2 * slots, 16).unwrap();
+    for m in 0..slots as u64 {
+        b.post_recv_buf(pool.take().unwrap(), m).unwrap();
+    }
+    for m in 0..slots as u64 {
+        let mut buf = pool.take().unwrap();
+        buf.fill_from(&[m as u8; 16]).unwrap();
+        a.post_send_owned(OwnedSend::send(buf).tag(m).unsignaled())
+            .unwrap();
+    }
+    let sent = reap(&mut cq_a, 1);
+    assert_eq!(
+        sent[0].tag(),
+        Some(slots as u64 - 1),
+        "the last one was signaled"
+    );
+    drop(sent);
+    assert_eq!(a.owned_in_flight(), 0);
+    let received = reap(&mut cq_b, slots);
+    for (m, mut c) in received.into_iter().enumerate() {
+        assert_eq!(&c.take_buf().unwrap()[..], &[m as u8; 16][..]);
+    }
+    assert_eq!(pool.available(), 2 * slots);
+}
+
+/// A READ into more bytes than the remote memory holds is refused, with the buffer back.
+#[test]
+fn owned_read_longer_than_the_remote_memory_is_refused() {
+    let Some(f) = fixture() else { return };
+    let (cq_a, cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, _b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::REMOTE_READ,
+    );
+    let source =
+        f.pd.register(64, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+            .unwrap();
+    let pool = BufferPool::new(&f.pd, 1, SIZE).unwrap();
+    let refused = a
+        .post_send_owned(OwnedSend::read(
+            pool.take().unwrap(),
+            source.remote(..).unwrap(),
+        ))
+        .unwrap_err();
+    assert!(
+        matches!(refused.error(), Error::InvalidArgument(_)),
+        "{refused}"
+    );
+    assert_eq!(refused.into_buf().unwrap().len(), SIZE);
+    assert_eq!(a.owned_in_flight(), 0);
+}

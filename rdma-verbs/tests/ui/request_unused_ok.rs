@@ -1,0 +1,17 @@
+// The control of `request_unused`: the same code compiles under `deny(unused_must_use)` when
+// the signaled request is the one posted.
+
+#![deny(unused_must_use)]
+
+use rdma_verbs::{MemoryRegion, QueuePair, Rc, Rts, SendRequest};
+
+fn post_signaled(qp: &mut QueuePair<Rc, Rts>, mr: &MemoryRegion) {
+    let request = SendRequest::send(1, mr.slice(..).unwrap());
+    let request = request.signaled();
+    // SAFETY: never runs; only compiled.
+    let _ = unsafe { qp.post_send_one(&request) };
+}
+
+fn main() {
+    let _ = post_signaled;
+}
