@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use crate::cq::WorkCompletion;
 use crate::error::{Error, Result};
@@ -11,16 +12,34 @@ use crate::qp::AddressVector;
 
 /// An address handle (`struct ibv_ah`): a path to a remote port, for UD sends.
 ///
-/// Keeps its protection domain alive. `Send` and `Sync`.
+/// Keeps its protection domain alive. Cheap to clone (clones are the same handle, destroyed
+/// with the last one), so an owned UD send can keep it alive while in flight. `Send` and
+/// `Sync`.
+#[derive(Clone)]
 pub struct AddressHandle {
+    inner: Arc<AhInner>,
+}
+
+struct AhInner {
     raw: NonNull<ffi::ibv_ah>,
     pd: ProtectionDomain,
 }
 
 // SAFETY: an address handle is an immutable kernel/provider object usable from any thread.
-unsafe impl Send for AddressHandle {}
+unsafe impl Send for AhInner {}
 // SAFETY: as above.
-unsafe impl Sync for AddressHandle {}
+unsafe impl Sync for AhInner {}
+
+impl AddressHandle {
+    fn new(raw: NonNull<ffi::ibv_ah>, pd: &ProtectionDomain) -> Self {
+        Self {
+            inner: Arc::new(AhInner {
+                raw,
+                pd: pd.clone(),
+            }),
+        }
+    }
+}
 
 impl ProtectionDomain {
     /// `ibv_create_ah`: an address handle for `av`.
@@ -52,10 +71,7 @@ impl ProtectionDomain {
         // SAFETY: live PD; valid attributes.
         let raw = unsafe { ffi::ibv_create_ah(self.as_raw(), &mut raw_attr) };
         let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_create_ah"))?;
-        Ok(AddressHandle {
-            raw,
-            pd: self.clone(),
-        })
+        Ok(AddressHandle::new(raw, self))
     }
 
     /// `ibv_create_ah_from_wc`: an address handle back to the sender of a UD receive
@@ -83,10 +99,7 @@ impl ProtectionDomain {
         let raw =
             unsafe { ffi::ibv_create_ah_from_wc(self.as_raw(), &mut wc_raw, &mut grh_raw, port) };
         let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_create_ah_from_wc"))?;
-        Ok(AddressHandle {
-            raw,
-            pd: self.clone(),
-        })
+        Ok(AddressHandle::new(raw, self))
     }
 }
 
@@ -95,29 +108,35 @@ impl AddressHandle {
     /// its own protection domain: posting a request with another's fails with
     /// [`Error::InvalidArgument`] (the provider would take the handle for one of its own).
     pub fn pd(&self) -> &ProtectionDomain {
-        &self.pd
+        &self.inner.pd
+    }
+
+    /// A reference that keeps the handle alive, for an owned request in flight.
+    pub(crate) fn keep_alive(&self) -> Arc<dyn Send + Sync> {
+        self.inner.clone()
     }
 
     /// The raw `ibv_ah`.
     pub fn as_raw(&self) -> *mut ffi::ibv_ah {
-        self.raw.as_ptr()
+        self.inner.raw.as_ptr()
     }
 }
 
 impl fmt::Debug for AddressHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // SAFETY: live address handle.
-        let handle = unsafe { (*self.raw.as_ptr()).handle };
+        let handle = unsafe { (*self.as_raw()).handle };
         f.debug_struct("AddressHandle")
             .field("handle", &handle)
             .finish()
     }
 }
 
-impl Drop for AddressHandle {
+impl Drop for AhInner {
     fn drop(&mut self) {
-        // SAFETY: live address handle, destroyed once. Posted UD requests that use it are the
-        // caller's responsibility under the post contract.
+        // SAFETY: live address handle, destroyed once, when its last clone goes. Posted UD
+        // requests that use it are the caller's responsibility under the post contract, or
+        // hold a clone (owned sends).
         let ret = unsafe { ffi::ibv_destroy_ah(self.raw.as_ptr()) };
         // Drop cannot report a failure and must not panic (see "Resource cleanup" in the
         // crate documentation).

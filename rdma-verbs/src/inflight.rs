@@ -53,13 +53,27 @@ impl IdSource {
 }
 
 /// What the device may use while a request is in flight, and what the completion returns.
-#[derive(Debug)]
 pub(crate) struct Entry {
     pub(crate) id: u64,
     pub(crate) tag: u64,
     pub(crate) buf: Option<Buf>,
+    /// What else the device may use while the request is in flight (a UD send's address
+    /// handle), kept alive until it is done.
+    pub(crate) keep: Option<Arc<dyn Send + Sync>>,
     /// A receive (its buffer's length becomes the bytes received).
     pub(crate) recv: bool,
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry")
+            .field("id", &self.id)
+            .field("tag", &self.tag)
+            .field("buf", &self.buf)
+            .field("keeps_alive", &self.keep.is_some())
+            .field("recv", &self.recv)
+            .finish()
+    }
 }
 
 /// The in-flight requests of one queue (a queue pair's send or receive queue), in posting
@@ -108,6 +122,7 @@ impl Ring {
         &self,
         tag: u64,
         buf: Option<Buf>,
+        keep: Option<Arc<dyn Send + Sync>>,
     ) -> std::result::Result<u64, (Error, Option<Buf>)> {
         let mut state = self.lock();
         if state.entries.len() >= state.capacity {
@@ -128,6 +143,7 @@ impl Ring {
             id,
             tag,
             buf,
+            keep,
             recv: self.recv,
         });
         Ok(id)
@@ -171,18 +187,162 @@ impl Ring {
     }
 }
 
+/// The in-flight receives of a shared receive queue. They complete in any order (each in the
+/// completion queue of the queue pair that consumed it), so entries are found by id in an
+/// open-addressing table (linear probing, backward-shift deletion), twice the queue's size,
+/// allocated once.
+#[derive(Debug)]
+pub(crate) struct SrqTable {
+    state: Mutex<SrqState>,
+}
+
+#[derive(Debug)]
+struct SrqState {
+    ids: IdSource,
+    slots: Vec<Option<Entry>>,
+    /// `slots.len() - 1`; the length is a power of two.
+    mask: usize,
+    len: usize,
+    capacity: usize,
+}
+
+impl SrqState {
+    fn home(&self, id: u64) -> usize {
+        // Ids of one table come in runs of consecutive numbers: their low bits spread them.
+        (id ^ (id >> 32)) as usize & self.mask
+    }
+
+    fn find(&self, id: u64) -> Option<usize> {
+        let mut i = self.home(id);
+        loop {
+            match &self.slots[i] {
+                None => return None,
+                Some(entry) if entry.id == id => return Some(i),
+                Some(_) => i = (i + 1) & self.mask,
+            }
+        }
+    }
+
+    fn remove(&mut self, id: u64) -> Option<Entry> {
+        let mut hole = self.find(id)?;
+        let entry = self.slots[hole].take();
+        self.len -= 1;
+        // Backward-shift deletion: move later entries of the probe run into the hole when
+        // their home is not between the hole and where they are, so lookups stay correct.
+        let mut j = hole;
+        loop {
+            j = (j + 1) & self.mask;
+            let Some(next) = &self.slots[j] else { break };
+            let home = self.home(next.id);
+            let stays = if hole <= j {
+                hole < home && home <= j
+            } else {
+                hole < home || home <= j
+            };
+            if !stays {
+                self.slots[hole] = self.slots[j].take();
+                hole = j;
+            }
+        }
+        entry
+    }
+}
+
+impl SrqTable {
+    pub(crate) fn new(capacity: u32) -> Self {
+        let capacity = capacity as usize;
+        let size = (capacity.max(1) * 2).next_power_of_two();
+        let mut slots = Vec::with_capacity(size);
+        slots.resize_with(size, || None);
+        Self {
+            state: Mutex::new(SrqState {
+                ids: IdSource::new(),
+                slots,
+                mask: size - 1,
+                len: 0,
+                capacity,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, SrqState> {
+        // As `Ring::lock`: a removal's shifts complete before the lock is released, and
+        // nothing in them panics.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// As [`Ring::push`], for a receive.
+    pub(crate) fn push(
+        &self,
+        tag: u64,
+        buf: Option<Buf>,
+    ) -> std::result::Result<u64, (Error, Option<Buf>)> {
+        let mut state = self.lock();
+        if state.len >= state.capacity {
+            return Err((
+                Error::QueueFull {
+                    verb: "owned post",
+                    index: 0,
+                },
+                buf,
+            ));
+        }
+        let id = match state.ids.next() {
+            Ok(id) => id,
+            Err(error) => return Err((error, buf)),
+        };
+        // At most half full: a free slot exists on the probe path.
+        let mut i = state.home(id);
+        while state.slots[i].is_some() {
+            i = (i + 1) & state.mask;
+        }
+        state.slots[i] = Some(Entry {
+            id,
+            tag,
+            buf,
+            keep: None,
+            recv: true,
+        });
+        state.len += 1;
+        Ok(id)
+    }
+
+    /// Takes request `id` back (a refused post), or takes it with its completion: `None` if
+    /// it is not in flight here.
+    pub(crate) fn take(&self, id: u64) -> Option<Entry> {
+        self.lock().remove(id)
+    }
+
+    /// Releases every request (the SRQ was destroyed).
+    pub(crate) fn clear(&self) {
+        let mut state = self.lock();
+        state.slots.iter_mut().for_each(|slot| *slot = None);
+        state.len = 0;
+    }
+
+    /// Requests in flight.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len
+    }
+}
+
 /// The in-flight tables of one queue pair.
 #[derive(Debug)]
 pub(crate) struct QpTables {
     pub(crate) send: Ring,
     pub(crate) recv: Ring,
+    /// The SRQ's table, for a queue pair that receives through one.
+    pub(crate) srq: Option<Arc<SrqTable>>,
 }
 
 impl QpTables {
-    pub(crate) fn new(max_send_wr: u32, max_recv_wr: u32) -> Self {
+    pub(crate) fn new(max_send_wr: u32, max_recv_wr: u32, srq: Option<Arc<SrqTable>>) -> Self {
         Self {
             send: Ring::new(max_send_wr, false),
             recv: Ring::new(max_recv_wr, true),
+            srq,
         }
     }
 
@@ -256,7 +416,14 @@ pub(crate) fn take_completed(routes: &[Route], qp_num: u32, wr_id: u64) -> Optio
     // number only while a destroyed queue pair's route is being removed.
     routes.iter().filter(|r| r.qp_num == qp_num).find_map(|r| {
         let send = r.send.then(|| r.tables.send.complete(wr_id)).flatten();
-        send.or_else(|| r.recv.then(|| r.tables.recv.complete(wr_id)).flatten())
+        send.or_else(|| {
+            r.recv
+                .then(|| match &r.tables.srq {
+                    Some(srq) => srq.take(wr_id),
+                    None => r.tables.recv.complete(wr_id),
+                })
+                .flatten()
+        })
     })
 }
 
@@ -280,8 +447,10 @@ mod tests {
     #[test]
     fn a_completion_releases_its_request_and_those_before_it() {
         let ring = Ring::new(4, false);
-        let ids: Vec<u64> = (0..4).map(|tag| ring.push(tag, None).unwrap()).collect();
-        let (error, _) = ring.push(9, None).unwrap_err();
+        let ids: Vec<u64> = (0..4)
+            .map(|tag| ring.push(tag, None, None).unwrap())
+            .collect();
+        let (error, _) = ring.push(9, None, None).unwrap_err();
         assert!(matches!(error, Error::QueueFull { .. }), "{error:?}");
         // Completing the third releases the first two (unsignaled) and returns the third.
         let entry = ring.complete(ids[2]).unwrap();
@@ -292,7 +461,7 @@ mod tests {
         assert!(ring.complete(OWNED_ID_BIT | 12345).is_none());
         assert_eq!(ring.len(), 1);
         // Undoing a post works only for the last one pushed.
-        let last = ring.push(5, None).unwrap();
+        let last = ring.push(5, None, None).unwrap();
         assert!(ring.unpush(ids[3]).is_none());
         assert_eq!(ring.unpush(last).unwrap().tag, 5);
         ring.clear();
@@ -301,8 +470,8 @@ mod tests {
 
     #[test]
     fn only_owned_ids_are_looked_up() {
-        let tables = Arc::new(QpTables::new(2, 2));
-        let id = tables.recv.push(7, None).unwrap();
+        let tables = Arc::new(QpTables::new(2, 2, None));
+        let id = tables.recv.push(7, None, None).unwrap();
         let routes = vec![Route {
             qp_num: 5,
             tables: tables.clone(),
@@ -316,5 +485,41 @@ mod tests {
         );
         assert_eq!(take_completed(&routes, 5, id).unwrap().tag, 7);
         assert!(take_completed(&routes, 5, id).is_none(), "taken once");
+    }
+}
+
+#[cfg(test)]
+mod srq_tests {
+    use super::*;
+
+    /// Entries complete in any order and are all found; the table never holds more than its
+    /// capacity; removals keep every other entry reachable (backward shift), over many rounds
+    /// that wrap the probe sequences around the end of the slots.
+    #[test]
+    fn entries_are_found_in_any_order() {
+        let table = SrqTable::new(8);
+        let mut live: Vec<(u64, u64)> = Vec::new();
+        let mut tag = 0u64;
+        for round in 0..2000usize {
+            while live.len() < 8 {
+                let id = table.push(tag, None).unwrap();
+                live.push((id, tag));
+                tag += 1;
+            }
+            assert!(table.push(99, None).is_err(), "full at capacity");
+            // Take one from a position that varies with the round.
+            let (id, want) = live.remove((round * 5) % live.len());
+            assert_eq!(table.take(id).unwrap().tag, want);
+            assert!(table.take(id).is_none(), "taken once");
+            for &(id, want) in &live {
+                let state = table.lock();
+                let i = state.find(id).expect("still reachable");
+                assert_eq!(state.slots[i].as_ref().unwrap().tag, want);
+            }
+            assert_eq!(table.len(), live.len());
+        }
+        assert!(table.take(OWNED_ID_BIT | 1).is_none());
+        table.clear();
+        assert_eq!(table.len(), 0);
     }
 }

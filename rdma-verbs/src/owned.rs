@@ -13,13 +13,16 @@
 //! that form, so no other completion, stale or not, can be taken for it.
 
 use std::fmt;
+use std::sync::Arc;
 
+use crate::ah::AddressHandle;
 use crate::buf::Buf;
 use crate::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 use crate::error::{Error, Result};
-use crate::inflight::{Entry, Ring, take_completed};
+use crate::inflight::{Entry, Ring, SrqTable, take_completed};
 use crate::mr::RemoteMemory;
 use crate::qp::{CanPostRecv, QpState, QueuePair, Rts, Transport, may_have_posted};
+use crate::srq::SharedReceiveQueue;
 use crate::wr::{Payload, RecvRequest, SendRequest};
 
 /// A send request of the owned-buffer path: what it sends (a [`Buf`], or inline bytes), the
@@ -34,6 +37,7 @@ pub struct OwnedSend<'a> {
     tag: u64,
     imm: Option<u32>,
     signaled: bool,
+    dest: Option<(AddressHandle, u32, u32)>,
 }
 
 enum Kind<'a> {
@@ -53,6 +57,7 @@ impl<'a> OwnedSend<'a> {
             tag: 0,
             imm: None,
             signaled: true,
+            dest: None,
         }
     }
 
@@ -110,6 +115,14 @@ impl<'a> OwnedSend<'a> {
     /// [`Error::InvalidArgument`]).
     pub fn with_imm(mut self, imm: u32) -> Self {
         self.imm = Some(imm);
+        self
+    }
+
+    /// The destination of a UD send: queue pair `remote_qpn` with Q_Key `remote_qkey` behind
+    /// `ah`, which the request keeps alive (a clone) until it completes. Only UD queue pairs
+    /// take it, and only for SEND.
+    pub fn to(mut self, ah: &AddressHandle, remote_qpn: u32, remote_qkey: u32) -> Self {
+        self.dest = Some((ah.clone(), remote_qpn, remote_qkey));
         self
     }
 
@@ -198,22 +211,65 @@ fn check_pd(buf: Option<&Buf>, qp_pd: *mut crate::ffi::ibv_pd) -> Result<()> {
     }
 }
 
-/// Records `buf` in `ring`, posts with `post` (given the request's id), and undoes the record
-/// if the provider refused the post and said so.
+/// An in-flight table a post records its request in.
+trait Table {
+    fn record(
+        &self,
+        tag: u64,
+        buf: Option<Buf>,
+        keep: Option<Arc<dyn Send + Sync>>,
+    ) -> std::result::Result<u64, (Error, Option<Buf>)>;
+    /// Takes back request `id`, whose post the provider refused.
+    fn unrecord(&self, id: u64) -> Option<Entry>;
+}
+
+impl Table for Ring {
+    fn record(
+        &self,
+        tag: u64,
+        buf: Option<Buf>,
+        keep: Option<Arc<dyn Send + Sync>>,
+    ) -> std::result::Result<u64, (Error, Option<Buf>)> {
+        self.push(tag, buf, keep)
+    }
+
+    fn unrecord(&self, id: u64) -> Option<Entry> {
+        self.unpush(id)
+    }
+}
+
+impl Table for SrqTable {
+    fn record(
+        &self,
+        tag: u64,
+        buf: Option<Buf>,
+        _keep: Option<Arc<dyn Send + Sync>>,
+    ) -> std::result::Result<u64, (Error, Option<Buf>)> {
+        self.push(tag, buf)
+    }
+
+    fn unrecord(&self, id: u64) -> Option<Entry> {
+        self.take(id)
+    }
+}
+
+/// Records `buf` in `table`, posts with `post` (given the request's id), and undoes the
+/// record if the provider refused the post and said so.
 fn post_owned(
-    ring: &Ring,
+    table: &impl Table,
     tag: u64,
     buf: Option<Buf>,
+    keep: Option<Arc<dyn Send + Sync>>,
     post: impl FnOnce(u64) -> Result<()>,
 ) -> std::result::Result<(), PostRefused> {
-    let id = ring
-        .push(tag, buf)
+    let id = table
+        .record(tag, buf, keep)
         .map_err(|(error, buf)| PostRefused { error, buf })?;
     match post(id) {
         Ok(()) => Ok(()),
         Err(error) if may_have_posted(&error) => Err(PostRefused { error, buf: None }),
         Err(error) => {
-            let buf = ring.unpush(id).and_then(|entry| entry.buf);
+            let buf = table.unrecord(id).and_then(|entry| entry.buf);
             Err(PostRefused { error, buf })
         }
     }
@@ -224,8 +280,8 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// completion (or a later one of this queue pair, for an unsignaled request) hands it back
     /// through [`CompletionQueue::poll_each`] on the send completion queue. Allocates nothing.
     ///
-    /// A UD queue pair needs a destination, which owned requests cannot carry yet: they are
-    /// refused there.
+    /// A UD queue pair needs a destination ([`OwnedSend::to`]); its address handle stays
+    /// alive until the request completes.
     ///
     /// # Errors
     ///
@@ -243,6 +299,7 @@ impl<T: Transport> QueuePair<T, Rts> {
             tag,
             imm,
             signaled,
+            dest,
         } = request;
         let (mut buf, build): (Option<Buf>, Build<'_>) = match kind {
             Kind::Send(buf) => (buf, Build::Send),
@@ -281,9 +338,13 @@ impl<T: Transport> QueuePair<T, Rts> {
         // unsignaled requests are released only by a later completion, and with the queue
         // full of them none could come.
         let signaled = signaled || tables.send.one_slot_left();
-        post_owned(&tables.send, tag, buf, |id| {
+        let keep = dest.as_ref().map(|(ah, _, _)| ah.keep_alive());
+        post_owned(&tables.send, tag, buf, keep, |id| {
             let payload = slice.map_or(Payload::None, Payload::Slice);
             let mut request = build.request(payload).owned(id);
+            if let Some((ah, remote_qpn, remote_qkey)) = &dest {
+                request = request.to(ah, *remote_qpn, *remote_qkey);
+            }
             if let Some(imm) = imm {
                 request = request.with_imm(imm);
             }
@@ -371,13 +432,53 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
         }
         let slice = buf.raw_slice(true);
         let tables = self.tables().clone();
-        post_owned(&tables.recv, tag, Some(buf), |id| {
+        post_owned(&tables.recv, tag, Some(buf), None, |id| {
             let request = RecvRequest::new(0, slice).owned(id);
             // SAFETY: as in `post_send_owned`: the buffer is in the receive table, where
             // nothing reaches it, until this receive's completion (receive queues complete in
             // order), the queue pair's reset or destruction, or a refused post.
             unsafe { self.post_recv_one(&request) }
         })
+    }
+}
+
+impl SharedReceiveQueue {
+    /// Posts an owned receive into the whole of `buf`: the buffer moves into the SRQ until
+    /// the completion of the receive, in the receive completion queue of whichever queue pair
+    /// consumed it, hands it back through [`CompletionQueue::poll_each`], with its length set
+    /// to the bytes received. Allocates nothing.
+    ///
+    /// A receive consumed by a queue pair that is destroyed before its completion is polled
+    /// is released only when the SRQ is destroyed (its completion finds no route).
+    ///
+    /// # Errors
+    ///
+    /// [`PostRefused`], with the buffer when the device never saw it:
+    /// [`Error::InvalidArgument`] for a buffer of another protection domain;
+    /// [`Error::QueueFull`] when as many receives are in flight as the SRQ holds; else as
+    /// [`post_recv_one`](Self::post_recv_one).
+    pub fn post_recv_buf(&mut self, buf: Buf, tag: u64) -> std::result::Result<(), PostRefused> {
+        if let Err(error) = check_pd(Some(&buf), self.pd().as_raw()) {
+            return Err(PostRefused {
+                error,
+                buf: Some(buf),
+            });
+        }
+        let slice = buf.raw_slice(true);
+        let table = self.inner.table.clone();
+        post_owned(&*table, tag, Some(buf), None, |id| {
+            let request = RecvRequest::new(0, slice).owned(id);
+            // SAFETY: as in `QueuePair::post_recv_buf`: the buffer is in the SRQ's table, where
+            // nothing reaches it, until the completion with its id (found by id: SRQ receives
+            // complete in any order), the SRQ's destruction, or a refused post. The SRQ
+            // outlives every queue pair that could consume the receive.
+            unsafe { self.post_recv_one(&request) }
+        })
+    }
+
+    /// Owned receives in flight.
+    pub fn owned_in_flight(&self) -> usize {
+        self.inner.table.len()
     }
 }
 

@@ -6,12 +6,15 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::ffi;
+use crate::inflight::SrqTable;
 use crate::pd::ProtectionDomain;
 use crate::wr::{RecvList, RecvRequest};
 
 pub(crate) struct SrqInner {
     raw: NonNull<ffi::ibv_srq>,
     pd: ProtectionDomain,
+    /// The owned receives in flight (`docs/data-path.md`).
+    pub(crate) table: Arc<SrqTable>,
 }
 
 // SAFETY: SRQ verbs are thread-safe in libibverbs; posting takes `&mut`.
@@ -26,7 +29,13 @@ impl Drop for SrqInner {
         let ret = unsafe { ffi::ibv_destroy_srq(self.raw.as_ptr()) };
         // Drop cannot report a failure and must not panic (see "Resource cleanup" in the
         // crate documentation).
-        let _ = ret;
+        if ret == 0 {
+            // The device holds none of the SRQ's receives any more: owned ones are released.
+            self.table.clear();
+        } else {
+            // They may still be written: the table and its buffers are leaked.
+            std::mem::forget(self.table.clone());
+        }
     }
 }
 
@@ -77,6 +86,7 @@ impl ProtectionDomain {
             inner: Arc::new(SrqInner {
                 raw,
                 pd: self.clone(),
+                table: Arc::new(SrqTable::new(init.attr.max_wr)),
             }),
             max_wr: init.attr.max_wr,
             max_sge: init.attr.max_sge,

@@ -18,6 +18,7 @@ use crate::channel::{CompletionChannel, CqEvent, set_nonblocking};
 use crate::cq::{CompletionQueue, WorkCompletion};
 use crate::device::Context;
 use crate::error::{Errno, Error, Result};
+use crate::owned::Completion;
 
 /// The channel's descriptor for tokio's reactor. Holds a clone of the channel, so the
 /// descriptor stays open (and the same) while it is registered.
@@ -238,13 +239,7 @@ impl CompletionQueue {
                 "poll_async needs room for at least one completion".into(),
             ));
         }
-        // SAFETY: live CQ; `channel` is set at creation and never changes.
-        let own_channel = unsafe { (*self.as_raw()).channel };
-        if own_channel != channel.channel().as_raw() {
-            return Err(Error::InvalidArgument(
-                "the completion queue is not on this completion channel".into(),
-            ));
-        }
+        self.check_channel(channel)?;
         loop {
             let n = self.poll(completions)?.len();
             if n > 0 {
@@ -258,6 +253,59 @@ impl CompletionQueue {
             // Whichever queue the event is for, poll again: at worst a spurious wake-up.
             channel.wait().await?;
         }
+    }
+
+    /// [`poll_each`](Self::poll_each), awaiting completions: hands at least one completion
+    /// (up to `max`) to `f`, with the buffer and tag of each owned request, sleeping on
+    /// `channel` while the queue is empty, and returns how many it handed over. The same
+    /// sequence as [`poll_async`](Self::poll_async) (poll, arm, poll, await).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: completions are taken only inside `poll_each`, which hands each to `f`
+    /// before it returns; the only await is [`AsyncCompletionChannel::wait`]. A dropped call
+    /// loses no completion and no buffer.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if `max` is 0 or the queue is not on `channel`'s channel;
+    /// else as [`poll_each`](Self::poll_each) and [`AsyncCompletionChannel::wait`].
+    pub async fn poll_each_async(
+        &mut self,
+        channel: &AsyncCompletionChannel,
+        max: usize,
+        mut f: impl FnMut(Completion),
+    ) -> Result<usize> {
+        if max == 0 {
+            return Err(Error::InvalidArgument(
+                "poll_each_async needs to hand over at least one completion".into(),
+            ));
+        }
+        self.check_channel(channel)?;
+        loop {
+            let n = self.poll_each(max, &mut f)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            self.req_notify(false)?;
+            let n = self.poll_each(max, &mut f)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            channel.wait().await?;
+        }
+    }
+
+    /// Refuses a channel the queue was not created on (a wait on it would never wake).
+    fn check_channel(&self, channel: &AsyncCompletionChannel) -> Result<()> {
+        // SAFETY: live CQ; `channel` is set at creation and never changes.
+        let own_channel = unsafe { (*self.as_raw()).channel };
+        if own_channel != channel.channel().as_raw() {
+            return Err(Error::InvalidArgument(
+                "the completion queue is not on this completion channel".into(),
+            ));
+        }
+        Ok(())
     }
 }
 

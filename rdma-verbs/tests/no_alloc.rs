@@ -290,3 +290,64 @@ fn owned_no_alloc_post_and_poll_round_trips() {
         "{allocations} allocations in {ROUNDS} owned post/poll rounds"
     );
 }
+
+/// The owned path on UD (a send that keeps its address handle alive) and through an SRQ (a
+/// receive found by id): 10,000 rounds of each, without allocating.
+#[test]
+fn owned_no_alloc_ud_and_srq_round_trips() {
+    let Some(f) = fixture() else { return };
+    const QKEY: u32 = 0x600d;
+    // UD.
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let mut a = f.ud_qp(f.pd.create_qp(&cq_a, &cq_a), QKEY);
+    let mut b = f.ud_qp(f.pd.create_qp(&cq_b, &cq_b), QKEY);
+    let ah = f.pd.create_ah(&f.av()).unwrap();
+    // SRQ behind an RC pair.
+    let mut srq = f.pd.create_srq(8, 1).unwrap();
+    let (mut cq_c, mut cq_d) = (f.cq(16), f.cq(16));
+    let (mut c, _d) = f.rc_pair(
+        f.pd.create_qp(&cq_c, &cq_c),
+        f.pd.create_qp(&cq_d, &cq_d).srq(&srq),
+        AccessFlags::empty(),
+    );
+    let pool = BufferPool::new(&f.pd, 8, GRH_LEN + LEN).unwrap();
+    let data = pattern(LEN, 3);
+    let b_num = b.qp_num();
+
+    let wait = |cq: &mut CompletionQueue, round: u64, check: &mut dyn FnMut(Completion)| {
+        let deadline = Instant::now() + WAIT;
+        let mut seen = 0;
+        while seen == 0 {
+            seen += cq.poll_each(1, &mut *check).unwrap();
+            assert!(Instant::now() < deadline, "round {round}: timed out");
+        }
+    };
+    let ((), allocations) = count_allocations(|| {
+        for round in 0..ROUNDS {
+            b.post_recv_buf(pool.take().unwrap(), round).unwrap();
+            let mut buf = pool.take().unwrap();
+            buf.fill_from(&data).unwrap();
+            a.post_send_owned(OwnedSend::send(buf).to(&ah, b_num, QKEY))
+                .unwrap();
+            srq.post_recv_buf(pool.take().unwrap(), round).unwrap();
+            let mut buf = pool.take().unwrap();
+            buf.fill_from(&data).unwrap();
+            c.post_send_owned(OwnedSend::send(buf)).unwrap();
+            let mut check = |c: Completion| assert!(c.is_success(), "round {round}: {c:?}");
+            wait(&mut cq_a, round, &mut check);
+            wait(&mut cq_c, round, &mut check);
+            let mut check_data = |mut c: Completion| {
+                assert!(c.is_success(), "round {round}: {c:?}");
+                let buf = c.take_buf().unwrap();
+                assert_eq!(&buf[buf.len() - LEN..], &data[..], "round {round}");
+            };
+            wait(&mut cq_b, round, &mut check_data);
+            wait(&mut cq_d, round, &mut check_data);
+            assert_eq!(pool.available(), 8, "round {round}");
+        }
+    });
+    assert_eq!(
+        allocations, 0,
+        "{allocations} allocations in {ROUNDS} owned UD and SRQ rounds"
+    );
+}

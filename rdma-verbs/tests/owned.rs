@@ -1,8 +1,9 @@
 //! The owned-buffer data path on the device: buffers move into the queue pair when posted and
 //! come back with their completion (`poll_each`), with every byte checked; a receive ring that
 //! stays posted across rounds; many queue pairs on one completion queue; unsignaled sends
-//! released by a later signaled one; RDMA WRITE, READ and atomics; what a reset and a drop
-//! release; stale completions that match nothing; and what the path refuses.
+//! released by a later signaled one; RDMA WRITE, READ and atomics; UD sends that keep their
+//! address handle alive; SRQ receives completing in two queue pairs' queues; what a reset and a
+//! drop release; stale completions that match nothing; and what the path refuses.
 
 mod common;
 
@@ -377,7 +378,7 @@ fn owned_refusals_give_the_buffer_back() {
         "{scoped:?}"
     );
 
-    // UD: owned sends carry no destination yet, so they are refused; receives work.
+    // UD: a send without a destination is refused.
     let mut ud_cq = f.cq(4);
     let mut ud = f.ud_qp(f.pd.create_qp(&ud_cq, &ud_cq), 0x1234);
     let datagram = ud
@@ -499,4 +500,101 @@ fn owned_read_longer_than_the_remote_memory_is_refused() {
     );
     assert_eq!(refused.into_buf().unwrap().len(), SIZE);
     assert_eq!(a.owned_in_flight(), 0);
+}
+
+/// UD: an owned send keeps its address handle alive while in flight (the caller's handle is
+/// dropped right after the post), and the receive's buffer comes back with the GRH and the
+/// datagram.
+#[test]
+fn owned_ud_send_keeps_its_address_handle_alive() {
+    let Some(f) = fixture() else { return };
+    const QKEY: u32 = 0x0bad_cafe;
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let mut a = f.ud_qp(f.pd.create_qp(&cq_a, &cq_a), QKEY);
+    let mut b = f.ud_qp(f.pd.create_qp(&cq_b, &cq_b), QKEY);
+    let pool = BufferPool::new(&f.pd, 8, GRH_LEN + SIZE).unwrap();
+    for round in 0..20u64 {
+        b.post_recv_buf(pool.take().unwrap(), round).unwrap();
+        let ah = f.pd.create_ah(&f.av()).unwrap();
+        let mut buf = pool.take().unwrap();
+        buf.fill_from(&message(round)).unwrap();
+        a.post_send_owned(OwnedSend::send(buf).to(&ah, b.qp_num(), QKEY).tag(round))
+            .unwrap();
+        // The request holds its own reference: the handle outlives this one.
+        drop(ah);
+        let sent = reap(&mut cq_a, 1);
+        assert_eq!(
+            (sent[0].tag(), sent[0].status()),
+            (Some(round), WcStatus::Success)
+        );
+        drop(sent);
+        let mut got = reap(&mut cq_b, 1);
+        assert_eq!(got[0].tag(), Some(round));
+        assert_eq!(got[0].wc().src_qp(), a.qp_num());
+        let buf = got[0].take_buf().unwrap();
+        assert_eq!(buf.len(), GRH_LEN + SIZE, "the GRH and the datagram");
+        assert_eq!(&buf[GRH_LEN..], &message(round)[..], "round {round}");
+    }
+    assert_eq!(pool.available(), 8);
+}
+
+/// Two queue pairs receive through one SRQ, each into its own completion queue: each
+/// completion finds its buffer in the SRQ's table by id, whichever queue it comes from and in
+/// whatever order the queues are polled; the buffers are posted again to the SRQ.
+#[test]
+fn owned_srq_receives_complete_through_either_queue_pair() {
+    let Some(f) = fixture() else { return };
+    let mut srq = f.pd.create_srq(16, 1).unwrap();
+    let send_cq = f.cq(32);
+    let (mut cq_1, mut cq_2) = (f.cq(32), f.cq(32));
+    let (mut a1, b1) = f.rc_pair(
+        f.pd.create_qp(&send_cq, &send_cq),
+        f.pd.create_qp(&cq_1, &cq_1).srq(&srq),
+        AccessFlags::empty(),
+    );
+    let (mut a2, b2) = f.rc_pair(
+        f.pd.create_qp(&send_cq, &send_cq),
+        f.pd.create_qp(&cq_2, &cq_2).srq(&srq),
+        AccessFlags::empty(),
+    );
+    let mut send_cq = send_cq;
+    let rx = BufferPool::new(&f.pd, 8, SIZE).unwrap();
+    let tx = BufferPool::new(&f.pd, 8, SIZE).unwrap();
+    for slot in 0..8 {
+        srq.post_recv_buf(rx.take().unwrap(), slot).unwrap();
+    }
+    assert_eq!(srq.owned_in_flight(), 8);
+    // A queue pair on an SRQ does not take receives of its own.
+    let mut b1 = b1;
+    let refused = b1.post_recv_buf(tx.take().unwrap(), 0).unwrap_err();
+    assert!(
+        matches!(refused.error(), Error::InvalidArgument(_)),
+        "{refused}"
+    );
+    drop(refused);
+    for round in 0..40u64 {
+        // Two messages a round, one through each pair; the second queue is polled first.
+        for (m, a) in [(2 * round, &mut a1), (2 * round + 1, &mut a2)] {
+            let mut buf = tx.take().unwrap();
+            buf.fill_from(&message(m)).unwrap();
+            a.post_send_owned(OwnedSend::send(buf).tag(m)).unwrap();
+        }
+        drop(reap(&mut send_cq, 2));
+        for (m, cq, qp_num) in [
+            (2 * round + 1, &mut cq_2, b2.qp_num()),
+            (2 * round, &mut cq_1, b1.qp_num()),
+        ] {
+            let mut got = reap(cq, 1);
+            assert_eq!(got[0].wc().qp_num(), qp_num);
+            assert!(got[0].tag().is_some(), "an owned SRQ receive: {:?}", got[0]);
+            let buf = got[0].take_buf().unwrap();
+            assert_eq!(&buf[..], &message(m)[..], "message {m}");
+            srq.post_recv_buf(buf, m).unwrap();
+        }
+    }
+    assert_eq!((srq.owned_in_flight(), tx.available()), (8, 8));
+    // The queue pairs go first (they hold the SRQ); dropping the SRQ then releases its ring.
+    drop((a1, a2, b1, b2));
+    drop(srq);
+    assert_eq!(rx.available(), 8);
 }

@@ -393,3 +393,71 @@ async fn tokio_async_events_yield_the_srq_limit_event() {
             .is_err()
     );
 }
+
+/// The owned path awaited: `poll_each_async` hands over the receive with its buffer once the
+/// peer sends. A first wait, cancelled by a time-out while nothing has arrived, loses nothing:
+/// the next wait gets the completion and the buffer, with every byte.
+#[tokio::test]
+async fn tokio_owned_receive_awaited_and_cancel_safe() {
+    let Some(f) = fixture() else { return };
+    let channel = f.context.create_comp_channel().unwrap();
+    let mut recv_cq = f.context.cq_builder(16).channel(&channel).build().unwrap();
+    let (mut cq_a, send_cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&send_cq_b, &recv_cq),
+        AccessFlags::empty(),
+    );
+    let channel = AsyncCompletionChannel::new(channel).expect("register the channel");
+    let pool = BufferPool::new(&f.pd, 4, 512).unwrap();
+    b.post_recv_buf(pool.take().unwrap(), 7).unwrap();
+
+    // Nothing has been sent: the wait sleeps and the time-out drops it.
+    let mut early = Vec::new();
+    let cancelled = timeout(
+        Duration::from_millis(200),
+        recv_cq.poll_each_async(&channel, 4, |c| early.push(c)),
+    )
+    .await;
+    assert!(
+        cancelled.is_err(),
+        "nothing to hand over yet: {cancelled:?}"
+    );
+    assert!(early.is_empty());
+    assert_eq!(b.owned_in_flight(), 1);
+
+    let mut buf = pool.take().unwrap();
+    buf.fill_from(&pattern(512, 4)).unwrap();
+    let sender = thread::spawn(move || {
+        thread::sleep(DELAY);
+        a.post_send_owned(OwnedSend::send(buf).tag(1)).unwrap();
+        let deadline = Instant::now() + WAIT;
+        let mut sent = 0;
+        while sent == 0 {
+            sent = cq_a
+                .poll_each(1, |c| assert!(c.is_success(), "{c:?}"))
+                .unwrap();
+            assert!(Instant::now() < deadline, "the send never completed");
+        }
+        (a, cq_a)
+    });
+    let mut got = Vec::new();
+    let n = timeout(WAIT, recv_cq.poll_each_async(&channel, 4, |c| got.push(c)))
+        .await
+        .expect("no receive completion in time")
+        .expect("poll_each_async");
+    assert_eq!((n, got.len()), (1, 1));
+    assert_eq!(got[0].tag(), Some(7));
+    let received = got[0].take_buf().unwrap();
+    assert_eq!(&received[..], &pattern(512, 4)[..]);
+    drop((received, got));
+    let _ = sender.join().expect("the sender");
+    assert_eq!(pool.available(), 4);
+
+    // A channel the queue is not on, and max 0, are refused.
+    let other = AsyncCompletionChannel::new(f.context.create_comp_channel().unwrap()).unwrap();
+    let wrong = recv_cq.poll_each_async(&other, 1, |_| ()).await;
+    assert!(matches!(wrong, Err(Error::InvalidArgument(_))), "{wrong:?}");
+    let none = recv_cq.poll_each_async(&channel, 0, |_| ()).await;
+    assert!(matches!(none, Err(Error::InvalidArgument(_))), "{none:?}");
+}

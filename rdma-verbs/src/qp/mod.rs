@@ -448,7 +448,8 @@ impl<'a, T: Transport> QpBuilder<'a, T> {
         };
         // The tables for owned requests, and the routes by which the queues reach them
         // (allocated here, once: posting and polling never allocate).
-        let tables = Arc::new(QpTables::new(caps.max_send_wr, caps.max_recv_wr));
+        let srq_table = self.srq.map(|srq| srq.inner.table.clone());
+        let tables = Arc::new(QpTables::new(caps.max_send_wr, caps.max_recv_wr, srq_table));
         // SAFETY: the queue pair just created.
         let qp_num = unsafe { (*raw.as_ptr()).qp_num };
         let one_cq = Arc::ptr_eq(&self.send_cq.inner, &self.recv_cq.inner);
