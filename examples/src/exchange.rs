@@ -15,7 +15,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use rdma_verbs::Gid;
+use rdma_verbs::{Gid, RemoteMemory};
 
 /// Length of one record: 51 characters and the NUL.
 pub const RECORD_LEN: usize = 52;
@@ -291,6 +291,55 @@ impl Link {
     }
 }
 
+/// The length of a remote-memory record: `addr:len:rkey` in hex, NUL-padded.
+pub const REMOTE_RECORD_LEN: usize = 40;
+
+/// Remote memory as a record: `"{addr:016x}:{len:08x}:{rkey:08x}"`, NUL-padded.
+pub fn remote_to_record(memory: &RemoteMemory) -> [u8; REMOTE_RECORD_LEN] {
+    let text = format!(
+        "{:016x}:{:08x}:{:08x}",
+        memory.addr, memory.len, memory.rkey
+    );
+    let mut record = [0u8; REMOTE_RECORD_LEN];
+    record[..text.len()].copy_from_slice(text.as_bytes());
+    record
+}
+
+/// Parses a remote-memory record strictly: three hex fields of at most 16, 8 and 8 digits.
+pub fn parse_remote(record: &[u8]) -> Result<RemoteMemory, String> {
+    let end = record.iter().position(|&b| b == 0).unwrap_or(record.len());
+    let text = std::str::from_utf8(&record[..end])
+        .map_err(|_| "malformed remote memory record (not text)".to_string())?;
+    let fields: Vec<&str> = text.split(':').collect();
+    let [addr, len, rkey] = fields[..] else {
+        return Err(format!("malformed remote memory record {text:?}"));
+    };
+    let malformed = |what: &str, field: &str| format!("malformed {what} {field:?} in {text:?}");
+    Ok(RemoteMemory {
+        addr: u64::from_str_radix(addr, 16).map_err(|_| malformed("address", addr))?,
+        len: u32::from_str_radix(len, 16).map_err(|_| malformed("length", len))?,
+        rkey: u32::from_str_radix(rkey, 16).map_err(|_| malformed("rkey", rkey))?,
+    })
+}
+
+impl Link {
+    /// Sends the description of memory the peer may access.
+    pub fn send_remote(&mut self, memory: &RemoteMemory) -> Result<(), String> {
+        self.stream
+            .write_all(&remote_to_record(memory))
+            .map_err(|e| format!("couldn't send the remote memory: {}", describe(&e)))
+    }
+
+    /// Receives the description of memory the peer lets this side access.
+    pub fn recv_remote(&mut self) -> Result<RemoteMemory, String> {
+        let mut record = [0u8; REMOTE_RECORD_LEN];
+        self.stream
+            .read_exact(&mut record)
+            .map_err(|e| format!("couldn't read the remote memory: {}", describe(&e)))?;
+        parse_remote(&record)
+    }
+}
+
 fn set_timeouts(stream: &TcpStream) -> Result<(), String> {
     stream
         .set_read_timeout(Some(EXCHANGE_TIMEOUT))
@@ -300,6 +349,32 @@ fn set_timeouts(stream: &TcpStream) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn remote_records_round_trip_and_bad_ones_are_errors() {
+        let memory = RemoteMemory {
+            addr: 0xffff_8000_1234_5678,
+            len: 0x1_0000,
+            rkey: 0xdead_beef,
+        };
+        let record = remote_to_record(&memory);
+        assert_eq!(parse_remote(&record), Ok(memory));
+        for bad in [
+            &b"1234:10"[..],
+            b"1234:10:zz",
+            b"10000000000000000:10:1",
+            b"1:100000000:1",
+            b"1:1:1:1",
+            b"\xff:1:1",
+            b"",
+        ] {
+            assert!(
+                parse_remote(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
     use super::*;
 
     #[test]

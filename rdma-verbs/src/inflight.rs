@@ -249,9 +249,12 @@ impl SrqState {
 }
 
 impl SrqTable {
+    /// Room for `capacity` receives (the SRQ's `max_wr`) in twice as many slots, rounded up
+    /// to a power of two: about 112 bytes per receive, allocated here, once. At most 2^30
+    /// receives are tracked; an SRQ granted more takes at most that many owned receives.
     pub(crate) fn new(capacity: u32) -> Self {
-        let capacity = capacity as usize;
-        let size = (capacity.max(1) * 2).next_power_of_two();
+        let capacity = (capacity as usize).clamp(1, 1 << 30);
+        let size = (capacity * 2).next_power_of_two();
         let mut slots = Vec::with_capacity(size);
         slots.resize_with(size, || None);
         Self {
@@ -415,15 +418,17 @@ pub(crate) fn take_completed(routes: &[Route], qp_num: u32, wr_id: u64) -> Optio
     // Ids are unique in the process, so at most one table holds it; several routes share a
     // number only while a destroyed queue pair's route is being removed.
     routes.iter().filter(|r| r.qp_num == qp_num).find_map(|r| {
-        let send = r.send.then(|| r.tables.send.complete(wr_id)).flatten();
-        send.or_else(|| {
-            r.recv
-                .then(|| match &r.tables.srq {
-                    Some(srq) => srq.take(wr_id),
-                    None => r.tables.recv.complete(wr_id),
-                })
-                .flatten()
-        })
+        // An SRQ's table is found by id in one probe: tried before the send ring's scan.
+        let srq = match (&r.tables.srq, r.recv) {
+            (Some(srq), true) => srq.take(wr_id),
+            _ => None,
+        };
+        srq.or_else(|| r.send.then(|| r.tables.send.complete(wr_id)).flatten())
+            .or_else(|| {
+                (r.recv && r.tables.srq.is_none())
+                    .then(|| r.tables.recv.complete(wr_id))
+                    .flatten()
+            })
     })
 }
 

@@ -448,8 +448,11 @@ impl SharedReceiveQueue {
     /// consumed it, hands it back through [`CompletionQueue::poll_each`], with its length set
     /// to the bytes received. Allocates nothing.
     ///
-    /// A receive consumed by a queue pair that is destroyed before its completion is polled
-    /// is released only when the SRQ is destroyed (its completion finds no route).
+    /// A receive consumed by a queue pair that is reset or destroyed before its completion is
+    /// polled (or whose completion the provider removes with the queue pair) is released only
+    /// when the SRQ is destroyed: enough of those fill the SRQ's table, and posts then fail
+    /// with [`Error::QueueFull`]. Stop such a queue pair by moving it to ERR, waiting for the
+    /// last-WQE-reached event, and reaping with `poll_each` before dropping it.
     ///
     /// # Errors
     ///
@@ -561,8 +564,8 @@ impl CompletionQueue {
     /// Poll queues that owned requests complete into with this only: a completion that
     /// [`poll`](Self::poll), [`poll_for`](Self::poll_for), the `tokio` feature's
     /// `poll_async` or a [`PostScope`](crate::PostScope) takes cannot release its buffer,
-    /// which then stays with the queue pair until it is reset or destroyed (a leak, not a
-    /// hazard).
+    /// which then stays with the queue pair until it is reset or destroyed (an SRQ receive:
+    /// until the SRQ is destroyed); a leak, not a hazard.
     ///
     /// Unsignaled sends a completion releases go back to their pools; only the completed
     /// request's buffer is handed over.

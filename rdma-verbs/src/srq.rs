@@ -33,8 +33,10 @@ impl Drop for SrqInner {
             // The device holds none of the SRQ's receives any more: owned ones are released.
             self.table.clear();
         } else {
-            // They may still be written: the table and its buffers are leaked.
+            // They may still be written: the table and its buffers are leaked, and the
+            // protection domain their region is in stays allocated.
             std::mem::forget(self.table.clone());
+            std::mem::forget(self.pd.clone());
         }
     }
 }

@@ -258,7 +258,9 @@ impl CompletionQueue {
     /// [`poll_each`](Self::poll_each), awaiting completions: hands at least one completion
     /// (up to `max`) to `f`, with the buffer and tag of each owned request, sleeping on
     /// `channel` while the queue is empty, and returns how many it handed over. The same
-    /// sequence as [`poll_async`](Self::poll_async) (poll, arm, poll, await).
+    /// sequence as [`poll_async`](Self::poll_async) (poll, arm, poll, await), with the same
+    /// rule: `channel` should serve this queue only (a waiter of another queue on it could take
+    /// this queue's event, and this call would sleep past its completion).
     ///
     /// # Cancel safety
     ///
@@ -270,6 +272,7 @@ impl CompletionQueue {
     ///
     /// [`Error::InvalidArgument`] if `max` is 0 or the queue is not on `channel`'s channel;
     /// else as [`poll_each`](Self::poll_each) and [`AsyncCompletionChannel::wait`].
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub async fn poll_each_async(
         &mut self,
         channel: &AsyncCompletionChannel,

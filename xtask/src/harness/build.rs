@@ -56,7 +56,7 @@ pub(crate) fn build_test_binaries(
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_default();
         binaries.push(TestBinary {
-            name: format!("{package}/{name}"),
+            name: binary_name(&package, &name, line),
             path,
             package_dir,
         });
@@ -87,6 +87,18 @@ pub(crate) fn build_tests(root: &Path) -> Result<Vec<TestBinary>, String> {
 /// Whether an artifact line was built by the test profile (a test harness), as opposed to, say,
 /// a binary built for integration tests: its `"profile"` object says `"test":true`. (The
 /// `"target"` object has a `"test"` field of its own, meaning something else.)
+/// A test binary's name in the harness: `package/target`, and for the unit tests of a
+/// program, `package/target-bin`, so that they differ from an integration test of the same
+/// name (`examples/src/bin/rdma_rw.rs` and `examples/tests/rdma_rw.rs`). Names carry no
+/// spaces: the guest's status file is `CODE NAME` per line.
+fn binary_name(package: &str, target: &str, line: &str) -> String {
+    if line.contains("\"kind\":[\"bin\"]") {
+        format!("{package}/{target}-bin")
+    } else {
+        format!("{package}/{target}")
+    }
+}
+
 pub(crate) fn profile_is_test(line: &str) -> bool {
     let Some(start) = line.find("\"profile\":{") else {
         return false;
@@ -208,6 +220,17 @@ mod tests {
             Some("/w/t/x\"y")
         );
         assert_eq!(json_string(line, "missing"), None);
+    }
+
+    #[test]
+    fn a_programs_unit_tests_and_a_test_target_of_the_same_name_differ() {
+        let bin = r#"{"reason":"compiler-artifact","target":{"kind":["bin"],"crate_types":["bin"],"name":"rdma_rw","test":true},"profile":{"test":true}}"#;
+        let test = r#"{"reason":"compiler-artifact","target":{"kind":["test"],"crate_types":["bin"],"name":"rdma_rw","test":true},"profile":{"test":true}}"#;
+        assert_eq!(
+            binary_name("examples", "rdma_rw", bin),
+            "examples/rdma_rw-bin"
+        );
+        assert_eq!(binary_name("examples", "rdma_rw", test), "examples/rdma_rw");
     }
 
     #[test]
