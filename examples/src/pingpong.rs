@@ -84,6 +84,26 @@ pub struct Options {
 }
 
 impl Options {
+    /// The C defaults for device `ib_dev` (the first one if `None`), port `ib_port` and GID
+    /// index `gid_idx`: what [`setup`] needs, for programs that are not pingpongs.
+    pub fn for_device(ib_dev: Option<String>, ib_port: u8, gid_idx: Option<u32>) -> Self {
+        Self {
+            port: 18515,
+            ib_dev,
+            ib_port,
+            size: None,
+            mtu: 1024,
+            rx_depth: 1,
+            iters: 1,
+            sl: 0,
+            events: false,
+            gid_idx,
+            chk: false,
+            timeout: 30,
+            servername: None,
+        }
+    }
+
     /// The message size: `-s`, or `default` (each program's C default).
     pub fn message_size(&self, default: usize) -> usize {
         self.size.unwrap_or(default)

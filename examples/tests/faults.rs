@@ -8,7 +8,7 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::listening;
+use common::{free_port, listening};
 use rdma_test_support::TestDevice;
 
 mod common;
@@ -45,22 +45,8 @@ fn base<'a>(cmd: &'a mut Command, device: &TestDevice, port: u16) -> &'a mut Com
         .stderr(Stdio::piped())
 }
 
-/// Waits for `child` for at most [`BOUND`]; fails the test if it is still running.
-fn finish(mut child: Child, what: &str) -> Output {
-    let deadline = Instant::now() + BOUND;
-    while child.try_wait().expect("try_wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!(
-                "{what}: still running after {BOUND:?}\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
+fn finish(child: Child, what: &str) -> Output {
+    common::finish_within(child, BOUND, what)
 }
 
 /// The process failed with exactly one line on stderr that contains `expected`.
@@ -84,11 +70,6 @@ fn assert_one_line_error_of(program: &str, out: &Output, expected: &str, what: &
         "{what}: expected {expected:?} in {:?}",
         lines[0]
     );
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr").port()
 }
 
 #[test]

@@ -1,0 +1,135 @@
+//! What the two-process examples that are not pingpongs share (`rdma_rw`, `atomic_counter`):
+//! their connection options, one connected RC queue pair, and waiting for the next owned
+//! completion.
+
+use std::time::{Duration, Instant};
+
+use rdma_verbs::{AccessFlags, Completion, CompletionQueue, ConnectedInitAttr, QueuePair, Rc, Rts};
+
+use crate::exchange::{self, Dest, Link};
+use crate::pingpong::{self, Connected, Options, Setup};
+
+/// The connection options, with the pingpongs' short names.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PairArgs {
+    /// Listen on / connect to TCP port.
+    #[arg(short = 'p', long = "port", default_value_t = 18516)]
+    pub port: u16,
+    /// Use IB device (default: the first device found).
+    #[arg(short = 'd', long = "ib-dev")]
+    pub ib_dev: Option<String>,
+    /// Use port of IB device.
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    pub ib_port: u8,
+    /// Local port GID index (needed on RoCE).
+    #[arg(short = 'g', long = "gid-idx")]
+    pub gid_idx: Option<u32>,
+    /// Path MTU (256, 512, 1024, 2048 or 4096).
+    #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
+    pub mtu: u32,
+    /// Give up when a completion or the peer takes longer than this many seconds.
+    #[arg(long = "timeout", default_value_t = 30)]
+    pub timeout: u64,
+    /// Server to connect to (without it, act as the server).
+    pub servername: Option<String>,
+}
+
+impl PairArgs {
+    /// How long to wait for a completion or for the peer.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout)
+    }
+}
+
+/// One side's connected queue pair, with what made it and the exchange's connection.
+#[derive(Debug)]
+pub struct Pair {
+    /// Device, protection domain and completion queue.
+    pub setup: Setup,
+    /// The queue pair, in RTS, connected to the peer's.
+    pub qp: QueuePair<Rc, Rts>,
+    /// The exchange's TCP connection, open for more records and the end handshake.
+    pub link: Link,
+}
+
+/// Opens the device and connects one RC queue pair to the peer's (client with a server name,
+/// server without), letting the peer access this side's memory with `access`. Prints the two
+/// address lines as the pingpongs do.
+pub fn connect(args: &PairArgs, access: AccessFlags, max_send_wr: u32) -> Result<Pair, String> {
+    // The pingpongs' set-up (device, port, GID, PD, CQ) takes their options.
+    let options = Options {
+        port: args.port,
+        mtu: args.mtu,
+        timeout: args.timeout,
+        servername: args.servername.clone(),
+        ..Options::for_device(args.ib_dev.clone(), args.ib_port, args.gid_idx)
+    };
+    let mtu = pingpong::mtu(&options)?;
+    let setup = pingpong::setup(&options, max_send_wr + 1)?;
+    let qp = setup
+        .pd
+        .create_qp::<Rc>(&setup.cq, &setup.cq)
+        .max_send_wr(max_send_wr)
+        .max_recv_wr(1)
+        .build()
+        .map_err(|e| format!("couldn't create QP: {e}"))?
+        .into_init(&ConnectedInitAttr::new(args.ib_port).access(access))
+        .map_err(|e| format!("failed to modify QP to INIT: {e}"))?;
+    let mine = Dest {
+        lid: setup.port.lid,
+        qpn: qp.qp_num(),
+        psn: exchange::random_psn(),
+        gid: setup.gid,
+    };
+    pingpong::print_address("local", &mine, false);
+    // The client has the server's address and the connection; the server, the client's
+    // address and an exchange to answer once its queue pair is connected.
+    let (remote, link, pending) = match &args.servername {
+        Some(host) => {
+            let (remote, link) = exchange::client_exchange(host, args.port, &[mine])?;
+            (remote[0], Some(link), None)
+        }
+        None => {
+            let exchange = exchange::server_accept(args.port, 1)?;
+            (exchange.remote[0], None, Some(exchange))
+        }
+    };
+    pingpong::print_address("remote", &remote, false);
+    let av = pingpong::address_vector(&options, &remote, 1)?;
+    let qp = qp
+        .into_rtr(&Rc::rtr(av, &remote, mtu))
+        .map_err(|e| format!("failed to modify QP to RTR: {e}"))?
+        .into_rts(&Rc::rts(mine.psn))
+        .map_err(|e| format!("failed to modify QP to RTS: {e}"))?;
+    let link = match (link, pending) {
+        (Some(link), _) => link,
+        (None, Some(exchange)) => exchange.reply(&[mine])?,
+        (None, None) => return Err("no connection to the peer".into()),
+    };
+    Ok(Pair { setup, qp, link })
+}
+
+/// Reaps the next completion from `cq` with `poll_each`. Fails on an error completion, on a
+/// polling error, and after `timeout`.
+pub fn next_completion(cq: &mut CompletionQueue, timeout: Duration) -> Result<Completion, String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut got = None;
+        cq.poll_each(1, |completion| got = Some(completion))
+            .map_err(|e| format!("poll CQ failed: {e}"))?;
+        match got {
+            Some(completion) if completion.is_success() => return Ok(completion),
+            Some(completion) => {
+                return Err(format!(
+                    "request {} failed: {}",
+                    completion.tag().unwrap_or(completion.wc().wr_id()),
+                    completion.status()
+                ));
+            }
+            None if Instant::now() >= deadline => {
+                return Err(format!("no completion within {} s", timeout.as_secs()));
+            }
+            None => std::thread::yield_now(),
+        }
+    }
+}
