@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::c_enum::c_enum;
 use crate::channel::{ChannelInner, CompletionChannel};
-use crate::device::{Context, c_enum};
+use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::flags::WcFlags;

@@ -71,6 +71,7 @@ pub use rdma_verbs_sys as ffi;
 mod ah;
 mod async_event;
 mod buf;
+mod c_enum;
 mod channel;
 #[cfg(doctest)]
 mod compile_fail;

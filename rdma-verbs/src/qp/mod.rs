@@ -21,7 +21,9 @@
 //! ```
 
 mod attr;
+mod builder;
 mod extended;
+mod post;
 mod state;
 
 use std::fmt;
@@ -33,19 +35,21 @@ pub use attr::{
     AddressVector, ConnectedInitAttr, GlobalRoute, ModifyAttr, RawModifyAttr, RcRtrAttr, RcRtsAttr,
     SqPsnRtsAttr, UcRtrAttr, UdInitAttr, UdRtrAttr,
 };
+pub use builder::QpBuilder;
 pub use extended::SendPath;
+pub(crate) use post::{EXTENDED_POST_VERB, index_of_one, may_have_posted, post_result};
 /// The ERR state marker (named `Error` in [`state`](self); re-exported as `Err` to keep it apart
 /// from the crate's error type).
 pub use state::Error as Err;
 pub use state::{CanPostRecv, Init, QpState, QpStateKind, Reset, Rtr, Rts};
 
-use crate::cq::{CompletionQueue, CqInner};
+use crate::cq::CqInner;
 use crate::error::{Errno, Error, Result};
 use crate::ffi;
 use crate::inflight::QpTables;
 use crate::pd::ProtectionDomain;
-use crate::srq::{SharedReceiveQueue, SrqInner};
-use crate::wr::{RecvList, RecvRequest, SendList, SendRequest, op};
+use crate::srq::SrqInner;
+use crate::wr::op;
 
 mod sealed {
     pub trait Sealed {}
@@ -61,7 +65,7 @@ pub trait Transport: sealed::Sealed + 'static {
     /// Operations (bits of the crate's op set) the transport allows.
     #[doc(hidden)]
     const OPS: u32;
-    /// Whether sends need a datagram address ([`SendRequest::to`]).
+    /// Whether sends need a datagram address ([`SendRequest::to`](crate::SendRequest::to)).
     const DATAGRAM: bool;
     /// Attributes of RESET → INIT.
     type InitAttr: ModifyAttr;
@@ -229,263 +233,6 @@ impl<T: Transport, S: QpState> fmt::Debug for QueuePair<T, S> {
     }
 }
 
-/// Options of a new queue pair; see [`ProtectionDomain::create_qp`].
-#[derive(Debug)]
-#[must_use]
-pub struct QpBuilder<'a, T: Transport> {
-    pd: &'a ProtectionDomain,
-    send_cq: &'a CompletionQueue,
-    recv_cq: &'a CompletionQueue,
-    srq: Option<&'a SharedReceiveQueue>,
-    caps: QpCaps,
-    sq_sig_all: bool,
-    send_path: SendPath,
-    _transport: PhantomData<fn() -> T>,
-}
-
-impl ProtectionDomain {
-    /// A builder for a queue pair of transport `T` whose send and receive completions go to
-    /// `send_cq` and `recv_cq` (which may be the same queue).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// use rdma_verbs::{Context, Rc};
-    ///
-    /// let context = Context::open("rxe0")?;
-    /// let pd = context.alloc_pd()?;
-    /// let cq = context.create_cq(64)?;
-    /// let qp = pd.create_qp::<Rc>(&cq, &cq).max_send_wr(32).build()?;
-    /// # Ok::<(), rdma_verbs::Error>(())
-    /// ```
-    ///
-    /// # References
-    ///
-    /// [`ibv_create_qp(3)`](https://man7.org/linux/man-pages/man3/ibv_create_qp.3.html)
-    #[doc(alias = "ibv_create_qp")]
-    pub fn create_qp<'a, T: Transport>(
-        &'a self,
-        send_cq: &'a CompletionQueue,
-        recv_cq: &'a CompletionQueue,
-    ) -> QpBuilder<'a, T> {
-        QpBuilder {
-            pd: self,
-            send_cq,
-            recv_cq,
-            srq: None,
-            caps: QpCaps::default(),
-            sq_sig_all: false,
-            send_path: SendPath::Classic,
-            _transport: PhantomData,
-        }
-    }
-}
-
-impl<'a, T: Transport> QpBuilder<'a, T> {
-    /// Outstanding send requests (16).
-    pub fn max_send_wr(mut self, n: u32) -> Self {
-        self.caps.max_send_wr = n;
-        self
-    }
-
-    /// Outstanding receive requests (16; ignored with an SRQ).
-    pub fn max_recv_wr(mut self, n: u32) -> Self {
-        self.caps.max_recv_wr = n;
-        self
-    }
-
-    /// Scatter/gather entries per send request (1).
-    pub fn max_send_sge(mut self, n: u32) -> Self {
-        self.caps.max_send_sge = n;
-        self
-    }
-
-    /// Scatter/gather entries per receive request (1).
-    pub fn max_recv_sge(mut self, n: u32) -> Self {
-        self.caps.max_recv_sge = n;
-        self
-    }
-
-    /// Bytes of inline data per send (0). The device may grant more; see
-    /// [`QueuePair::caps`].
-    pub fn max_inline_data(mut self, n: u32) -> Self {
-        self.caps.max_inline_data = n;
-        self
-    }
-
-    /// Every send request generates a completion (`sq_sig_all`); otherwise only those marked
-    /// [`SendRequest::signaled`].
-    pub fn sq_sig_all(mut self, all: bool) -> Self {
-        self.sq_sig_all = all;
-        self
-    }
-
-    /// Takes receives from `srq` instead of a receive queue of its own.
-    pub fn srq(mut self, srq: &'a SharedReceiveQueue) -> Self {
-        self.srq = Some(srq);
-        self
-    }
-
-    /// How sends are posted ([`SendPath::Classic`]): through `ibv_post_send`, or through the
-    /// extended `ibv_wr_*` API of a queue pair created by `ibv_create_qp_ex`, chosen by what
-    /// the provider offers ([`SendPath::Auto`]) or required ([`SendPath::Extended`]).
-    ///
-    /// The path changes neither the posting API nor its safety contract;
-    /// [`QueuePair::post_send`] says how its errors differ.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// use rdma_verbs::{Context, Rc, SendPath};
-    ///
-    /// let context = Context::open("rxe0")?;
-    /// let pd = context.alloc_pd()?;
-    /// let cq = context.create_cq(64)?;
-    /// let qp = pd.create_qp::<Rc>(&cq, &cq).send_path(SendPath::Auto).build()?;
-    /// println!("extended sends: {}", qp.uses_extended_post());
-    /// # Ok::<(), rdma_verbs::Error>(())
-    /// ```
-    ///
-    /// # References
-    ///
-    /// [`ibv_create_qp_ex(3)`](https://man7.org/linux/man-pages/man3/ibv_create_qp_ex.3.html)
-    #[doc(alias = "ibv_create_qp_ex")]
-    pub fn send_path(mut self, path: SendPath) -> Self {
-        self.send_path = path;
-        self
-    }
-
-    /// `ibv_create_qp`: creates the queue pair, in RESET (`ibv_create_qp_ex` first, for the
-    /// [`send_path`](Self::send_path)s `Auto` and `Extended`).
-    ///
-    /// # Errors
-    ///
-    /// - [`Error::InvalidArgument`] if a CQ or SRQ belongs to another device context;
-    /// - [`Error::Verb`] with the errno of `ibv_create_qp` (`EINVAL` for capacities above the
-    ///   device's limits, `ENOMEM`), [`Error::Unsupported`] for a transport the device lacks;
-    /// - [`Error::Verb`] with the errno of `ibv_create_qp_ex` when it fails for another reason
-    ///   than a refusal of the extended API (`ENOMEM`: no fallback would help);
-    /// - with [`SendPath::Extended`], where [`SendPath::Auto`] would fall back:
-    ///   [`Error::Unsupported`] (`ibv_create_qp_ex`: the provider lacks it or refused the send
-    ///   operations with `EOPNOTSUPP`; `ibv_qp_to_qp_ex`: the queue pair it made has no usable
-    ///   builders) or [`Error::Verb`] (`ibv_create_qp_ex` refused them with `EINVAL`).
-    ///
-    /// # References
-    ///
-    /// [`ibv_create_qp(3)`](https://man7.org/linux/man-pages/man3/ibv_create_qp.3.html)
-    /// [`ibv_create_qp_ex(3)`](https://man7.org/linux/man-pages/man3/ibv_create_qp_ex.3.html)
-    #[doc(alias = "ibv_create_qp")]
-    #[doc(alias = "ibv_create_qp_ex")]
-    pub fn build(self) -> Result<QueuePair<T, Reset>> {
-        let context = self.pd.context().as_raw();
-        let foreign = self.send_cq.context().as_raw() != context
-            || self.recv_cq.context().as_raw() != context
-            || self
-                .srq
-                .is_some_and(|s| s.pd().context().as_raw() != context);
-        if foreign {
-            return Err(Error::InvalidArgument(
-                "the completion queues and SRQ must belong to the protection domain's context"
-                    .into(),
-            ));
-        }
-        let mut init = ffi::ibv_qp_init_attr {
-            send_cq: self.send_cq.as_raw(),
-            recv_cq: self.recv_cq.as_raw(),
-            srq: self.srq.map_or(std::ptr::null_mut(), |s| s.as_raw()),
-            cap: ffi::ibv_qp_cap {
-                max_send_wr: self.caps.max_send_wr,
-                max_recv_wr: self.caps.max_recv_wr,
-                max_send_sge: self.caps.max_send_sge,
-                max_recv_sge: self.caps.max_recv_sge,
-                max_inline_data: self.caps.max_inline_data,
-            },
-            qp_type: T::QP_TYPE,
-            sq_sig_all: i32::from(self.sq_sig_all),
-            ..Default::default()
-        };
-        let mut created = None;
-        if self.send_path != SendPath::Classic {
-            // SAFETY: live context of the PD, whose CQs and SRQ `init` names (checked above).
-            let attempt =
-                unsafe { extended::create(context, self.pd.as_raw(), &init, T::OPS, T::DATAGRAM) }?;
-            let required = self.send_path == SendPath::Extended;
-            match attempt {
-                extended::Created::Qp {
-                    raw,
-                    extended: None,
-                    ..
-                } if required => {
-                    // SAFETY: the queue pair just created, destroyed once and never used.
-                    let _ = unsafe { ffi::ibv_destroy_qp(raw.as_ptr()) };
-                    return Err(Error::Unsupported("ibv_qp_to_qp_ex"));
-                }
-                extended::Created::Qp { raw, cap, extended } => {
-                    created = Some((raw, cap, extended));
-                }
-                extended::Created::Refused(errno) if required => {
-                    return Err(Error::verb("ibv_create_qp_ex", errno));
-                }
-                extended::Created::Refused(_) => {}
-            }
-        }
-        let (raw, cap, extended) = match created {
-            Some(created) => created,
-            None => {
-                // SAFETY: live PD, CQs and SRQ of one context (checked above); `init` is valid.
-                let raw = unsafe { ffi::ibv_create_qp(self.pd.as_raw(), &mut init) };
-                let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_create_qp"))?;
-                (raw, init.cap, None)
-            }
-        };
-        // Both creators write back the capacities they granted.
-        let caps = QpCaps {
-            max_send_wr: cap.max_send_wr,
-            max_recv_wr: cap.max_recv_wr,
-            max_send_sge: cap.max_send_sge,
-            max_recv_sge: cap.max_recv_sge,
-            max_inline_data: cap.max_inline_data,
-        };
-        // The tables for owned requests, and the routes by which the queues reach them
-        // (allocated here, once: posting and polling never allocate).
-        let srq_table = self.srq.map(|srq| srq.inner.table.clone());
-        let tables = Arc::new(QpTables::new(caps.max_send_wr, caps.max_recv_wr, srq_table));
-        // SAFETY: the queue pair just created.
-        let qp_num = unsafe { (*raw.as_ptr()).qp_num };
-        let one_cq = Arc::ptr_eq(&self.send_cq.inner, &self.recv_cq.inner);
-        self.send_cq.inner.routes.add(qp_num, &tables, true, one_cq);
-        if !one_cq {
-            self.recv_cq.inner.routes.add(qp_num, &tables, false, true);
-        }
-        Ok(QueuePair {
-            inner: QpInner {
-                raw,
-                extended,
-                caps,
-                pd: self.pd.clone(),
-                _send_cq: self.send_cq.inner.clone(),
-                _recv_cq: self.recv_cq.inner.clone(),
-                _srq: self.srq.map(|s| s.inner.clone()),
-                state_changed: false,
-                tables,
-            },
-            _type: PhantomData,
-        })
-    }
-}
-
-/// Whether a failed post may still have handed the request to the device, so that its memory
-/// must be treated as lent: the provider did not say (`bad_wr` null), or the extended path's
-/// `ibv_wr_complete` failed, which can happen after the requests were queued (rxe stores the
-/// producer index before it rings the doorbell, and the doorbell can fail).
-pub(crate) fn may_have_posted(error: &Error) -> bool {
-    match error {
-        Error::PostIndeterminate { .. } => true,
-        Error::QueueFull { verb, .. } | Error::Post { verb, .. } => *verb == EXTENDED_POST_VERB,
-        _ => false,
-    }
-}
-
 /// A failed transition: the queue pair, unchanged in state `S`, and the error.
 pub struct TransitionError<T: Transport, S: QpState> {
     qp: QueuePair<T, S>,
@@ -554,6 +301,21 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
     /// The in-flight tables of owned requests.
     pub(crate) fn tables(&self) -> &Arc<QpTables> {
         &self.inner.tables
+    }
+
+    /// Whether the queue pair receives through an SRQ.
+    pub(crate) fn has_srq(&self) -> bool {
+        self.inner._srq.is_some()
+    }
+
+    /// The completion queues this queue pair was created with: (send, receive).
+    pub(crate) fn cq_inners(&self) -> (&Arc<CqInner>, &Arc<CqInner>) {
+        (&self.inner._send_cq, &self.inner._recv_cq)
+    }
+
+    /// See [`QpInner::state_changed`].
+    pub(crate) fn state_changed_mut(&mut self) -> &mut bool {
+        &mut self.inner.state_changed
     }
 
     /// Whether sends go through the extended `ibv_wr_*` API (see [`SendPath`]): `false` for
@@ -798,287 +560,4 @@ impl<T: Transport> QueuePair<T, Rtr> {
         let (raw, mask) = attr.raw();
         self.modify_raw(raw, mask)
     }
-}
-
-impl<T: Transport> QueuePair<T, Rts> {
-    /// `ibv_post_send`: hands every request of `list` to the device in one call (one doorbell).
-    ///
-    /// # Safety
-    ///
-    /// Until the completion of each request is polled (for unsignaled requests: until a later
-    /// signaled request of the same queue pair completes), or the queue pair is reset:
-    /// - the memory every scatter/gather entry names stays registered and is not freed;
-    /// - Rust code does not write memory a send or write reads, nor read or write memory a
-    ///   read, atomic or receive writes;
-    /// - for UD, the address handles stay alive.
-    ///
-    /// Inline payloads are copied during the call and are exempt.
-    ///
-    /// And when [`scope`](QueuePair::scope) is called on this queue pair, no completion with this
-    /// queue pair's number may still be pending in its completion queues, nor still to come
-    /// (every request posted here has completed, and its completion, if signaled, has been
-    /// polled): a scope counts the completions of its queue pair as its own.
-    ///
-    /// # Errors
-    ///
-    /// - [`Error::InvalidArgument`] before posting anything, for an operation the transport does
-    ///   not allow (for example RDMA read on UC), a UD request without a destination, a UD
-    ///   destination whose [`AddressHandle`](crate::AddressHandle) or a memory-window bind whose
-    ///   [`MemoryWindow`](crate::MemoryWindow) belongs to another protection domain (of this
-    ///   context or another), immediate data on an operation that cannot carry it, or a
-    ///   `wr_id` with the top bit set (reserved for owned requests, see
-    ///   [`post_send_owned`](QueuePair::post_send_owned));
-    /// - [`Error::QueueFull`] (`ENOMEM`): the send queue has no room; requests before `index`
-    ///   were posted;
-    /// - [`Error::Post`]: the provider refused request `index` (for example a queue pair the
-    ///   device moved to an error state); requests before it were posted.
-    /// - [`Error::PostIndeterminate`]: the provider failed without naming a request (`bad_wr`
-    ///   null; rxe does so when its doorbell fails after it queued every request): take every
-    ///   request of the list as posted.
-    ///
-    /// # The extended path
-    ///
-    /// On a queue pair that [uses the extended API](Self::uses_extended_post), the list goes to
-    /// the device as one `ibv_wr_start` .. `ibv_wr_complete` batch (one doorbell), which posts
-    /// all of it or nothing. Its failures are [`Error::QueueFull`] (`ENOMEM`, or `ENOSPC` as
-    /// rxe reports a full queue) and [`Error::Post`], both with verb `ibv_wr_complete` and
-    /// index 0: as the builders report them (rxe, mlx5), no request of the list was posted.
-    /// One failure cannot be told apart: a doorbell that fails after the batch was queued (rxe
-    /// rings it with a `write` to the device, which the kernel can fail, `ENOMEM` included);
-    /// then the requests were posted. Code that must be sound whatever the provider does, as
-    /// [`PostScope`](crate::PostScope) is, treats an `ibv_wr_complete` failure as posted.
-    ///
-    /// A list the batch cannot carry goes to `ibv_post_send` instead, with the errors above:
-    /// one holding an operation the queue pair was not created for (see [`SendPath::Auto`]),
-    /// inline data over the granted `max_inline_data` or in more than one entry, or more
-    /// entries than `max_send_sge`. The classic call is valid on these queue pairs, between
-    /// batches.
-    ///
-    /// # Examples
-    ///
-    /// Sixteen sends, one doorbell; the list's storage serves every batch:
-    ///
-    /// ```no_run
-    /// # use rdma_verbs::*;
-    /// # fn f(qp: &mut QueuePair<Rc, Rts>, mr: &MemoryRegion) -> Result<()> {
-    /// let mut list = SendList::with_capacity(16);
-    /// for i in 0..16 {
-    ///     let request = SendRequest::send(i, mr.slice(i as usize * 64..(i as usize + 1) * 64)?);
-    ///     // Signal every fourth request only: fewer completions to poll.
-    ///     list.push(if i % 4 == 3 { request.signaled() } else { request })?;
-    /// }
-    /// // SAFETY: `mr` stays registered and untouched until the completions are polled.
-    /// unsafe { qp.post_send(&mut list)? };
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # References
-    ///
-    /// [`ibv_post_send(3)`](https://man7.org/linux/man-pages/man3/ibv_post_send.3.html)
-    /// [`ibv_wr_complete(3)`](https://man7.org/linux/man-pages/man3/ibv_wr_complete.3.html)
-    #[doc(alias = "ibv_post_send")]
-    #[doc(alias = "ibv_wr_complete")]
-    #[inline]
-    pub unsafe fn post_send(&mut self, list: &mut SendList<'_>) -> Result<()> {
-        if list.is_empty() {
-            return Ok(());
-        }
-        check_ops::<T>(list.ops(), list.datagrams(), list.len())?;
-        list.check_object_pd(self.inner.pd.as_raw())?;
-        if let Some(ex) = self.inner.extended.filter(|ex| ex.covers(list.ops())) {
-            // SAFETY: `ex` is this live queue pair's, held through `&mut self` (no batch open),
-            // and covers every operation of the list, which checked its destinations above; the
-            // list is a valid chain built by the crate, whose memory the caller keeps valid as
-            // the contract above says.
-            let posted = unsafe { extended::post(ex, &self.inner.caps, T::DATAGRAM, list.head()) };
-            if let Some(result) = posted {
-                return result;
-            }
-        }
-        let mut bad: *mut ffi::ibv_send_wr = std::ptr::null_mut();
-        // SAFETY: live queue pair; the list is a valid chain whose memory the caller keeps
-        // valid as the contract above says.
-        let ret = unsafe { ffi::ibv_post_send(self.as_raw(), list.head(), &mut bad) };
-        post_result("ibv_post_send", ret, || list.index_of(bad))
-    }
-
-    /// `ibv_post_send` of one request, without a list.
-    ///
-    /// # Safety
-    ///
-    /// As [`post_send`](Self::post_send).
-    ///
-    /// # Errors
-    ///
-    /// As [`post_send`](Self::post_send).
-    ///
-    /// # References
-    ///
-    /// [`ibv_post_send(3)`](https://man7.org/linux/man-pages/man3/ibv_post_send.3.html)
-    /// [`ibv_wr_complete(3)`](https://man7.org/linux/man-pages/man3/ibv_wr_complete.3.html)
-    #[doc(alias = "ibv_post_send")]
-    #[doc(alias = "ibv_wr_complete")]
-    #[inline]
-    pub unsafe fn post_send_one(&mut self, request: &SendRequest<'_>) -> Result<()> {
-        check_ops::<T>(request.op(), usize::from(request.is_datagram()), 1)?;
-        request.check_object_pd(self.inner.pd.as_raw())?;
-        let mut raw = ffi::ibv_send_wr::default();
-        let mut one = ffi::ibv_sge::default();
-        request.fill(&mut raw, &mut one)?;
-        if let Some(ex) = self.inner.extended.filter(|ex| ex.covers(request.op())) {
-            // SAFETY: as in `post_send`, for a chain of one request; `raw` and `one` outlive
-            // the call.
-            let posted = unsafe { extended::post(ex, &self.inner.caps, T::DATAGRAM, &raw) };
-            if let Some(result) = posted {
-                return result;
-            }
-        }
-        let mut bad: *mut ffi::ibv_send_wr = std::ptr::null_mut();
-        // SAFETY: live queue pair; `raw` and `one` outlive the call; the caller keeps the
-        // memory valid as the contract says.
-        let ret = unsafe { ffi::ibv_post_send(self.as_raw(), &mut raw, &mut bad) };
-        post_result("ibv_post_send", ret, || index_of_one(&raw, bad))
-    }
-}
-
-impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
-    /// `ibv_post_recv`: hands every receive request of `list` to the device in one call.
-    ///
-    /// # Safety
-    ///
-    /// Until each request's completion is polled, or the queue pair is reset, the memory it
-    /// names stays registered, is not freed, and is neither read nor written from Rust.
-    ///
-    /// And when [`scope`](QueuePair::scope) is called on this queue pair, no completion with this
-    /// queue pair's number may still be pending in its completion queues, nor still to come
-    /// (every request posted here has completed, and its completion, if signaled, has been
-    /// polled): a scope counts the completions of its queue pair as its own.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::QueueFull`] or [`Error::Post`] as for [`post_send`](QueuePair::post_send);
-    /// [`Error::InvalidArgument`] for a queue pair that takes its receives from an SRQ, or a
-    /// `wr_id` with the top bit set (reserved for owned requests).
-    ///
-    /// # References
-    ///
-    /// [`ibv_post_recv(3)`](https://man7.org/linux/man-pages/man3/ibv_post_recv.3.html)
-    #[doc(alias = "ibv_post_recv")]
-    #[inline]
-    pub unsafe fn post_recv(&mut self, list: &mut RecvList<'_>) -> Result<()> {
-        if list.is_empty() {
-            return Ok(());
-        }
-        self.check_no_srq()?;
-        let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
-        // SAFETY: live queue pair; valid chain; memory kept valid by the caller.
-        let ret = unsafe { ffi::ibv_post_recv(self.as_raw(), list.head(), &mut bad) };
-        post_result("ibv_post_recv", ret, || list.index_of(bad))
-    }
-
-    /// `ibv_post_recv` of one request.
-    ///
-    /// # Safety
-    ///
-    /// As [`post_recv`](Self::post_recv).
-    ///
-    /// # Errors
-    ///
-    /// As [`post_recv`](Self::post_recv).
-    ///
-    /// # References
-    ///
-    /// [`ibv_post_recv(3)`](https://man7.org/linux/man-pages/man3/ibv_post_recv.3.html)
-    #[doc(alias = "ibv_post_recv")]
-    #[inline]
-    pub unsafe fn post_recv_one(&mut self, request: &RecvRequest<'_>) -> Result<()> {
-        self.check_no_srq()?;
-        let mut raw = ffi::ibv_recv_wr::default();
-        let mut one = ffi::ibv_sge::default();
-        request.fill(&mut raw, &mut one)?;
-        let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
-        // SAFETY: live queue pair; `raw`/`one` outlive the call; memory kept valid by caller.
-        let ret = unsafe { ffi::ibv_post_recv(self.as_raw(), &mut raw, &mut bad) };
-        post_result("ibv_post_recv", ret, || index_of_one(&raw, bad))
-    }
-
-    pub(crate) fn has_srq(&self) -> bool {
-        self.inner._srq.is_some()
-    }
-
-    /// The completion queues this queue pair was created with: (send, receive).
-    pub(crate) fn cq_inners(&self) -> (&Arc<CqInner>, &Arc<CqInner>) {
-        (&self.inner._send_cq, &self.inner._recv_cq)
-    }
-
-    /// See [`QpInner::state_changed`].
-    pub(crate) fn state_changed_mut(&mut self) -> &mut bool {
-        &mut self.inner.state_changed
-    }
-
-    fn check_no_srq(&self) -> Result<()> {
-        if self.inner._srq.is_some() {
-            return Err(Error::InvalidArgument(
-                "this queue pair receives through its SRQ: post there".into(),
-            ));
-        }
-        Ok(())
-    }
-}
-
-fn check_ops<T: Transport>(ops: u32, datagrams: usize, len: usize) -> Result<()> {
-    if ops & op::INVALID != 0 {
-        return Err(Error::InvalidArgument(
-            "immediate data on an operation other than SEND or RDMA WRITE, or inline data as \
-             the target of a read"
-                .into(),
-        ));
-    }
-    if ops & !T::OPS != 0 {
-        return Err(Error::InvalidArgument(format!(
-            "an operation {} queue pairs do not support",
-            T::NAME
-        )));
-    }
-    if T::DATAGRAM && datagrams != len {
-        return Err(Error::InvalidArgument(
-            "every request to a UD queue pair needs a destination (SendRequest::to)".into(),
-        ));
-    }
-    if !T::DATAGRAM && datagrams != 0 {
-        return Err(Error::InvalidArgument(format!(
-            "datagram destinations are for UD, not {}",
-            T::NAME
-        )));
-    }
-    Ok(())
-}
-
-/// The verb named in the errors of the extended send path.
-pub(crate) const EXTENDED_POST_VERB: &str = "ibv_wr_complete";
-
-/// Turns a post verb's return value into a result: `ENOMEM` is a full queue, anything else a
-/// refused request at `index`. `index` is the position of the request `bad_wr` named, or `None`
-/// when it named none of them (null, or a stray pointer): then the provider did not say what it
-/// took, and every request must be taken as posted ([`Error::PostIndeterminate`]).
-#[inline]
-pub(crate) fn post_result(
-    verb: &'static str,
-    ret: i32,
-    index: impl FnOnce() -> Option<usize>,
-) -> Result<()> {
-    match Errno::result(ret) {
-        Ok(()) => Ok(()),
-        Err(errno) => Err(match (index(), errno) {
-            (None, errno) => Error::PostIndeterminate { verb, errno },
-            (Some(index), Errno::NOMEM) => Error::QueueFull { verb, index },
-            (Some(index), errno) => Error::Post { verb, index, errno },
-        }),
-    }
-}
-
-/// The index `bad_wr` gives a one-request post: 0 when it names `raw`, else `None`.
-#[inline]
-pub(crate) fn index_of_one<R>(raw: &R, bad: *const R) -> Option<usize> {
-    std::ptr::eq(raw, bad).then_some(0)
 }

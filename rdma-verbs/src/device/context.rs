@@ -1,0 +1,277 @@
+//! Device contexts: opening, borrowing, and the queries of a device, its ports and GIDs.
+
+use std::fmt;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use super::{DeviceAttr, GidEntry, GidType, PortAttr, devices, fixed_c_str};
+use crate::error::{Error, Result};
+use crate::ffi;
+
+/// What keeps the `ibv_context` of a [`Context`] open.
+enum Owner {
+    /// Opened by [`Device::open`]; closed on drop.
+    Owned,
+    /// Borrowed (for example from an `rdma_cm_id`); `_keep` keeps its real owner alive and the
+    /// context is not closed here.
+    Borrowed { _keep: Arc<dyn Send + Sync> },
+}
+
+pub(crate) struct ContextInner {
+    raw: NonNull<ffi::ibv_context>,
+    owner: Owner,
+}
+
+// SAFETY: libibverbs contexts are thread-safe: every verb on them may be called from any thread
+// (the provider locks what it shares), and the pointer is only freed on drop.
+unsafe impl Send for ContextInner {}
+// SAFETY: as above.
+unsafe impl Sync for ContextInner {}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        if let Owner::Owned = self.owner {
+            // SAFETY: every child object holds an Arc to this context, so none is left; the
+            // context is closed once.
+            let ret = unsafe { ffi::ibv_close_device(self.raw.as_ptr()) };
+            // Drop cannot report a failure and must not panic (see "Resource cleanup" in the
+            // crate documentation).
+            let _ = ret;
+        }
+    }
+}
+
+/// An open device context (`struct ibv_context`).
+///
+/// Cloning is cheap (a reference count); the device is closed when the last clone and the last
+/// object created from it are gone. `Context` is `Send` and `Sync`: libibverbs allows its verbs
+/// from any thread.
+#[derive(Clone)]
+pub struct Context(pub(crate) Arc<ContextInner>);
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("device", &self.device_name())
+            .finish()
+    }
+}
+
+impl Context {
+    /// A context `ibv_open_device` just opened, closed when its last clone goes.
+    pub(super) fn opened(raw: NonNull<ffi::ibv_context>) -> Self {
+        Context(Arc::new(ContextInner {
+            raw,
+            owner: Owner::Owned,
+        }))
+    }
+}
+
+impl Context {
+    /// Opens the device named `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoSuchDevice`] if no device has that name, else as [`devices`] and
+    /// [`Device::open`](super::Device::open).
+    pub fn open(name: &str) -> Result<Self> {
+        let list = devices()?;
+        let device = list
+            .find(name)
+            .ok_or_else(|| Error::NoSuchDevice(name.to_string()))?;
+        device.open()
+    }
+
+    /// Wraps a context this crate did not open, without taking over its closing.
+    ///
+    /// The context's descriptors stay the owner's, with one exception the owner must accept:
+    /// [`get_async_event`](Self::get_async_event), [`wait_async_event`](Self::wait_async_event)
+    /// and `AsyncContextEvents::new` (feature `tokio`) set `O_NONBLOCK` on its asynchronous
+    /// event descriptor (`async_fd`) and leave it set, since a read that may block cannot be
+    /// made safe otherwise. The crate changes no other flag of a borrowed context, and its
+    /// completion channels are its own.
+    ///
+    /// # Safety
+    ///
+    /// `raw` must be an open `ibv_context` that stays open for as long as `keep` (or any clone
+    /// of it) is alive; `keep` is held by the returned context and everything created from it.
+    pub unsafe fn from_raw_borrowed(
+        raw: NonNull<ffi::ibv_context>,
+        keep: Arc<dyn Send + Sync>,
+    ) -> Self {
+        Self(Arc::new(ContextInner {
+            raw,
+            owner: Owner::Borrowed { _keep: keep },
+        }))
+    }
+
+    /// The raw `ibv_context`, valid while this context (or a clone) is alive.
+    pub fn as_raw(&self) -> *mut ffi::ibv_context {
+        self.0.raw.as_ptr()
+    }
+
+    /// `ibv_get_device_name` of the context's device: its name.
+    ///
+    /// # References
+    ///
+    /// [`ibv_get_device_name(3)`](https://man7.org/linux/man-pages/man3/ibv_get_device_name.3.html)
+    #[doc(alias = "ibv_get_device_name")]
+    pub fn device_name(&self) -> String {
+        // SAFETY: a live context points at its device, which lives as long as it.
+        unsafe {
+            let device = (*self.as_raw()).device;
+            if device.is_null() {
+                return String::new();
+            }
+            // What `ibv_get_device_name` returns, read no further than the array's end.
+            fixed_c_str(&(*device).name)
+        }
+    }
+
+    /// The number of completion vectors of the device (`num_comp_vectors`): the vectors a
+    /// completion queue may be assigned to.
+    pub fn num_comp_vectors(&self) -> u32 {
+        // SAFETY: a live context; `num_comp_vectors` is a plain integer set when it was opened
+        // and never changed afterwards.
+        let n = unsafe { (*self.as_raw()).num_comp_vectors };
+        u32::try_from(n).unwrap_or(0)
+    }
+
+    /// `ibv_query_device_ex`: the device's attributes (the classic ones, plus the extended
+    /// ones where the provider has them).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] with the errno of the query.
+    ///
+    /// # References
+    ///
+    /// [`ibv_query_device(3)`](https://man7.org/linux/man-pages/man3/ibv_query_device.3.html)
+    /// [`ibv_query_device_ex(3)`](https://man7.org/linux/man-pages/man3/ibv_query_device_ex.3.html)
+    #[doc(alias = "ibv_query_device")]
+    #[doc(alias = "ibv_query_device_ex")]
+    pub fn query_device(&self) -> Result<DeviceAttr> {
+        let mut attr = ffi::ibv_device_attr_ex::default();
+        // SAFETY: live context; null input is allowed; `attr` is writable. The port falls back
+        // to the classic query where the provider lacks the extended one.
+        let ret = unsafe { ffi::ibv_query_device_ex(self.as_raw(), std::ptr::null(), &mut attr) };
+        Error::check("ibv_query_device_ex", ret)?;
+        Ok(DeviceAttr::from_raw(&attr))
+    }
+
+    /// `ibv_query_port`: the attributes of port `port` (1-based).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] (`EINVAL` for a port the device does not have).
+    ///
+    /// # References
+    ///
+    /// [`ibv_query_port(3)`](https://man7.org/linux/man-pages/man3/ibv_query_port.3.html)
+    #[doc(alias = "ibv_query_port")]
+    pub fn query_port(&self, port: u8) -> Result<PortAttr> {
+        let mut attr = ffi::ibv_port_attr::default();
+        // SAFETY: live context; `attr` is writable.
+        let ret = unsafe { ffi::ibv_query_port(self.as_raw(), port, &mut attr) };
+        Error::check("ibv_query_port", ret)?;
+        Ok(PortAttr::from_raw(&attr))
+    }
+
+    /// `ibv_query_gid_ex`: GID table entry `index` of port `port`, with its type.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`]: `ENODATA` for an empty entry, `EINVAL` for an index out of range.
+    ///
+    /// # References
+    ///
+    /// [`ibv_query_gid(3)`](https://man7.org/linux/man-pages/man3/ibv_query_gid.3.html)
+    /// [`ibv_query_gid_ex(3)`](https://man7.org/linux/man-pages/man3/ibv_query_gid_ex.3.html)
+    #[doc(alias = "ibv_query_gid")]
+    #[doc(alias = "ibv_query_gid_ex")]
+    pub fn query_gid(&self, port: u8, index: u32) -> Result<GidEntry> {
+        let mut entry = ffi::ibv_gid_entry::default();
+        // SAFETY: live context; `entry` is writable and its size is passed by the port.
+        let ret =
+            unsafe { ffi::ibv_query_gid_ex(self.as_raw(), u32::from(port), index, &mut entry, 0) };
+        Error::check("ibv_query_gid_ex", ret)?;
+        Ok(GidEntry::from_raw(&entry))
+    }
+
+    /// `ibv_query_gid_table`: the valid entries of every port's GID table.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] with the errno of the query.
+    ///
+    /// # References
+    ///
+    /// [`ibv_query_gid_table(3)`](https://man7.org/linux/man-pages/man3/ibv_query_gid_table.3.html)
+    #[doc(alias = "ibv_query_gid_table")]
+    pub fn gid_table(&self) -> Result<Vec<GidEntry>> {
+        let attr = self.query_device()?;
+        let mut total = 0usize;
+        for port in 1..=attr.phys_port_cnt {
+            // Sizes from the provider: added without overflowing.
+            total = total.saturating_add(self.query_port(port)?.gid_tbl_len as usize);
+        }
+        let mut entries = vec![ffi::ibv_gid_entry::default(); total.max(1)];
+        // SAFETY: live context; `entries` has room for `entries.len()` entries.
+        let n = unsafe {
+            ffi::ibv_query_gid_table(self.as_raw(), entries.as_mut_ptr(), entries.len(), 0)
+        };
+        let n = usize::try_from(n).map_err(|_| {
+            Error::verb(
+                "ibv_query_gid_table",
+                crate::Errno::from_raw(
+                    n.checked_neg()
+                        .and_then(|e| i32::try_from(e).ok())
+                        .unwrap_or(libc::EINVAL),
+                ),
+            )
+        })?;
+        Ok(entries[..n.min(entries.len())]
+            .iter()
+            .map(GidEntry::from_raw)
+            .collect())
+    }
+
+    /// The GID a connection on `port` should use by default: on Ethernet (RoCE) the first
+    /// IPv4-mapped RoCE v2 GID, else the first IPv4-mapped RoCE v1 GID, else the first RoCE v2
+    /// GID; on InfiniBand GID 0.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if the port has no usable GID, else as [`Self::query_port`].
+    pub fn routable_gid(&self, port: u8) -> Result<GidEntry> {
+        let port_attr = self.query_port(port)?;
+        if !port_attr.is_ethernet() {
+            return self.query_gid(port, 0);
+        }
+        let entries: Vec<GidEntry> = self
+            .gid_table()?
+            .into_iter()
+            .filter(|e| e.port == u32::from(port) && !e.gid.is_zero())
+            .collect();
+        let rank = |e: &GidEntry| match (e.gid.ipv4().is_some(), e.gid_type) {
+            (true, GidType::RoceV2) => 0,
+            (true, _) => 1,
+            (false, GidType::RoceV2) => 2,
+            _ => 3,
+        };
+        entries
+            .into_iter()
+            .min_by_key(|e| (rank(e), e.index))
+            .ok_or_else(|| Error::InvalidArgument(format!("port {port} has no usable GID")))
+    }
+}
+
+impl AsFd for Context {
+    /// The context's asynchronous event file descriptor (`async_fd`), readable when
+    /// [`Context::get_async_event`] has an event.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: `async_fd` is open for the life of the context, which `self` borrows.
+        unsafe { BorrowedFd::borrow_raw((*self.as_raw()).async_fd) }
+    }
+}

@@ -1,0 +1,260 @@
+//! Creating queue pairs: `ProtectionDomain::create_qp` and the builder (`ibv_create_qp`,
+//! `ibv_create_qp_ex`).
+
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use super::extended::{self, SendPath};
+use super::{QpCaps, QpInner, QueuePair, Reset, Transport};
+use crate::cq::CompletionQueue;
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::inflight::QpTables;
+use crate::pd::ProtectionDomain;
+use crate::srq::SharedReceiveQueue;
+
+/// Options of a new queue pair; see [`ProtectionDomain::create_qp`].
+#[derive(Debug)]
+#[must_use]
+pub struct QpBuilder<'a, T: Transport> {
+    pd: &'a ProtectionDomain,
+    send_cq: &'a CompletionQueue,
+    recv_cq: &'a CompletionQueue,
+    srq: Option<&'a SharedReceiveQueue>,
+    caps: QpCaps,
+    sq_sig_all: bool,
+    send_path: SendPath,
+    _transport: PhantomData<fn() -> T>,
+}
+
+impl ProtectionDomain {
+    /// A builder for a queue pair of transport `T` whose send and receive completions go to
+    /// `send_cq` and `recv_cq` (which may be the same queue).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use rdma_verbs::{Context, Rc};
+    ///
+    /// let context = Context::open("rxe0")?;
+    /// let pd = context.alloc_pd()?;
+    /// let cq = context.create_cq(64)?;
+    /// let qp = pd.create_qp::<Rc>(&cq, &cq).max_send_wr(32).build()?;
+    /// # Ok::<(), rdma_verbs::Error>(())
+    /// ```
+    ///
+    /// # References
+    ///
+    /// [`ibv_create_qp(3)`](https://man7.org/linux/man-pages/man3/ibv_create_qp.3.html)
+    #[doc(alias = "ibv_create_qp")]
+    pub fn create_qp<'a, T: Transport>(
+        &'a self,
+        send_cq: &'a CompletionQueue,
+        recv_cq: &'a CompletionQueue,
+    ) -> QpBuilder<'a, T> {
+        QpBuilder {
+            pd: self,
+            send_cq,
+            recv_cq,
+            srq: None,
+            caps: QpCaps::default(),
+            sq_sig_all: false,
+            send_path: SendPath::Classic,
+            _transport: PhantomData,
+        }
+    }
+}
+
+impl<'a, T: Transport> QpBuilder<'a, T> {
+    /// Outstanding send requests (16).
+    pub fn max_send_wr(mut self, n: u32) -> Self {
+        self.caps.max_send_wr = n;
+        self
+    }
+
+    /// Outstanding receive requests (16; ignored with an SRQ).
+    pub fn max_recv_wr(mut self, n: u32) -> Self {
+        self.caps.max_recv_wr = n;
+        self
+    }
+
+    /// Scatter/gather entries per send request (1).
+    pub fn max_send_sge(mut self, n: u32) -> Self {
+        self.caps.max_send_sge = n;
+        self
+    }
+
+    /// Scatter/gather entries per receive request (1).
+    pub fn max_recv_sge(mut self, n: u32) -> Self {
+        self.caps.max_recv_sge = n;
+        self
+    }
+
+    /// Bytes of inline data per send (0). The device may grant more; see
+    /// [`QueuePair::caps`].
+    pub fn max_inline_data(mut self, n: u32) -> Self {
+        self.caps.max_inline_data = n;
+        self
+    }
+
+    /// Every send request generates a completion (`sq_sig_all`); otherwise only those marked
+    /// [`SendRequest::signaled`](crate::SendRequest::signaled).
+    pub fn sq_sig_all(mut self, all: bool) -> Self {
+        self.sq_sig_all = all;
+        self
+    }
+
+    /// Takes receives from `srq` instead of a receive queue of its own.
+    pub fn srq(mut self, srq: &'a SharedReceiveQueue) -> Self {
+        self.srq = Some(srq);
+        self
+    }
+
+    /// How sends are posted ([`SendPath::Classic`]): through `ibv_post_send`, or through the
+    /// extended `ibv_wr_*` API of a queue pair created by `ibv_create_qp_ex`, chosen by what
+    /// the provider offers ([`SendPath::Auto`]) or required ([`SendPath::Extended`]).
+    ///
+    /// The path changes neither the posting API nor its safety contract;
+    /// [`QueuePair::post_send`] says how its errors differ.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use rdma_verbs::{Context, Rc, SendPath};
+    ///
+    /// let context = Context::open("rxe0")?;
+    /// let pd = context.alloc_pd()?;
+    /// let cq = context.create_cq(64)?;
+    /// let qp = pd.create_qp::<Rc>(&cq, &cq).send_path(SendPath::Auto).build()?;
+    /// println!("extended sends: {}", qp.uses_extended_post());
+    /// # Ok::<(), rdma_verbs::Error>(())
+    /// ```
+    ///
+    /// # References
+    ///
+    /// [`ibv_create_qp_ex(3)`](https://man7.org/linux/man-pages/man3/ibv_create_qp_ex.3.html)
+    #[doc(alias = "ibv_create_qp_ex")]
+    pub fn send_path(mut self, path: SendPath) -> Self {
+        self.send_path = path;
+        self
+    }
+
+    /// `ibv_create_qp`: creates the queue pair, in RESET (`ibv_create_qp_ex` first, for the
+    /// [`send_path`](Self::send_path)s `Auto` and `Extended`).
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidArgument`] if a CQ or SRQ belongs to another device context;
+    /// - [`Error::Verb`] with the errno of `ibv_create_qp` (`EINVAL` for capacities above the
+    ///   device's limits, `ENOMEM`), [`Error::Unsupported`] for a transport the device lacks;
+    /// - [`Error::Verb`] with the errno of `ibv_create_qp_ex` when it fails for another reason
+    ///   than a refusal of the extended API (`ENOMEM`: no fallback would help);
+    /// - with [`SendPath::Extended`], where [`SendPath::Auto`] would fall back:
+    ///   [`Error::Unsupported`] (`ibv_create_qp_ex`: the provider lacks it or refused the send
+    ///   operations with `EOPNOTSUPP`; `ibv_qp_to_qp_ex`: the queue pair it made has no usable
+    ///   builders) or [`Error::Verb`] (`ibv_create_qp_ex` refused them with `EINVAL`).
+    ///
+    /// # References
+    ///
+    /// [`ibv_create_qp(3)`](https://man7.org/linux/man-pages/man3/ibv_create_qp.3.html)
+    /// [`ibv_create_qp_ex(3)`](https://man7.org/linux/man-pages/man3/ibv_create_qp_ex.3.html)
+    #[doc(alias = "ibv_create_qp")]
+    #[doc(alias = "ibv_create_qp_ex")]
+    pub fn build(self) -> Result<QueuePair<T, Reset>> {
+        let context = self.pd.context().as_raw();
+        let foreign = self.send_cq.context().as_raw() != context
+            || self.recv_cq.context().as_raw() != context
+            || self
+                .srq
+                .is_some_and(|s| s.pd().context().as_raw() != context);
+        if foreign {
+            return Err(Error::InvalidArgument(
+                "the completion queues and SRQ must belong to the protection domain's context"
+                    .into(),
+            ));
+        }
+        let mut init = ffi::ibv_qp_init_attr {
+            send_cq: self.send_cq.as_raw(),
+            recv_cq: self.recv_cq.as_raw(),
+            srq: self.srq.map_or(std::ptr::null_mut(), |s| s.as_raw()),
+            cap: ffi::ibv_qp_cap {
+                max_send_wr: self.caps.max_send_wr,
+                max_recv_wr: self.caps.max_recv_wr,
+                max_send_sge: self.caps.max_send_sge,
+                max_recv_sge: self.caps.max_recv_sge,
+                max_inline_data: self.caps.max_inline_data,
+            },
+            qp_type: T::QP_TYPE,
+            sq_sig_all: i32::from(self.sq_sig_all),
+            ..Default::default()
+        };
+        let mut created = None;
+        if self.send_path != SendPath::Classic {
+            // SAFETY: live context of the PD, whose CQs and SRQ `init` names (checked above).
+            let attempt =
+                unsafe { extended::create(context, self.pd.as_raw(), &init, T::OPS, T::DATAGRAM) }?;
+            let required = self.send_path == SendPath::Extended;
+            match attempt {
+                extended::Created::Qp {
+                    raw,
+                    extended: None,
+                    ..
+                } if required => {
+                    // SAFETY: the queue pair just created, destroyed once and never used.
+                    let _ = unsafe { ffi::ibv_destroy_qp(raw.as_ptr()) };
+                    return Err(Error::Unsupported("ibv_qp_to_qp_ex"));
+                }
+                extended::Created::Qp { raw, cap, extended } => {
+                    created = Some((raw, cap, extended));
+                }
+                extended::Created::Refused(errno) if required => {
+                    return Err(Error::verb("ibv_create_qp_ex", errno));
+                }
+                extended::Created::Refused(_) => {}
+            }
+        }
+        let (raw, cap, extended) = match created {
+            Some(created) => created,
+            None => {
+                // SAFETY: live PD, CQs and SRQ of one context (checked above); `init` is valid.
+                let raw = unsafe { ffi::ibv_create_qp(self.pd.as_raw(), &mut init) };
+                let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_create_qp"))?;
+                (raw, init.cap, None)
+            }
+        };
+        // Both creators write back the capacities they granted.
+        let caps = QpCaps {
+            max_send_wr: cap.max_send_wr,
+            max_recv_wr: cap.max_recv_wr,
+            max_send_sge: cap.max_send_sge,
+            max_recv_sge: cap.max_recv_sge,
+            max_inline_data: cap.max_inline_data,
+        };
+        // The tables for owned requests, and the routes by which the queues reach them
+        // (allocated here, once: posting and polling never allocate).
+        let srq_table = self.srq.map(|srq| srq.inner.table.clone());
+        let tables = Arc::new(QpTables::new(caps.max_send_wr, caps.max_recv_wr, srq_table));
+        // SAFETY: the queue pair just created.
+        let qp_num = unsafe { (*raw.as_ptr()).qp_num };
+        let one_cq = Arc::ptr_eq(&self.send_cq.inner, &self.recv_cq.inner);
+        self.send_cq.inner.routes.add(qp_num, &tables, true, one_cq);
+        if !one_cq {
+            self.recv_cq.inner.routes.add(qp_num, &tables, false, true);
+        }
+        Ok(QueuePair {
+            inner: QpInner {
+                raw,
+                extended,
+                caps,
+                pd: self.pd.clone(),
+                _send_cq: self.send_cq.inner.clone(),
+                _recv_cq: self.recv_cq.inner.clone(),
+                _srq: self.srq.map(|s| s.inner.clone()),
+                state_changed: false,
+                tables,
+            },
+            _type: PhantomData,
+        })
+    }
+}

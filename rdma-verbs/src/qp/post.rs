@@ -1,0 +1,288 @@
+//! Posting work requests (`ibv_post_send`, `ibv_post_recv`, the `ibv_wr_*` builders) and
+//! what a failed post means.
+
+use super::{CanPostRecv, QueuePair, Rts, Transport, extended};
+use crate::error::{Errno, Error, Result};
+use crate::ffi;
+use crate::wr::{RecvList, RecvRequest, SendList, SendRequest, op};
+
+/// Whether a failed post may still have handed the request to the device, so that its memory
+/// must be treated as lent: the provider did not say (`bad_wr` null), or the extended path's
+/// `ibv_wr_complete` failed, which can happen after the requests were queued (rxe stores the
+/// producer index before it rings the doorbell, and the doorbell can fail).
+pub(crate) fn may_have_posted(error: &Error) -> bool {
+    match error {
+        Error::PostIndeterminate { .. } => true,
+        Error::QueueFull { verb, .. } | Error::Post { verb, .. } => *verb == EXTENDED_POST_VERB,
+        _ => false,
+    }
+}
+
+impl<T: Transport> QueuePair<T, Rts> {
+    /// `ibv_post_send`: hands every request of `list` to the device in one call (one doorbell).
+    ///
+    /// # Safety
+    ///
+    /// Until the completion of each request is polled (for unsignaled requests: until a later
+    /// signaled request of the same queue pair completes), or the queue pair is reset:
+    /// - the memory every scatter/gather entry names stays registered and is not freed;
+    /// - Rust code does not write memory a send or write reads, nor read or write memory a
+    ///   read, atomic or receive writes;
+    /// - for UD, the address handles stay alive.
+    ///
+    /// Inline payloads are copied during the call and are exempt.
+    ///
+    /// And when [`scope`](QueuePair::scope) is called on this queue pair, no completion with this
+    /// queue pair's number may still be pending in its completion queues, nor still to come
+    /// (every request posted here has completed, and its completion, if signaled, has been
+    /// polled): a scope counts the completions of its queue pair as its own.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidArgument`] before posting anything, for an operation the transport does
+    ///   not allow (for example RDMA read on UC), a UD request without a destination, a UD
+    ///   destination whose [`AddressHandle`](crate::AddressHandle) or a memory-window bind whose
+    ///   [`MemoryWindow`](crate::MemoryWindow) belongs to another protection domain (of this
+    ///   context or another), immediate data on an operation that cannot carry it, or a
+    ///   `wr_id` with the top bit set (reserved for owned requests, see
+    ///   [`post_send_owned`](QueuePair::post_send_owned));
+    /// - [`Error::QueueFull`] (`ENOMEM`): the send queue has no room; requests before `index`
+    ///   were posted;
+    /// - [`Error::Post`]: the provider refused request `index` (for example a queue pair the
+    ///   device moved to an error state); requests before it were posted.
+    /// - [`Error::PostIndeterminate`]: the provider failed without naming a request (`bad_wr`
+    ///   null; rxe does so when its doorbell fails after it queued every request): take every
+    ///   request of the list as posted.
+    ///
+    /// # The extended path
+    ///
+    /// On a queue pair that [uses the extended API](Self::uses_extended_post), the list goes to
+    /// the device as one `ibv_wr_start` .. `ibv_wr_complete` batch (one doorbell), which posts
+    /// all of it or nothing. Its failures are [`Error::QueueFull`] (`ENOMEM`, or `ENOSPC` as
+    /// rxe reports a full queue) and [`Error::Post`], both with verb `ibv_wr_complete` and
+    /// index 0: as the builders report them (rxe, mlx5), no request of the list was posted.
+    /// One failure cannot be told apart: a doorbell that fails after the batch was queued (rxe
+    /// rings it with a `write` to the device, which the kernel can fail, `ENOMEM` included);
+    /// then the requests were posted. Code that must be sound whatever the provider does, as
+    /// [`PostScope`](crate::PostScope) is, treats an `ibv_wr_complete` failure as posted.
+    ///
+    /// A list the batch cannot carry goes to `ibv_post_send` instead, with the errors above:
+    /// one holding an operation the queue pair was not created for (see [`SendPath::Auto`](super::SendPath::Auto)),
+    /// inline data over the granted `max_inline_data` or in more than one entry, or more
+    /// entries than `max_send_sge`. The classic call is valid on these queue pairs, between
+    /// batches.
+    ///
+    /// # Examples
+    ///
+    /// Sixteen sends, one doorbell; the list's storage serves every batch:
+    ///
+    /// ```no_run
+    /// # use rdma_verbs::*;
+    /// # fn f(qp: &mut QueuePair<Rc, Rts>, mr: &MemoryRegion) -> Result<()> {
+    /// let mut list = SendList::with_capacity(16);
+    /// for i in 0..16 {
+    ///     let request = SendRequest::send(i, mr.slice(i as usize * 64..(i as usize + 1) * 64)?);
+    ///     // Signal every fourth request only: fewer completions to poll.
+    ///     list.push(if i % 4 == 3 { request.signaled() } else { request })?;
+    /// }
+    /// // SAFETY: `mr` stays registered and untouched until the completions are polled.
+    /// unsafe { qp.post_send(&mut list)? };
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # References
+    ///
+    /// [`ibv_post_send(3)`](https://man7.org/linux/man-pages/man3/ibv_post_send.3.html)
+    /// [`ibv_wr_complete(3)`](https://man7.org/linux/man-pages/man3/ibv_wr_complete.3.html)
+    #[doc(alias = "ibv_post_send")]
+    #[doc(alias = "ibv_wr_complete")]
+    #[inline]
+    pub unsafe fn post_send(&mut self, list: &mut SendList<'_>) -> Result<()> {
+        if list.is_empty() {
+            return Ok(());
+        }
+        check_ops::<T>(list.ops(), list.datagrams(), list.len())?;
+        list.check_object_pd(self.inner.pd.as_raw())?;
+        if let Some(ex) = self.inner.extended.filter(|ex| ex.covers(list.ops())) {
+            // SAFETY: `ex` is this live queue pair's, held through `&mut self` (no batch open),
+            // and covers every operation of the list, which checked its destinations above; the
+            // list is a valid chain built by the crate, whose memory the caller keeps valid as
+            // the contract above says.
+            let posted = unsafe { extended::post(ex, &self.inner.caps, T::DATAGRAM, list.head()) };
+            if let Some(result) = posted {
+                return result;
+            }
+        }
+        let mut bad: *mut ffi::ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: live queue pair; the list is a valid chain whose memory the caller keeps
+        // valid as the contract above says.
+        let ret = unsafe { ffi::ibv_post_send(self.as_raw(), list.head(), &mut bad) };
+        post_result("ibv_post_send", ret, || list.index_of(bad))
+    }
+
+    /// `ibv_post_send` of one request, without a list.
+    ///
+    /// # Safety
+    ///
+    /// As [`post_send`](Self::post_send).
+    ///
+    /// # Errors
+    ///
+    /// As [`post_send`](Self::post_send).
+    ///
+    /// # References
+    ///
+    /// [`ibv_post_send(3)`](https://man7.org/linux/man-pages/man3/ibv_post_send.3.html)
+    /// [`ibv_wr_complete(3)`](https://man7.org/linux/man-pages/man3/ibv_wr_complete.3.html)
+    #[doc(alias = "ibv_post_send")]
+    #[doc(alias = "ibv_wr_complete")]
+    #[inline]
+    pub unsafe fn post_send_one(&mut self, request: &SendRequest<'_>) -> Result<()> {
+        check_ops::<T>(request.op(), usize::from(request.is_datagram()), 1)?;
+        request.check_object_pd(self.inner.pd.as_raw())?;
+        let mut raw = ffi::ibv_send_wr::default();
+        let mut one = ffi::ibv_sge::default();
+        request.fill(&mut raw, &mut one)?;
+        if let Some(ex) = self.inner.extended.filter(|ex| ex.covers(request.op())) {
+            // SAFETY: as in `post_send`, for a chain of one request; `raw` and `one` outlive
+            // the call.
+            let posted = unsafe { extended::post(ex, &self.inner.caps, T::DATAGRAM, &raw) };
+            if let Some(result) = posted {
+                return result;
+            }
+        }
+        let mut bad: *mut ffi::ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: live queue pair; `raw` and `one` outlive the call; the caller keeps the
+        // memory valid as the contract says.
+        let ret = unsafe { ffi::ibv_post_send(self.as_raw(), &mut raw, &mut bad) };
+        post_result("ibv_post_send", ret, || index_of_one(&raw, bad))
+    }
+}
+
+impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
+    /// `ibv_post_recv`: hands every receive request of `list` to the device in one call.
+    ///
+    /// # Safety
+    ///
+    /// Until each request's completion is polled, or the queue pair is reset, the memory it
+    /// names stays registered, is not freed, and is neither read nor written from Rust.
+    ///
+    /// And when [`scope`](QueuePair::scope) is called on this queue pair, no completion with this
+    /// queue pair's number may still be pending in its completion queues, nor still to come
+    /// (every request posted here has completed, and its completion, if signaled, has been
+    /// polled): a scope counts the completions of its queue pair as its own.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::QueueFull`] or [`Error::Post`] as for [`post_send`](QueuePair::post_send);
+    /// [`Error::InvalidArgument`] for a queue pair that takes its receives from an SRQ, or a
+    /// `wr_id` with the top bit set (reserved for owned requests).
+    ///
+    /// # References
+    ///
+    /// [`ibv_post_recv(3)`](https://man7.org/linux/man-pages/man3/ibv_post_recv.3.html)
+    #[doc(alias = "ibv_post_recv")]
+    #[inline]
+    pub unsafe fn post_recv(&mut self, list: &mut RecvList<'_>) -> Result<()> {
+        if list.is_empty() {
+            return Ok(());
+        }
+        self.check_no_srq()?;
+        let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
+        // SAFETY: live queue pair; valid chain; memory kept valid by the caller.
+        let ret = unsafe { ffi::ibv_post_recv(self.as_raw(), list.head(), &mut bad) };
+        post_result("ibv_post_recv", ret, || list.index_of(bad))
+    }
+
+    /// `ibv_post_recv` of one request.
+    ///
+    /// # Safety
+    ///
+    /// As [`post_recv`](Self::post_recv).
+    ///
+    /// # Errors
+    ///
+    /// As [`post_recv`](Self::post_recv).
+    ///
+    /// # References
+    ///
+    /// [`ibv_post_recv(3)`](https://man7.org/linux/man-pages/man3/ibv_post_recv.3.html)
+    #[doc(alias = "ibv_post_recv")]
+    #[inline]
+    pub unsafe fn post_recv_one(&mut self, request: &RecvRequest<'_>) -> Result<()> {
+        self.check_no_srq()?;
+        let mut raw = ffi::ibv_recv_wr::default();
+        let mut one = ffi::ibv_sge::default();
+        request.fill(&mut raw, &mut one)?;
+        let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
+        // SAFETY: live queue pair; `raw`/`one` outlive the call; memory kept valid by caller.
+        let ret = unsafe { ffi::ibv_post_recv(self.as_raw(), &mut raw, &mut bad) };
+        post_result("ibv_post_recv", ret, || index_of_one(&raw, bad))
+    }
+
+    fn check_no_srq(&self) -> Result<()> {
+        if self.inner._srq.is_some() {
+            return Err(Error::InvalidArgument(
+                "this queue pair receives through its SRQ: post there".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn check_ops<T: Transport>(ops: u32, datagrams: usize, len: usize) -> Result<()> {
+    if ops & op::INVALID != 0 {
+        return Err(Error::InvalidArgument(
+            "immediate data on an operation other than SEND or RDMA WRITE, or inline data as \
+             the target of a read"
+                .into(),
+        ));
+    }
+    if ops & !T::OPS != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "an operation {} queue pairs do not support",
+            T::NAME
+        )));
+    }
+    if T::DATAGRAM && datagrams != len {
+        return Err(Error::InvalidArgument(
+            "every request to a UD queue pair needs a destination (SendRequest::to)".into(),
+        ));
+    }
+    if !T::DATAGRAM && datagrams != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "datagram destinations are for UD, not {}",
+            T::NAME
+        )));
+    }
+    Ok(())
+}
+
+/// The verb named in the errors of the extended send path.
+pub(crate) const EXTENDED_POST_VERB: &str = "ibv_wr_complete";
+
+/// Turns a post verb's return value into a result: `ENOMEM` is a full queue, anything else a
+/// refused request at `index`. `index` is the position of the request `bad_wr` named, or `None`
+/// when it named none of them (null, or a stray pointer): then the provider did not say what it
+/// took, and every request must be taken as posted ([`Error::PostIndeterminate`]).
+#[inline]
+pub(crate) fn post_result(
+    verb: &'static str,
+    ret: i32,
+    index: impl FnOnce() -> Option<usize>,
+) -> Result<()> {
+    match Errno::result(ret) {
+        Ok(()) => Ok(()),
+        Err(errno) => Err(match (index(), errno) {
+            (None, errno) => Error::PostIndeterminate { verb, errno },
+            (Some(index), Errno::NOMEM) => Error::QueueFull { verb, index },
+            (Some(index), errno) => Error::Post { verb, index, errno },
+        }),
+    }
+}
+
+/// The index `bad_wr` gives a one-request post: 0 when it names `raw`, else `None`.
+#[inline]
+pub(crate) fn index_of_one<R>(raw: &R, bad: *const R) -> Option<usize> {
+    std::ptr::eq(raw, bad).then_some(0)
+}
