@@ -115,7 +115,9 @@ impl Ring {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Records a request about to be posted and returns its id; the request must be posted
+    /// Records a request about to be posted and returns its id, and whether it took the ring's
+    /// last free slot (the send path then makes it signaled, or unsignaled requests could
+    /// fill the queue with nothing left to release them); the request must be posted
     /// only after this returns, so that its completion finds it. Gives `buf` back when the
     /// queue is full (as many requests in flight as the queue pair holds) or the ids ran out.
     pub(crate) fn push(
@@ -123,7 +125,7 @@ impl Ring {
         tag: u64,
         buf: Option<Buf>,
         keep: Option<Arc<dyn Send + Sync>>,
-    ) -> std::result::Result<u64, (Error, Option<Buf>)> {
+    ) -> std::result::Result<(u64, bool), (Error, Option<Buf>)> {
         let mut state = self.lock();
         if state.entries.len() >= state.capacity {
             return Err((
@@ -146,14 +148,7 @@ impl Ring {
             keep,
             recv: self.recv,
         });
-        Ok(id)
-    }
-
-    /// Whether one more request would fill the ring: the send path then makes it signaled, or
-    /// unsignaled requests could fill the queue with nothing left to release them.
-    pub(crate) fn one_slot_left(&self) -> bool {
-        let state = self.lock();
-        state.entries.len() + 1 >= state.capacity
+        Ok((id, state.entries.len() == state.capacity))
     }
 
     /// Takes back the request `id` recorded last, whose post the provider refused.
@@ -452,9 +447,13 @@ mod tests {
     #[test]
     fn a_completion_releases_its_request_and_those_before_it() {
         let ring = Ring::new(4, false);
-        let ids: Vec<u64> = (0..4)
+        let pushed: Vec<(u64, bool)> = (0..4)
             .map(|tag| ring.push(tag, None, None).unwrap())
             .collect();
+        // Only the fourth takes the last free slot.
+        let last: Vec<bool> = pushed.iter().map(|p| p.1).collect();
+        assert_eq!(last, [false, false, false, true]);
+        let ids: Vec<u64> = pushed.iter().map(|p| p.0).collect();
         let (error, _) = ring.push(9, None, None).unwrap_err();
         assert!(matches!(error, Error::QueueFull { .. }), "{error:?}");
         // Completing the third releases the first two (unsignaled) and returns the third.
@@ -466,7 +465,7 @@ mod tests {
         assert!(ring.complete(OWNED_ID_BIT | 12345).is_none());
         assert_eq!(ring.len(), 1);
         // Undoing a post works only for the last one pushed.
-        let last = ring.push(5, None, None).unwrap();
+        let (last, _) = ring.push(5, None, None).unwrap();
         assert!(ring.unpush(ids[3]).is_none());
         assert_eq!(ring.unpush(last).unwrap().tag, 5);
         ring.clear();
@@ -476,7 +475,7 @@ mod tests {
     #[test]
     fn only_owned_ids_are_looked_up() {
         let tables = Arc::new(QpTables::new(2, 2, None));
-        let id = tables.recv.push(7, None, None).unwrap();
+        let (id, _) = tables.recv.push(7, None, None).unwrap();
         let routes = vec![Route {
             qp_num: 5,
             tables: tables.clone(),

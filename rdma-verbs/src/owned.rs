@@ -218,7 +218,7 @@ trait Table {
         tag: u64,
         buf: Option<Buf>,
         keep: Option<Arc<dyn Send + Sync>>,
-    ) -> std::result::Result<u64, (Error, Option<Buf>)>;
+    ) -> std::result::Result<(u64, bool), (Error, Option<Buf>)>;
     /// Takes back request `id`, whose post the provider refused.
     fn unrecord(&self, id: u64) -> Option<Entry>;
 }
@@ -229,7 +229,7 @@ impl Table for Ring {
         tag: u64,
         buf: Option<Buf>,
         keep: Option<Arc<dyn Send + Sync>>,
-    ) -> std::result::Result<u64, (Error, Option<Buf>)> {
+    ) -> std::result::Result<(u64, bool), (Error, Option<Buf>)> {
         self.push(tag, buf, keep)
     }
 
@@ -244,8 +244,9 @@ impl Table for SrqTable {
         tag: u64,
         buf: Option<Buf>,
         _keep: Option<Arc<dyn Send + Sync>>,
-    ) -> std::result::Result<u64, (Error, Option<Buf>)> {
-        self.push(tag, buf)
+    ) -> std::result::Result<(u64, bool), (Error, Option<Buf>)> {
+        // Receives are all signaled: whether the slot was the last does not matter.
+        self.push(tag, buf).map(|id| (id, false))
     }
 
     fn unrecord(&self, id: u64) -> Option<Entry> {
@@ -253,23 +254,26 @@ impl Table for SrqTable {
     }
 }
 
-/// Records `buf` in `table`, posts with `post` (given the request's id), and undoes the
-/// record if the provider refused the post and said so.
-fn post_owned(
-    table: &impl Table,
+/// Records `buf` in the table `table` finds in `queue`, posts with `post` (given the queue,
+/// the request's id and whether it took the table's last slot), and undoes the record if the
+/// provider refused the post and said so. The table is borrowed only for the record and the
+/// undo, not across the post, so no reference count is taken per post.
+fn post_owned<Q, Tb: Table>(
+    queue: &mut Q,
+    table: fn(&Q) -> &Tb,
     tag: u64,
     buf: Option<Buf>,
     keep: Option<Arc<dyn Send + Sync>>,
-    post: impl FnOnce(u64) -> Result<()>,
+    post: impl FnOnce(&mut Q, u64, bool) -> Result<()>,
 ) -> std::result::Result<(), PostRefused> {
-    let id = table
+    let (id, last_slot) = table(queue)
         .record(tag, buf, keep)
         .map_err(|(error, buf)| PostRefused { error, buf })?;
-    match post(id) {
+    match post(queue, id, last_slot) {
         Ok(()) => Ok(()),
         Err(error) if may_have_posted(&error) => Err(PostRefused { error, buf: None }),
         Err(error) => {
-            let buf = table.unrecord(id).and_then(|entry| entry.buf);
+            let buf = table(queue).unrecord(id).and_then(|entry| entry.buf);
             Err(PostRefused { error, buf })
         }
     }
@@ -333,13 +337,9 @@ impl<T: Transport> QueuePair<T, Rts> {
             }
         }
         let slice = buf.as_ref().map(|b| b.raw_slice(false));
-        let tables = self.tables().clone();
-        // The request that takes the last free slot is signaled whatever the caller asked:
-        // unsignaled requests are released only by a later completion, and with the queue
-        // full of them none could come.
-        let signaled = signaled || tables.send.one_slot_left();
         let keep = dest.as_ref().map(|(ah, _, _)| ah.keep_alive());
-        post_owned(&tables.send, tag, buf, keep, |id| {
+        let send_table: fn(&Self) -> &Ring = |qp| &qp.tables().send;
+        post_owned(self, send_table, tag, buf, keep, |qp, id, last_slot| {
             let payload = slice.map_or(Payload::None, Payload::Slice);
             let mut request = build.request(payload).owned(id);
             if let Some((ah, remote_qpn, remote_qkey)) = &dest {
@@ -348,7 +348,10 @@ impl<T: Transport> QueuePair<T, Rts> {
             if let Some(imm) = imm {
                 request = request.with_imm(imm);
             }
-            if signaled {
+            // The request that takes the last free slot is signaled whatever the caller
+            // asked: unsignaled requests are released only by a later completion, and with the
+            // queue full of them none could come.
+            if signaled || last_slot {
                 request = request.signaled();
             }
             // SAFETY: the request names the buffer's bytes (`slice`), or inline bytes copied
@@ -359,7 +362,7 @@ impl<T: Transport> QueuePair<T, Rts> {
             // registered meanwhile, and no Rust code can reach its bytes. `remote` is the
             // peer's memory. The request's id has `OWNED_ID_BIT`, which no other post may use,
             // so no other completion can release the buffer.
-            unsafe { self.post_send_one(&request) }
+            unsafe { qp.post_send_one(&request) }
         })
     }
 }
@@ -431,13 +434,13 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
             });
         }
         let slice = buf.raw_slice(true);
-        let tables = self.tables().clone();
-        post_owned(&tables.recv, tag, Some(buf), None, |id| {
+        let recv_table: fn(&Self) -> &Ring = |qp| &qp.tables().recv;
+        post_owned(self, recv_table, tag, Some(buf), None, |qp, id, _| {
             let request = RecvRequest::new(0, slice).owned(id);
             // SAFETY: as in `post_send_owned`: the buffer is in the receive table, where
             // nothing reaches it, until this receive's completion (receive queues complete in
             // order), the queue pair's reset or destruction, or a refused post.
-            unsafe { self.post_recv_one(&request) }
+            unsafe { qp.post_recv_one(&request) }
         })
     }
 }
@@ -468,14 +471,14 @@ impl SharedReceiveQueue {
             });
         }
         let slice = buf.raw_slice(true);
-        let table = self.inner.table.clone();
-        post_owned(&*table, tag, Some(buf), None, |id| {
+        let srq_table: fn(&Self) -> &SrqTable = |srq| &srq.inner.table;
+        post_owned(self, srq_table, tag, Some(buf), None, |srq, id, _| {
             let request = RecvRequest::new(0, slice).owned(id);
             // SAFETY: as in `QueuePair::post_recv_buf`: the buffer is in the SRQ's table, where
             // nothing reaches it, until the completion with its id (found by id: SRQ receives
             // complete in any order), the SRQ's destruction, or a refused post. The SRQ
             // outlives every queue pair that could consume the receive.
-            unsafe { self.post_recv_one(&request) }
+            unsafe { srq.post_recv_one(&request) }
         })
     }
 
