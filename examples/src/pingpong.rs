@@ -521,50 +521,34 @@ fn post_recvs<'a, T: Transport>(
     Ok(())
 }
 
-/// Something the loop polls for completions: a [`PostScope`], or a bare completion queue
-/// (srq_pingpong, whose receives go to an SRQ, posts with the `unsafe` calls).
-pub trait Poller {
-    /// Polls into `completions`.
-    fn poll_into<'a>(
-        &mut self,
-        completions: &'a mut [WorkCompletion],
-    ) -> rdma_verbs::Result<&'a [WorkCompletion]>;
+/// What a loop waits on: a [`PostScope`], or a bare completion queue (srq_pingpong, whose
+/// queue pairs post owned buffers and take completions with `poll_each`).
+pub trait Armable {
     /// Arms the completion queue(s) for the next event.
     fn arm(&mut self) -> rdma_verbs::Result<()>;
 }
 
-impl<T: Transport> Poller for PostScope<'_, '_, T> {
-    fn poll_into<'a>(
-        &mut self,
-        completions: &'a mut [WorkCompletion],
-    ) -> rdma_verbs::Result<&'a [WorkCompletion]> {
-        self.poll(completions)
-    }
+impl<T: Transport> Armable for PostScope<'_, '_, T> {
     fn arm(&mut self) -> rdma_verbs::Result<()> {
         self.req_notify(false)
     }
 }
 
-impl Poller for CompletionQueue {
-    fn poll_into<'a>(
-        &mut self,
-        completions: &'a mut [WorkCompletion],
-    ) -> rdma_verbs::Result<&'a [WorkCompletion]> {
-        self.poll(completions)
-    }
+impl Armable for CompletionQueue {
     fn arm(&mut self) -> rdma_verbs::Result<()> {
         self.req_notify(false)
     }
 }
 
-/// Waits for at least one completion: polls, or with `-e` sleeps on the channel (and re-arms
-/// the CQ). Fails after `idle` without any. With `-e` the result may be empty.
-pub fn wait<'a>(
-    s: &mut impl Poller,
+/// Waits for at least one completion: calls `poll` (which returns how many it found) until it
+/// finds some, or with `-e` sleeps on the channel first (and re-arms) and polls once. Fails
+/// after `idle` without any. With `-e` the result may be 0.
+pub fn wait_until<A: Armable>(
+    target: &mut A,
     channel: Option<&CompletionChannel>,
-    completions: &'a mut [WorkCompletion],
     idle: Duration,
-) -> Result<&'a [WorkCompletion], String> {
+    mut poll: impl FnMut(&mut A) -> rdma_verbs::Result<usize>,
+) -> Result<usize, String> {
     let deadline = Instant::now() + idle;
     let stalled = || {
         format!(
@@ -577,22 +561,33 @@ pub fn wait<'a>(
             Error::Timeout(_) => stalled(),
             e => format!("failed to get cq_event: {e}"),
         })?;
-        s.arm()
+        target
+            .arm()
             .map_err(|e| format!("couldn't request CQ notification: {e}"))?;
     }
     loop {
-        let n = s
-            .poll_into(completions)
-            .map_err(|e| format!("poll CQ failed: {e}"))?
-            .len();
+        let n = poll(target).map_err(|e| format!("poll CQ failed: {e}"))?;
         if n > 0 || channel.is_some() {
-            return Ok(&completions[..n]);
+            return Ok(n);
         }
         if Instant::now() > deadline {
             return Err(stalled());
         }
         std::hint::spin_loop();
     }
+}
+
+/// [`wait_until`] for a scope: the completions found, in `completions`.
+pub fn wait<'a, T: Transport>(
+    s: &mut PostScope<'_, '_, T>,
+    channel: Option<&CompletionChannel>,
+    completions: &'a mut [WorkCompletion],
+    idle: Duration,
+) -> Result<&'a [WorkCompletion], String> {
+    let n = wait_until(s, channel, idle, |s| {
+        s.poll(completions).map(|found| found.len())
+    })?;
+    Ok(&completions[..n])
 }
 
 /// The page size `-c` validates at (the C programs ask sysconf; every Linux target this

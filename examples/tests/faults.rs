@@ -356,3 +356,36 @@ fn pingpong_fault_data_mismatch_fails_the_check() {
         "ud server -c, client without -c",
     );
 }
+
+/// srq_pingpong checks every message as it arrives with `-c`: a client sending 2048-byte
+/// messages to a server expecting 4096 fails the server's check on the first one, with one
+/// line; the client, whose peer is gone, fails within its timeout instead of hanging.
+#[test]
+fn pingpong_fault_srq_checks_each_message() {
+    let Some(device) = rdma_test_support::device() else {
+        return;
+    };
+    let srq = || Command::new(env!("CARGO_BIN_EXE_srq_pingpong"));
+    let port = free_port();
+    let mut server = srq();
+    base(&mut server, &device, port).args(["-c", "-n", "20", "-s", "4096", "-q", "2"]);
+    let mut client = srq();
+    base(&mut client, &device, port).args(["-n", "20", "-s", "2048", "-q", "2", "127.0.0.1"]);
+    let (server_out, client_out) = run_pair(server, client, port, "srq size mismatch");
+    assert_one_line_error_of(
+        "srq_pingpong",
+        &server_out,
+        "invalid data: received 2048 bytes, expected 4096",
+        "srq server -c, client sending 2048 bytes",
+    );
+    let stdout = String::from_utf8_lossy(&server_out.stdout);
+    assert!(
+        !stdout.contains("iters in"),
+        "the loop ended early: {stdout}"
+    );
+    assert!(
+        !client_out.status.success(),
+        "the client's peer died: {}",
+        String::from_utf8_lossy(&client_out.stderr)
+    );
+}

@@ -104,7 +104,7 @@ pub use error::{Errno, Error, Result};
 pub use flags::{AccessFlags, SendFlags, WcFlags};
 pub use mr::{MemoryRegion, MrSlice, MrSliceMut, RemoteMemory};
 pub use mw::{MemoryWindow, MwType};
-pub use owned::{Completion, OwnedSend, PostRefused};
+pub use owned::{Completion, OwnedRecvList, OwnedSend, OwnedSendList, PostRefused};
 pub use pd::ProtectionDomain;
 pub use qp::{
     AddressVector, CanPostRecv, ConnectedInitAttr, GlobalRoute, Init, QpBuilder, QpCaps, QpState,

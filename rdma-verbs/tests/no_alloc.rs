@@ -351,3 +351,60 @@ fn owned_no_alloc_ud_and_srq_round_trips() {
         "{allocations} allocations in {ROUNDS} owned UD and SRQ rounds"
     );
 }
+
+/// Doorbell-batched owned posts: 10,000 rounds of a list of four receives and a list of four
+/// sends (three unsignaled, the last signaled), the lists' storage reused every round.
+#[test]
+fn owned_no_alloc_list_round_trips() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.create_qp(&cq_a, &cq_a),
+        f.pd.create_qp(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let tx = BufferPool::new(&f.pd, 4, LEN).unwrap();
+    let rx = BufferPool::new(&f.pd, 4, LEN).unwrap();
+    let mut sends = OwnedSendList::with_capacity(4);
+    let mut receives = OwnedRecvList::with_capacity(4);
+    let data = pattern(LEN, 5);
+
+    let ((), allocations) = count_allocations(|| {
+        for round in 0..ROUNDS {
+            for m in 0..4 {
+                receives.push(rx.take().unwrap(), m).unwrap();
+                let mut buf = tx.take().unwrap();
+                buf.fill_from(&data).unwrap();
+                let request = OwnedSend::send(buf).tag(round);
+                sends
+                    .push(if m == 3 {
+                        request
+                    } else {
+                        request.unsignaled()
+                    })
+                    .unwrap();
+            }
+            b.post_recv_list(&mut receives).unwrap();
+            a.post_send_list(&mut sends).unwrap();
+            let (mut sent, mut received) = (0, 0);
+            let deadline = Instant::now() + WAIT;
+            while sent < 1 || received < 4 {
+                sent += cq_a
+                    .poll_each(4, |c| assert!(c.is_success(), "round {round}: {c:?}"))
+                    .unwrap();
+                cq_b.poll_each(4, |mut c| {
+                    assert_eq!(c.tag(), Some(received), "round {round}");
+                    assert_eq!(&c.take_buf().unwrap()[..], &data[..], "round {round}");
+                    received += 1;
+                })
+                .unwrap();
+                assert!(Instant::now() < deadline, "round {round}: timed out");
+            }
+            assert_eq!((tx.available(), rx.available()), (4, 4), "round {round}");
+        }
+    });
+    assert_eq!(
+        allocations, 0,
+        "{allocations} allocations in {ROUNDS} owned list rounds"
+    );
+}

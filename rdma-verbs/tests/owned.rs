@@ -14,21 +14,6 @@ use rdma_verbs::*;
 
 const SIZE: usize = 256;
 
-/// Reaps `want` completions from `cq` with `poll_each`; fails the test after [`WAIT`].
-fn reap(cq: &mut CompletionQueue, want: usize) -> Vec<Completion> {
-    let mut out = Vec::new();
-    let deadline = Instant::now() + WAIT;
-    while out.len() < want {
-        cq.poll_each(want - out.len(), |c| out.push(c)).unwrap();
-        assert!(
-            Instant::now() < deadline,
-            "{} of {want} completions: {out:?}",
-            out.len()
-        );
-    }
-    out
-}
-
 fn message(round: u64) -> Vec<u8> {
     pattern(SIZE, round as u8)
 }
@@ -142,17 +127,6 @@ fn owned_queue_pairs_share_a_completion_queue_and_unsignaled_sends_return() {
     assert_eq!(rx.available(), 16);
     for (a, b) in &pairs {
         assert_eq!((a.owned_in_flight(), b.owned_in_flight()), (0, 0));
-    }
-}
-
-/// Nothing more arrives within [`QUIET`].
-fn assert_no_completion_each(cq: &mut CompletionQueue) {
-    let until = Instant::now() + QUIET;
-    while Instant::now() < until {
-        let n = cq
-            .poll_each(4, |c| panic!("unexpected completion: {c:?}"))
-            .unwrap();
-        assert_eq!(n, 0);
     }
 }
 

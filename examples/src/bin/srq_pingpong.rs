@@ -7,27 +7,26 @@
 //! receive queue and completing on one CQ; completions are told apart by queue pair number.
 //! As in the C program, `-n` counts sends and receives over all queue pairs together.
 //!
-//! Unlike the other pingpongs, this one posts with the `unsafe` calls: the safe
-//! [`rdma_verbs::PostScope`] covers one queue pair and its own receive queue, not an SRQ
-//! shared by many.
+//! It posts with the owned-buffer path, in safe code: receive buffers come from a
+//! [`BufferPool`] and go to the SRQ in doorbell-batched lists ([`OwnedRecvList`]); each
+//! completion hands its buffer back through [`CompletionQueue::poll_each`]. A queue pair
+//! echoes the buffer it last received (inline when it fits, as the C program's
+//! `IBV_SEND_INLINE`), so, as in the C program, each message is the last one received and the
+//! client's all-zero message is the only one on the wire. Where the C program shares one buffer
+//! between every receive and send, this one never lets two requests touch the same bytes, so
+//! `-c` can check every message received, every byte, as it arrives.
 //!
-//! As in the C program, one buffer takes every receive and gives every send, so each message
-//! echoes the last one received, on whichever queue pair. The client's message is all zeroes
-//! (the C program's buffer is zeroed, and `-c` sets the page-start bytes to 0). The server's
-//! buffer starts as 0x7b instead: it never goes on the wire (the server sends only after a
-//! receive has overwritten it), and `-c` on the server then also proves that messages landed.
-//! `-c` checks every byte of the last message, on either side, once every queue pair and the
-//! SRQ are gone; the end handshake runs before they go (see [`rdma_examples::exchange::Link`]).
+//! The end handshake runs before the queue pairs go (see [`rdma_examples::exchange::Link`]).
 
 use std::time::Instant;
 
 use clap::Parser;
 use rdma_examples::exchange::PeerEnd;
 use rdma_examples::exchange::{self, Dest};
-use rdma_examples::pingpong::{self, C_PEER_LINGER, FILL, Options, RECV_ID, SEND_ID};
+use rdma_examples::pingpong::{self, C_PEER_LINGER, Options, RECV_ID, SEND_ID};
 use rdma_verbs::{
-    AccessFlags, ConnectedInitAttr, MemoryRegion, QueuePair, Rc, RecvRequest, Rts, SendFlags,
-    SendRequest, SharedReceiveQueue, WorkCompletion,
+    BufferPool, Completion, CompletionChannel, CompletionQueue, ConnectedInitAttr, OwnedRecvList,
+    OwnedSend, QueuePair, Rc, Rts, SharedReceiveQueue,
 };
 
 const PROGRAM: &str = "srq_pingpong";
@@ -53,31 +52,60 @@ fn main() {
     }
 }
 
-/// Posts `n` receives of the first `size` bytes of `buffer` to the SRQ; returns how many went.
-fn post_receives(srq: &mut SharedReceiveQueue, buffer: &MemoryRegion, size: usize, n: u32) -> u32 {
-    let Ok(slice) = buffer.slice(..size) else {
-        return 0;
-    };
-    for i in 0..n {
-        // SAFETY: the buffer stays registered until the queue pairs and the SRQ are gone (they
-        // are dropped first, see the end of `run`), and Rust does not touch it meanwhile.
-        if unsafe { srq.post_recv_one(&RecvRequest::new(RECV_ID, slice)) }.is_err() {
-            return i;
+/// Posts `n` receives to the SRQ in one list (one doorbell), each into a buffer of `pool`;
+/// returns how many went.
+fn post_receives(
+    srq: &mut SharedReceiveQueue,
+    pool: &BufferPool,
+    list: &mut OwnedRecvList,
+    n: u32,
+) -> u32 {
+    for _ in 0..n {
+        let Some(buf) = pool.take() else { break };
+        if list.push(buf, RECV_ID).is_err() {
+            break;
         }
     }
-    n
+    let wanted = list.len() as u32;
+    // What the SRQ did not take stays in the list; dropping it returns the buffers.
+    let posted = match srq.post_recv_list(list) {
+        Ok(()) => wanted,
+        Err(_) => wanted - list.len() as u32,
+    };
+    list.clear();
+    posted
 }
 
+/// Sends `message`, the buffer last received: inline when it fits (the buffer then goes back
+/// to its pool as soon as the post returns), else the buffer itself.
 fn post_send(
     qp: &mut QueuePair<Rc, Rts>,
-    buffer: &MemoryRegion,
-    size: usize,
-    flags: SendFlags,
+    message: rdma_verbs::Buf,
+    inline: bool,
 ) -> Result<(), String> {
-    let slice = buffer.slice(..size).map_err(|e| e.to_string())?;
-    // SAFETY: as in `post_receives`.
-    unsafe { qp.post_send_one(&SendRequest::send(SEND_ID, slice).flags(flags)) }
-        .map_err(|e| format!("couldn't post send: {e}"))
+    let posted = if inline {
+        qp.post_send_owned(OwnedSend::send_inline(&message).tag(SEND_ID))
+    } else {
+        qp.post_send_owned(OwnedSend::send(message).tag(SEND_ID))
+    };
+    posted.map_err(|e| format!("couldn't post send: {e}"))
+}
+
+/// Waits for completions and hands them to `out` (emptied first), as
+/// [`pingpong::wait_until`] says.
+fn wait_each(
+    cq: &mut CompletionQueue,
+    channel: Option<&CompletionChannel>,
+    out: &mut Vec<Completion>,
+    idle: std::time::Duration,
+) -> Result<(), String> {
+    out.clear();
+    pingpong::wait_until(cq, channel, idle, |cq| {
+        // `out` has room for everything the queue can hold: pushing never reallocates.
+        let room = out.capacity() - out.len();
+        cq.poll_each(room, |c| out.push(c))
+    })?;
+    Ok(())
 }
 
 fn run(options: &Options, num_qp: u32) -> Result<(), String> {
@@ -93,25 +121,22 @@ fn run(options: &Options, num_qp: u32) -> Result<(), String> {
     let mtu = pingpong::mtu(options)?;
     let size = options.message_size(4096);
     let mut setup = pingpong::setup(options, options.rx_depth + num_qp)?;
-    let mut buffer = setup
-        .pd
-        .register(size.max(1), AccessFlags::LOCAL_WRITE)
-        .map_err(|e| format!("couldn't register MR: {e}"))?;
-    let initial = if options.servername.is_some() {
-        pingpong::client_message(size, SRQ_FILL, options.chk)
-    } else {
-        vec![FILL; size]
-    };
-    buffer
-        .write_at(0, &initial)
-        .map_err(|e| format!("couldn't fill the buffer: {e}"))?;
+    // Every receive in flight, one buffer held per queue pair between its receive and its
+    // send, one send in flight per queue pair, and the client's first messages.
+    let pool = BufferPool::new(
+        &setup.pd,
+        (options.rx_depth + 3 * num_qp) as usize,
+        size.max(1),
+    )
+    .map_err(|e| format!("couldn't register MR: {e}"))?;
+    let message = pingpong::client_message(size, SRQ_FILL, options.chk);
     let mut srq = setup
         .pd
         .create_srq(options.rx_depth, 1)
         .map_err(|e| format!("couldn't create SRQ: {e}"))?;
 
     let mut qps = Vec::new();
-    let mut flags = SendFlags::SIGNALED;
+    let mut inline = true;
     for i in 0..num_qp {
         let qp = setup
             .pd
@@ -120,15 +145,14 @@ fn run(options: &Options, num_qp: u32) -> Result<(), String> {
             .max_send_wr(1)
             .build()
             .map_err(|e| format!("couldn't create QP[{i}]: {e}"))?;
-        if qp.caps().max_inline_data as usize >= size {
-            flags |= SendFlags::INLINE;
-        }
+        inline &= qp.caps().max_inline_data as usize >= size;
         qps.push(
             qp.into_init(&ConnectedInitAttr::new(options.ib_port))
                 .map_err(|e| format!("failed to modify QP[{i}] to INIT: {e}"))?,
         );
     }
-    let mut routs = post_receives(&mut srq, &buffer, size, options.rx_depth);
+    let mut receives = OwnedRecvList::with_capacity(options.rx_depth as usize);
+    let mut routs = post_receives(&mut srq, &pool, &mut receives, options.rx_depth);
     if routs < options.rx_depth {
         return Err(format!("couldn't post receive ({routs})"));
     }
@@ -194,40 +218,59 @@ fn run(options: &Options, num_qp: u32) -> Result<(), String> {
     };
 
     let mut pending = vec![RECV_ID; qps.len()];
+    // The buffer each queue pair last received, which its next send echoes.
+    let mut held: Vec<Option<rdma_verbs::Buf>> = (0..qps.len()).map(|_| None).collect();
     if options.servername.is_some() {
         for (i, qp) in qps.iter_mut().enumerate() {
-            post_send(qp, &buffer, size, flags)?;
+            let mut first = pool.take().ok_or("out of buffers")?;
+            first
+                .fill_from(&message)
+                .map_err(|e| format!("couldn't fill the buffer: {e}"))?;
+            post_send(qp, first, inline)?;
             pending[i] |= SEND_ID;
         }
     }
     let start = Instant::now();
     let (mut rcnt, mut scnt) = (0u32, 0u32);
     let idle = std::time::Duration::from_secs(options.timeout);
-    let mut completions = vec![WorkCompletion::default(); (num_qp + options.rx_depth) as usize];
+    let mut completions = Vec::with_capacity((num_qp + options.rx_depth) as usize);
     while rcnt < options.iters || scnt < options.iters {
-        for wc in pingpong::wait(
+        wait_each(
             &mut setup.cq,
             setup.channel.as_ref(),
             &mut completions,
             idle,
-        )? {
-            if !wc.is_success() {
+        )?;
+        for mut c in completions.drain(..) {
+            if !c.is_success() {
                 return Err(format!(
                     "Failed status {} for wr_id {}",
-                    wc.status(),
-                    wc.wr_id()
+                    c.status(),
+                    c.tag().unwrap_or(c.wc().wr_id())
                 ));
             }
             let index = qps
                 .iter()
-                .position(|qp| qp.qp_num() == wc.qp_num())
-                .ok_or_else(|| format!("Couldn't find QPN {:06x}", wc.qp_num()))?;
-            match wc.wr_id() {
+                .position(|qp| qp.qp_num() == c.wc().qp_num())
+                .ok_or_else(|| format!("Couldn't find QPN {:06x}", c.wc().qp_num()))?;
+            let id = c.tag().ok_or("a completion of no request of ours")?;
+            match id {
                 SEND_ID => scnt += 1,
                 RECV_ID => {
+                    let got = c.take_buf().ok_or("a receive without its buffer")?;
+                    if options.chk && got[..] != message[..] {
+                        pingpong::check_message(&got, SRQ_FILL)?;
+                        return Err(format!(
+                            "invalid data: received {} bytes, expected {size}",
+                            got.len()
+                        ));
+                    }
+                    // The previous one, if still held, goes back to the pool.
+                    held[index] = Some(got);
                     routs -= 1;
                     if routs <= num_qp {
-                        routs += post_receives(&mut srq, &buffer, size, options.rx_depth - routs);
+                        routs +=
+                            post_receives(&mut srq, &pool, &mut receives, options.rx_depth - routs);
                         if routs < options.rx_depth {
                             return Err(format!("couldn't post receive ({routs})"));
                         }
@@ -236,9 +279,10 @@ fn run(options: &Options, num_qp: u32) -> Result<(), String> {
                 }
                 other => return Err(format!("Completion for unknown wr_id {other}")),
             }
-            pending[index] &= !wc.wr_id();
+            pending[index] &= !id;
             if scnt < options.iters && pending[index] == 0 {
-                post_send(&mut qps[index], &buffer, size, flags)?;
+                let echo = held[index].take().ok_or("nothing received to echo")?;
+                post_send(&mut qps[index], echo, inline)?;
                 pending[index] = RECV_ID | SEND_ID;
             }
         }
@@ -250,13 +294,8 @@ fn run(options: &Options, num_qp: u32) -> Result<(), String> {
         std::thread::sleep(C_PEER_LINGER);
     }
     pingpong::print_results(size, options.iters, elapsed);
-    // The queue pairs and the SRQ go before the buffer they use, and before Rust reads it.
+    // Dropping the queue pairs and then the SRQ releases the buffers still posted.
     drop(qps);
     drop(srq);
-    if options.chk {
-        let bytes = buffer.as_slice().map_err(|e| e.to_string())?;
-        pingpong::check_message(&bytes[..size], SRQ_FILL)?;
-    }
-    drop(buffer);
     Ok(())
 }

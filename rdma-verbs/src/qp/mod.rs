@@ -37,7 +37,7 @@ pub use attr::{
 };
 pub use builder::QpBuilder;
 pub use extended::SendPath;
-pub(crate) use post::{EXTENDED_POST_VERB, index_of_one, may_have_posted, post_result};
+pub(crate) use post::{EXTENDED_POST_VERB, check_ops, index_of_one, may_have_posted, post_result};
 /// The ERR state marker (named `Error` in [`state`](self); re-exported as `Err` to keep it apart
 /// from the crate's error type).
 pub use state::Error as Err;

@@ -230,7 +230,7 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
     }
 }
 
-fn check_ops<T: Transport>(ops: u32, datagrams: usize, len: usize) -> Result<()> {
+pub(crate) fn check_ops<T: Transport>(ops: u32, datagrams: usize, len: usize) -> Result<()> {
     if ops & op::INVALID != 0 {
         return Err(Error::InvalidArgument(
             "immediate data on an operation other than SEND or RDMA WRITE, or inline data as \

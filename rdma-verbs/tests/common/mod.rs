@@ -335,3 +335,30 @@ pub fn wait_until_asleep(tid: i32) {
         std::thread::sleep(Duration::from_millis(1));
     }
 }
+
+/// Reaps `want` completions from `cq` with `poll_each` (the owned-buffer path); fails the test
+/// after [`WAIT`].
+pub fn reap(cq: &mut CompletionQueue, want: usize) -> Vec<Completion> {
+    let mut out = Vec::new();
+    let deadline = Instant::now() + WAIT;
+    while out.len() < want {
+        cq.poll_each(want - out.len(), |c| out.push(c)).unwrap();
+        assert!(
+            Instant::now() < deadline,
+            "{} of {want} completions: {out:?}",
+            out.len()
+        );
+    }
+    out
+}
+
+/// Nothing more arrives within [`QUIET`], polled with `poll_each`.
+pub fn assert_no_completion_each(cq: &mut CompletionQueue) {
+    let until = Instant::now() + QUIET;
+    while Instant::now() < until {
+        let n = cq
+            .poll_each(4, |c| panic!("unexpected completion: {c:?}"))
+            .unwrap();
+        assert_eq!(n, 0);
+    }
+}

@@ -20,10 +20,13 @@ use crate::buf::Buf;
 use crate::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 use crate::error::{Error, Result};
 use crate::inflight::{Entry, Ring, SrqTable, take_completed};
-use crate::mr::RemoteMemory;
+use crate::mr::{MrSlice, RemoteMemory};
 use crate::qp::{CanPostRecv, QpState, QueuePair, Rts, Transport, may_have_posted};
 use crate::srq::SharedReceiveQueue;
 use crate::wr::{Payload, RecvRequest, SendRequest};
+
+mod list;
+pub use list::{OwnedRecvList, OwnedSendList};
 
 /// A send request of the owned-buffer path: what it sends (a [`Buf`], or inline bytes), the
 /// operation, a tag the completion gives back, and whether it is signaled.
@@ -202,7 +205,7 @@ impl From<PostRefused> for Error {
 
 /// Refuses `buf` unless its region is in the queue pair's protection domain (the device
 /// would refuse the key at run time; this says so at post time).
-fn check_pd(buf: Option<&Buf>, qp_pd: *mut crate::ffi::ibv_pd) -> Result<()> {
+pub(crate) fn check_pd(buf: Option<&Buf>, qp_pd: *mut crate::ffi::ibv_pd) -> Result<()> {
     match buf {
         Some(buf) if buf.pd().as_raw() != qp_pd => Err(Error::InvalidArgument(
             "the buffer's pool is in another protection domain than the queue pair".into(),
@@ -212,7 +215,7 @@ fn check_pd(buf: Option<&Buf>, qp_pd: *mut crate::ffi::ibv_pd) -> Result<()> {
 }
 
 /// An in-flight table a post records its request in.
-trait Table {
+pub(crate) trait Table {
     fn record(
         &self,
         tag: u64,
@@ -279,32 +282,17 @@ fn post_owned<Q, Tb: Table>(
     }
 }
 
-impl<T: Transport> QueuePair<T, Rts> {
-    /// Posts an owned send request: its buffer moves into the queue pair until the request's
-    /// completion (or a later one of this queue pair, for an unsignaled request) hands it back
-    /// through [`CompletionQueue::poll_each`] on the send completion queue. Allocates nothing.
-    ///
-    /// A UD queue pair needs a destination ([`OwnedSend::to`]); its address handle stays
-    /// alive until the request completes.
-    ///
-    /// # Errors
-    ///
-    /// [`PostRefused`], with the buffer when the device never saw it:
-    /// [`Error::InvalidArgument`] for an operation the transport does not allow, immediate
-    /// data where it cannot go, an atomic whose buffer holds fewer than 8 bytes, or a buffer of
-    /// another protection domain; [`Error::QueueFull`] when as many requests are in flight as
-    /// the send queue holds; else as [`post_send_one`](Self::post_send_one).
-    pub fn post_send_owned(
-        &mut self,
-        request: OwnedSend<'_>,
-    ) -> std::result::Result<(), PostRefused> {
+impl<'a> OwnedSend<'a> {
+    /// Checks what can be checked without the queue pair, and splits the request into what the
+    /// in-flight table keeps and what the work request needs.
+    fn prepare(self) -> std::result::Result<Prepared<'a>, PostRefused> {
         let OwnedSend {
             kind,
             tag,
             imm,
             signaled,
             dest,
-        } = request;
+        } = self;
         let (mut buf, build): (Option<Buf>, Build<'_>) = match kind {
             Kind::Send(buf) => (buf, Build::Send),
             Kind::SendInline(bytes) => (None, Build::SendInline(bytes)),
@@ -316,9 +304,6 @@ impl<T: Transport> QueuePair<T, Rts> {
                 (Some(buf), Build::CompareSwap(remote, compare, swap))
             }
         };
-        if let Err(error) = check_pd(buf.as_ref(), self.pd().as_raw()) {
-            return Err(PostRefused { error, buf });
-        }
         if build.is_atomic() {
             if let Some(result) = buf.as_mut() {
                 if let Err(error) = result.set_len(8) {
@@ -337,33 +322,131 @@ impl<T: Transport> QueuePair<T, Rts> {
             }
         }
         let slice = buf.as_ref().map(|b| b.raw_slice(false));
-        let keep = dest.as_ref().map(|(ah, _, _)| ah.keep_alive());
-        let send_table: fn(&Self) -> &Ring = |qp| &qp.tables().send;
-        post_owned(self, send_table, tag, buf, keep, |qp, id, last_slot| {
-            let payload = slice.map_or(Payload::None, Payload::Slice);
-            let mut request = build.request(payload).owned(id);
-            if let Some((ah, remote_qpn, remote_qkey)) = &dest {
-                request = request.to(ah, *remote_qpn, *remote_qkey);
-            }
-            if let Some(imm) = imm {
-                request = request.with_imm(imm);
-            }
-            // The request that takes the last free slot is signaled whatever the caller
-            // asked: unsignaled requests are released only by a later completion, and with the
-            // queue full of them none could come.
-            if signaled || last_slot {
-                request = request.signaled();
-            }
-            // SAFETY: the request names the buffer's bytes (`slice`), or inline bytes copied
-            // during the call, or none. The buffer was moved into the send table before this
-            // post and leaves it only with this request's completion (or a later one of this
-            // queue, which completes in order), with the queue pair's reset or destruction, or
-            // if this post fails without the device having seen it; it holds its region
-            // registered meanwhile, and no Rust code can reach its bytes. `remote` is the
-            // peer's memory. The request's id has `OWNED_ID_BIT`, which no other post may use,
-            // so no other completion can release the buffer.
-            unsafe { qp.post_send_one(&request) }
+        Ok(Prepared {
+            buf,
+            slice,
+            build,
+            tag,
+            imm,
+            signaled,
+            dest,
         })
+    }
+
+    /// The buffer the request carries, if any: for a request that will not be posted.
+    pub fn into_buf(self) -> Option<Buf> {
+        match self.kind {
+            Kind::Send(buf) => buf,
+            Kind::SendInline(_) | Kind::WriteInline(..) => None,
+            Kind::Write(buf, _)
+            | Kind::Read(buf, _)
+            | Kind::FetchAdd(buf, ..)
+            | Kind::CompareSwap(buf, ..) => Some(buf),
+        }
+    }
+}
+
+/// An owned send request checked and split for posting: the buffer (which moves into the
+/// in-flight table when posted, and comes back if the post is refused), the range of its
+/// bytes the work request names, and the rest of the request.
+pub(crate) struct Prepared<'a> {
+    pub(crate) buf: Option<Buf>,
+    slice: Option<MrSlice<'static>>,
+    build: Build<'a>,
+    pub(crate) tag: u64,
+    imm: Option<u32>,
+    signaled: bool,
+    dest: Option<(AddressHandle, u32, u32)>,
+}
+
+impl Prepared<'_> {
+    /// Makes the request name no memory (see `list.rs`).
+    pub(crate) fn disarm(&mut self) {
+        self.slice = None;
+    }
+
+    /// What the in-flight entry keeps alive besides the buffer: a UD destination's handle.
+    pub(crate) fn keep(&self) -> Option<Arc<dyn Send + Sync>> {
+        self.dest.as_ref().map(|(ah, _, _)| ah.keep_alive())
+    }
+
+    /// The work request, with owned id `id`. The request that took the in-flight table's last
+    /// free slot (`last_slot`) is signaled whatever the caller asked: unsignaled requests are
+    /// released only by a later completion, and with the queue full of them none could come.
+    pub(crate) fn request(&self, id: u64, last_slot: bool) -> SendRequest<'_> {
+        let payload = self.slice.map_or(Payload::None, Payload::Slice);
+        let mut request = self.build.request(payload).owned(id);
+        if let Some((ah, remote_qpn, remote_qkey)) = &self.dest {
+            request = request.to(ah, *remote_qpn, *remote_qkey);
+        }
+        if let Some(imm) = self.imm {
+            request = request.with_imm(imm);
+        }
+        if self.signaled || last_slot {
+            request = request.signaled();
+        }
+        request
+    }
+}
+
+impl fmt::Debug for Prepared<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Prepared")
+            .field("buf", &self.buf)
+            .field("tag", &self.tag)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Transport> QueuePair<T, Rts> {
+    /// Posts an owned send request: its buffer moves into the queue pair until the request's
+    /// completion (or a later one of this queue pair, for an unsignaled request) hands it back
+    /// through [`CompletionQueue::poll_each`] on the send completion queue. Allocates nothing.
+    ///
+    /// A UD queue pair needs a destination ([`OwnedSend::to`]); its address handle stays
+    /// alive until the request completes. To post several requests with one doorbell, use
+    /// [`post_send_list`](Self::post_send_list).
+    ///
+    /// # Errors
+    ///
+    /// [`PostRefused`], with the buffer when the device never saw it:
+    /// [`Error::InvalidArgument`] for an operation the transport does not allow, immediate
+    /// data where it cannot go, an atomic whose buffer holds fewer than 8 bytes, a read longer
+    /// than its remote memory, or a buffer of another protection domain;
+    /// [`Error::QueueFull`] when as many requests are in flight as the send queue holds; else
+    /// as [`post_send_one`](Self::post_send_one).
+    pub fn post_send_owned(
+        &mut self,
+        request: OwnedSend<'_>,
+    ) -> std::result::Result<(), PostRefused> {
+        let mut prepared = request.prepare()?;
+        if let Err(error) = check_pd(prepared.buf.as_ref(), self.pd().as_raw()) {
+            return Err(PostRefused {
+                error,
+                buf: prepared.buf,
+            });
+        }
+        let keep = prepared.keep();
+        let buf = prepared.buf.take();
+        let send_table: fn(&Self) -> &Ring = |qp| &qp.tables().send;
+        post_owned(
+            self,
+            send_table,
+            prepared.tag,
+            buf,
+            keep,
+            |qp, id, last_slot| {
+                // SAFETY: the request names the buffer's bytes (`slice`), or inline bytes copied
+                // during the call, or none. The buffer was moved into the send table before this
+                // post and leaves it only with this request's completion (or a later one of this
+                // queue, which completes in order), with the queue pair's reset or destruction, or
+                // if this post fails without the device having seen it; it holds its region
+                // registered meanwhile, and no Rust code can reach its bytes. `remote` is the
+                // peer's memory. The request's id has `OWNED_ID_BIT`, which no other post may use,
+                // so no other completion can release the buffer.
+                unsafe { qp.post_send_one(&prepared.request(id, last_slot)) }
+            },
+        )
     }
 }
 
@@ -560,8 +643,9 @@ fn received_len(wc: &WorkCompletion, recv: bool) -> Option<u32> {
 
 impl CompletionQueue {
     /// Polls up to `max` completions and hands each to `f`, with what it releases: for an
-    /// owned request ([`QueuePair::post_send_owned`], [`QueuePair::post_recv_buf`]) its tag
-    /// and its buffer; completions of requests posted another way come as they are. Returns
+    /// owned request ([`QueuePair::post_send_owned`], [`QueuePair::post_recv_buf`],
+    /// [`SharedReceiveQueue::post_recv_buf`], and the lists of
+    /// [`QueuePair::post_send_list`]) its tag and its buffer; completions of requests posted another way come as they are. Returns
     /// how many it handed over (0 when the queue is empty). Allocates nothing.
     ///
     /// Poll queues that owned requests complete into with this only: a completion that
