@@ -5,10 +5,10 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use crate::cq::WorkCompletion;
-use crate::error::{Error, Result};
+use crate::device::Gid;
+use crate::error::{Errno, Error, Result};
 use crate::ffi;
 use crate::pd::ProtectionDomain;
-use crate::qp::AddressVector;
 
 /// An address handle (`struct ibv_ah`): a path to a remote port, for UD sends.
 ///
@@ -23,6 +23,8 @@ pub struct AddressHandle {
 struct AhInner {
     raw: NonNull<ffi::ibv_ah>,
     pd: ProtectionDomain,
+    /// Set once `ibv_destroy_ah` succeeded.
+    destroyed: bool,
 }
 
 // SAFETY: an address handle is an immutable kernel/provider object usable from any thread.
@@ -31,11 +33,32 @@ unsafe impl Send for AhInner {}
 unsafe impl Sync for AhInner {}
 
 impl AddressHandle {
+    /// `ibv_destroy_ah`: what dropping the last clone does, with the failure reported. On
+    /// failure the handle is handed back; dropping it tries again.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] with `ibv_destroy_ah` and `EBUSY`, without calling it, while another
+    /// clone (an owned UD send in flight holds one) still exists; else with the verb's errno.
+    ///
+    /// # References
+    ///
+    /// [`ibv_destroy_ah(3)`](https://man7.org/linux/man-pages/man3/ibv_create_ah.3.html)
+    #[doc(alias = "ibv_destroy_ah")]
+    pub fn close(mut self) -> std::result::Result<(), (Self, Error)> {
+        let result = match Arc::get_mut(&mut self.inner) {
+            Some(inner) => inner.destroy(),
+            None => Err(Error::verb("ibv_destroy_ah", Errno::BUSY)),
+        };
+        result.map_err(|error| (self, error))
+    }
+
     fn new(raw: NonNull<ffi::ibv_ah>, pd: &ProtectionDomain) -> Self {
         Self {
             inner: Arc::new(AhInner {
                 raw,
                 pd: pd.clone(),
+                destroyed: false,
             }),
         }
     }
@@ -132,14 +155,129 @@ impl fmt::Debug for AddressHandle {
     }
 }
 
+impl AhInner {
+    /// `ibv_destroy_ah`, once.
+    fn destroy(&mut self) -> Result<()> {
+        if self.destroyed {
+            return Ok(());
+        }
+        // SAFETY: live address handle (not yet destroyed), destroyed once, when its last clone
+        // goes. Posted UD requests that use it are the caller's responsibility under the post
+        // contract, or hold a clone (owned sends).
+        let ret = unsafe { ffi::ibv_destroy_ah(self.raw.as_ptr()) };
+        Errno::result(ret).map_err(|errno| Error::verb("ibv_destroy_ah", errno))?;
+        self.destroyed = true;
+        Ok(())
+    }
+}
+
 impl Drop for AhInner {
     fn drop(&mut self) {
-        // SAFETY: live address handle, destroyed once, when its last clone goes. Posted UD
-        // requests that use it are the caller's responsibility under the post contract, or
-        // hold a clone (owned sends).
-        let ret = unsafe { ffi::ibv_destroy_ah(self.raw.as_ptr()) };
-        // Drop cannot report a failure and must not panic (see "Resource cleanup" in the
-        // crate documentation).
-        let _ = ret;
+        // Drop cannot report a failure and must not panic (see "Resource cleanup" in the crate
+        // documentation).
+        let _ = self.destroy();
+    }
+}
+
+/// Addressing of the remote port (`struct ibv_ah_attr`): for RC and UC the path in
+/// [`RcRtrAttr`](crate::RcRtrAttr)/[`UcRtrAttr`](crate::UcRtrAttr), for UD an [`AddressHandle`](crate::AddressHandle).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[must_use = "attributes do nothing until a transition uses them"]
+pub struct AddressVector {
+    /// Destination LID (InfiniBand; 0 on RoCE).
+    pub dlid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// Source path bits.
+    pub src_path_bits: u8,
+    /// Static rate (0: port's rate).
+    pub static_rate: u8,
+    /// Local port number (1-based).
+    pub port: u8,
+    /// Global routing header: required on RoCE and across subnets.
+    pub grh: Option<GlobalRoute>,
+}
+
+impl AddressVector {
+    /// A vector from local port `port` with no destination set yet.
+    pub fn new(port: u8) -> Self {
+        Self {
+            dlid: 0,
+            sl: 0,
+            src_path_bits: 0,
+            static_rate: 0,
+            port,
+            grh: None,
+        }
+    }
+
+    /// Sets the destination LID.
+    pub fn dlid(mut self, dlid: u16) -> Self {
+        self.dlid = dlid;
+        self
+    }
+
+    /// Routes by GID: destination `dgid` from local GID table entry `sgid_index`, hop limit 64.
+    pub fn grh(mut self, dgid: Gid, sgid_index: u8) -> Self {
+        self.grh = Some(GlobalRoute {
+            dgid,
+            flow_label: 0,
+            sgid_index,
+            hop_limit: 64,
+            traffic_class: 0,
+        });
+        self
+    }
+
+    pub(crate) fn to_raw(self) -> ffi::ibv_ah_attr {
+        let mut raw = ffi::ibv_ah_attr {
+            dlid: self.dlid,
+            sl: self.sl,
+            src_path_bits: self.src_path_bits,
+            static_rate: self.static_rate,
+            port_num: self.port,
+            ..Default::default()
+        };
+        if let Some(grh) = self.grh {
+            raw.is_global = 1;
+            raw.grh = ffi::ibv_global_route {
+                dgid: grh.dgid.to_raw(),
+                flow_label: grh.flow_label,
+                sgid_index: grh.sgid_index,
+                hop_limit: grh.hop_limit,
+                traffic_class: grh.traffic_class,
+            };
+        }
+        raw
+    }
+}
+
+/// Global routing (`struct ibv_global_route`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[must_use = "attributes do nothing until a transition uses them"]
+pub struct GlobalRoute {
+    /// Destination GID.
+    pub dgid: Gid,
+    /// Flow label.
+    pub flow_label: u32,
+    /// Index of the source GID in the local port's table.
+    pub sgid_index: u8,
+    /// Hop limit.
+    pub hop_limit: u8,
+    /// Traffic class.
+    pub traffic_class: u8,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_global_route_sets_the_grh_with_hop_limit_64() {
+        let av = AddressVector::new(1).grh(Gid([1; 16]), 3).to_raw();
+        assert_eq!(
+            (av.is_global, av.grh.sgid_index, av.grh.hop_limit),
+            (1, 3, 64)
+        );
     }
 }

@@ -3,11 +3,10 @@
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::cq::{CompletionQueue, EventCounter};
 use crate::device::Context;
 use crate::error::{Errno, Error, Result};
 use crate::ffi;
@@ -16,6 +15,16 @@ use crate::ffi;
 /// the CQ is dropped. Acknowledging takes a mutex, so one call per event would cost on the
 /// event path.
 const ACK_BATCH: u32 = 64;
+
+/// Per-CQ bookkeeping the completion channel reaches through `cq_context`: events received but
+/// not yet acknowledged.
+pub(crate) struct EventCounter {
+    pub(crate) unacked: AtomicU32,
+    /// Set (under the channel's event lock) when the CQ is being destroyed: an event for it
+    /// taken from the channel after that is acknowledged at once, because `ibv_destroy_cq`
+    /// waits for it and would otherwise wait forever.
+    pub(crate) closing: AtomicBool,
+}
 
 pub(crate) struct ChannelInner {
     raw: NonNull<ffi::ibv_comp_channel>,
@@ -35,6 +44,8 @@ pub(crate) struct ChannelInner {
     /// the crate's back (safe code can: a duplicate of [`AsFd`] shares the file status flags);
     /// the lock is never held across a wait.
     events: Mutex<()>,
+    /// Set once `ibv_destroy_comp_channel` succeeded.
+    destroyed: bool,
 }
 
 // SAFETY: a completion channel is a file descriptor plus libibverbs bookkeeping that is safe to
@@ -54,13 +65,26 @@ impl ChannelInner {
     }
 }
 
+impl ChannelInner {
+    /// `ibv_destroy_comp_channel`, once.
+    fn destroy(&mut self) -> Result<()> {
+        if self.destroyed {
+            return Ok(());
+        }
+        // SAFETY: live channel (not yet destroyed); every CQ using it holds an Arc to it, so
+        // none is left.
+        let ret = unsafe { ffi::ibv_destroy_comp_channel(self.raw.as_ptr()) };
+        Errno::result(ret).map_err(|errno| Error::verb("ibv_destroy_comp_channel", errno))?;
+        self.destroyed = true;
+        Ok(())
+    }
+}
+
 impl Drop for ChannelInner {
     fn drop(&mut self) {
-        // SAFETY: every CQ using the channel holds an Arc to it, so none is left.
-        let ret = unsafe { ffi::ibv_destroy_comp_channel(self.raw.as_ptr()) };
-        // Drop cannot report a failure and must not panic (see "Resource cleanup" in the
-        // crate documentation).
-        let _ = ret;
+        // Drop cannot report a failure and must not panic (see "Resource cleanup" in the crate
+        // documentation).
+        let _ = self.destroy();
     }
 }
 
@@ -68,7 +92,7 @@ impl Drop for ChannelInner {
 /// when an armed completion queue attached to it gets a completion.
 ///
 /// Use: create the CQ with [`CqBuilder::channel`](crate::CqBuilder::channel), arm it with
-/// [`CompletionQueue::req_notify`], wait with [`wait`](Self::wait) (or poll the descriptor,
+/// [`CompletionQueue::req_notify`](crate::CompletionQueue::req_notify), wait with [`wait`](Self::wait) (or poll the descriptor,
 /// for example with tokio's `AsyncFd`), then poll the CQ and re-arm it. Events are
 /// acknowledged in batches, and the rest when the CQ is dropped.
 ///
@@ -125,9 +149,9 @@ unsafe impl Send for CqEvent {}
 unsafe impl Sync for CqEvent {}
 
 impl CqEvent {
-    /// Whether this event is for `cq`.
-    pub fn is_for(&self, cq: &CompletionQueue) -> bool {
-        self.cq == cq.as_raw()
+    /// The queue the event is for (compared, never dereferenced).
+    pub(crate) fn cq(&self) -> *mut ffi::ibv_cq {
+        self.cq
     }
 }
 
@@ -152,6 +176,7 @@ impl Context {
             context: self.clone(),
             nonblocking: AtomicBool::new(false),
             events: Mutex::new(()),
+            destroyed: false,
         });
         // SAFETY: `raw` is live (owned by `inner`, which destroys it on every path).
         let fd = unsafe { (*raw.as_ptr()).fd };
@@ -161,6 +186,26 @@ impl Context {
 }
 
 impl CompletionChannel {
+    /// `ibv_destroy_comp_channel`: what dropping the last handle does, with the failure
+    /// reported. On failure the channel is handed back; dropping it tries again.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] with `ibv_destroy_comp_channel` and `EBUSY`, without calling it, while
+    /// a completion queue (or another handle) still holds it; else with the verb's errno.
+    ///
+    /// # References
+    ///
+    /// [`ibv_destroy_comp_channel(3)`](https://man7.org/linux/man-pages/man3/ibv_create_comp_channel.3.html)
+    #[doc(alias = "ibv_destroy_comp_channel")]
+    pub fn close(mut self) -> std::result::Result<(), (Self, Error)> {
+        let result = match Arc::get_mut(&mut self.inner) {
+            Some(inner) => inner.destroy(),
+            None => Err(Error::verb("ibv_destroy_comp_channel", Errno::BUSY)),
+        };
+        result.map_err(|error| (self, error))
+    }
+
     /// The context the channel belongs to.
     pub fn context(&self) -> &Context {
         &self.inner.context

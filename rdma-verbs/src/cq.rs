@@ -1,28 +1,19 @@
 //! Completion queues and work completions.
 
 use std::fmt;
+use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::c_enum::c_enum;
-use crate::channel::{ChannelInner, CompletionChannel};
+use crate::channel::{ChannelInner, CompletionChannel, CqEvent, EventCounter};
 use crate::device::Context;
-use crate::error::{Error, Result};
+use crate::error::{Errno, Error, Result};
 use crate::ffi;
 use crate::flags::WcFlags;
 use crate::inflight::Routes;
-
-/// Per-CQ bookkeeping the completion channel reaches through `cq_context`: events received but
-/// not yet acknowledged.
-pub(crate) struct EventCounter {
-    pub(crate) unacked: AtomicU32,
-    /// Set (under the channel's event lock) when the CQ is being destroyed: an event for it
-    /// taken from the channel after that is acknowledged at once, because `ibv_destroy_cq`
-    /// waits for it and would otherwise wait forever.
-    pub(crate) closing: AtomicBool,
-}
 
 pub(crate) struct CqInner {
     raw: NonNull<ffi::ibv_cq>,
@@ -32,6 +23,8 @@ pub(crate) struct CqInner {
     channel: Option<Arc<ChannelInner>>,
     /// The in-flight tables of the queue pairs completing here (owned-buffer data path).
     pub(crate) routes: Routes,
+    /// Set once `ibv_destroy_cq` succeeded (by [`CompletionQueue::close`] or `Drop`).
+    destroyed: bool,
 }
 
 // SAFETY: libibverbs CQs may be polled, armed and destroyed from any thread (the provider locks
@@ -56,10 +49,15 @@ impl CqInner {
     }
 }
 
-impl Drop for CqInner {
-    fn drop(&mut self) {
+impl CqInner {
+    /// Acknowledges the events taken and not yet acknowledged, then `ibv_destroy_cq`, once.
+    fn destroy(&mut self) -> Result<()> {
+        if self.destroyed {
+            return Ok(());
+        }
         // Under the channel's event lock no thread is between taking an event of this CQ and
-        // counting it, so the count is complete; events taken after it see `closing`.
+        // counting it, so the count is complete; events taken after it see `closing` (and
+        // are acknowledged at once, also if the destroy below fails and the CQ lives on).
         let unacked = match &self.channel {
             Some(channel) => {
                 let _counting = channel.lock_events();
@@ -68,16 +66,36 @@ impl Drop for CqInner {
             }
             None => self.events.unacked.swap(0, Ordering::AcqRel),
         };
-        // SAFETY: live CQ; no queue pair is left using it (each holds an Arc to this inner).
-        // ibv_destroy_cq waits for every event to be acknowledged, so acknowledge them first.
-        unsafe {
+        // SAFETY: live CQ (not yet destroyed); no queue pair is left using it (each holds an
+        // Arc to this inner, and the caller has the only one). ibv_destroy_cq waits for every
+        // event to be acknowledged, so acknowledge them first.
+        let ret = unsafe {
             if unacked > 0 {
                 ffi::ibv_ack_cq_events(self.raw.as_ptr(), unacked);
             }
-            let ret = ffi::ibv_destroy_cq(self.raw.as_ptr());
-            // Drop cannot report a failure and must not panic (see "Resource cleanup" in the
-            // crate documentation).
-            let _ = ret;
+            ffi::ibv_destroy_cq(self.raw.as_ptr())
+        };
+        Errno::result(ret).map_err(|errno| Error::verb("ibv_destroy_cq", errno))?;
+        self.destroyed = true;
+        Ok(())
+    }
+}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        // Drop cannot report a failure and must not panic (see "Resource cleanup" in the crate
+        // documentation). A CQ that still exists keeps `events` as its `cq_context`, which a
+        // later `ibv_get_cq_event` reads, and its channel: both are leaked rather than freed.
+        if self.destroy().is_err() {
+            let events = std::mem::replace(
+                &mut self.events,
+                Box::new(EventCounter {
+                    unacked: AtomicU32::new(0),
+                    closing: AtomicBool::new(true),
+                }),
+            );
+            Box::leak(events);
+            std::mem::forget(self.channel.clone());
         }
     }
 }
@@ -207,6 +225,7 @@ impl<'a> CqBuilder<'a> {
                 raw,
                 events,
                 context: self.context.clone(),
+                destroyed: false,
                 channel,
                 routes: Routes::default(),
             }),
@@ -216,6 +235,26 @@ impl<'a> CqBuilder<'a> {
 }
 
 impl CompletionQueue {
+    /// `ibv_destroy_cq`: what dropping the last handle does, with the failure reported. On
+    /// failure the queue is handed back, still usable; dropping it tries again.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] with `ibv_destroy_cq` and `EBUSY`, without calling it, while a queue
+    /// pair still uses the queue (as the verb itself would answer); else with the verb's errno.
+    ///
+    /// # References
+    ///
+    /// [`ibv_destroy_cq(3)`](https://man7.org/linux/man-pages/man3/ibv_destroy_cq.3.html)
+    #[doc(alias = "ibv_destroy_cq")]
+    pub fn close(mut self) -> std::result::Result<(), (Self, Error)> {
+        let result = match Arc::get_mut(&mut self.inner) {
+            Some(inner) => inner.destroy(),
+            None => Err(Error::verb("ibv_destroy_cq", Errno::BUSY)),
+        };
+        result.map_err(|error| (self, error))
+    }
+
     /// `ibv_poll_cq`: moves up to `completions.len()` completions into `completions` and returns
     /// the filled prefix. Allocates nothing.
     ///
@@ -248,9 +287,24 @@ impl CompletionQueue {
         &mut self,
         completions: &'a mut [WorkCompletion],
     ) -> Result<&'a [WorkCompletion]> {
+        // SAFETY: `WorkCompletion` is `Copy`, so viewing initialised values as maybe
+        // uninitialised loses nothing; `poll_uninit` only writes whole values into them.
+        let slots = unsafe {
+            &mut *(std::ptr::from_mut(completions) as *mut [MaybeUninit<WorkCompletion>])
+        };
+        self.poll_uninit(slots)
+    }
+
+    /// [`poll`](Self::poll) into storage that need not be initialised (no zeroing per call):
+    /// returns the completions written at its start.
+    #[inline]
+    pub(crate) fn poll_uninit<'a>(
+        &mut self,
+        completions: &'a mut [MaybeUninit<WorkCompletion>],
+    ) -> Result<&'a [WorkCompletion]> {
         let max = i32::try_from(completions.len()).unwrap_or(i32::MAX);
         // SAFETY: live CQ; WorkCompletion is a transparent ibv_wc and the slice has room for
-        // `max` of them.
+        // `max` of them; the provider only writes them.
         let n = unsafe { ffi::ibv_poll_cq(self.as_raw(), max, completions.as_mut_ptr().cast()) };
         if n < 0 {
             // A provider's value: negated without overflowing (i32::MIN stays as it is).
@@ -258,7 +312,10 @@ impl CompletionQueue {
             return Err(Error::verb("ibv_poll_cq", crate::Errno::from_raw(errno)));
         }
         // Never more than the slice holds, whatever the provider returned.
-        Ok(&completions[..(n as usize).min(completions.len())])
+        let n = (n as usize).min(completions.len());
+        // SAFETY: the provider wrote the first `n` completions (`ibv_poll_cq` returns how many
+        // it wrote); `MaybeUninit<T>` has `T`'s layout.
+        Ok(unsafe { std::slice::from_raw_parts(completions.as_ptr().cast::<WorkCompletion>(), n) })
     }
 
     /// Polls until `min` completions have arrived (at most `completions.len()`) or `timeout`
@@ -585,6 +642,13 @@ impl fmt::Debug for WorkCompletion {
             s.field("vendor_err", &self.vendor_err());
         }
         s.field("qp_num", &self.qp_num()).finish()
+    }
+}
+
+impl CqEvent {
+    /// Whether this event is for `cq`.
+    pub fn is_for(&self, cq: &CompletionQueue) -> bool {
+        self.cq() == cq.as_raw()
     }
 }
 

@@ -94,7 +94,7 @@ impl From<Errno> for io::Error {
     }
 }
 
-use crate::qp::QpStateKind;
+use crate::c_enum::QpStateKind;
 
 /// Everything that can fail in this crate.
 ///

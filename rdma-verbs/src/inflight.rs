@@ -165,6 +165,11 @@ impl Ring {
     /// completion, or another queue's).
     pub(crate) fn complete(&self, id: u64) -> Option<Entry> {
         let mut state = self.lock();
+        // Usually the oldest request (every request signaled, or this the first signaled one
+        // after unsignaled ones were released): no scan, no drain.
+        if state.entries.front().is_some_and(|e| e.id == id) {
+            return state.entries.pop_front();
+        }
         let position = state.entries.iter().position(|e| e.id == id)?;
         state.entries.drain(..position);
         state.entries.pop_front()

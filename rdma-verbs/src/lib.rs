@@ -34,7 +34,9 @@
 //!   [`BufferPool`] into the queue pair ([`QueuePair::post_send_owned`],
 //!   [`QueuePair::post_recv_buf`]) and [`CompletionQueue::poll_each`] hands it back with its
 //!   completion: receive rings that outlive any scope, many queue pairs on one completion
-//!   queue, unsignaled sends. See `docs/safety.md` and `docs/data-path.md` in the repository.
+//!   queue, unsignaled sends, doorbell-batched [`OwnedSendList`]s. Why each is sound:
+//!   [`docs::safety`]; how the owned path works: [`docs::data_path`]; the state types:
+//!   [`docs::typestate`]; where each verb lives: [`docs::modules`].
 //! - Polling fills a caller's array; nothing allocates on the data path.
 //! - Failed verbs return [`Error`], naming the verb and its errno; failed work requests are
 //!   completions with a [`WcStatus`]. The library does not panic on bad input.
@@ -59,9 +61,13 @@
 //! # Resource cleanup
 //!
 //! Dropping an object destroys it after its children. A destroy verb that fails (for example
-//! `EBUSY` when a memory window is still bound to a region) cannot report from `Drop`, and
-//! `Drop` never panics: the failure is ignored, and memory the device might still reach is
-//! leaked rather than freed. The kernel releases every object when the device context closes.
+//! `ibv_dereg_mr` while a memory window is still bound to the region) cannot report from
+//! `Drop`, and `Drop` never panics: the failure is ignored, and memory the device might still
+//! reach is leaked rather than freed. The kernel releases every object when the device context
+//! closes. To see the failure, call `close()` instead of dropping (every object has it, for
+//! example [`MemoryRegion::close`]): it returns the error together with the object, still
+//! usable, and answers `EBUSY` without calling the verb while other handles or child objects
+//! still hold it.
 
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -77,6 +83,7 @@ mod channel;
 mod compile_fail;
 mod cq;
 mod device;
+pub mod docs;
 mod error;
 mod flags;
 mod inflight;
@@ -97,8 +104,8 @@ pub use buf::{Buf, BufferPool};
 pub use channel::{CompletionChannel, CqEvent};
 pub use cq::{CompletionQueue, CqBuilder, WcOpcode, WcStatus, WorkCompletion};
 pub use device::{
-    AtomicCap, Context, Device, DeviceAttr, DeviceList, Gid, GidEntry, GidType, LinkLayer, Mtu,
-    NodeType, PortAttr, PortState, Transport as DeviceTransport, devices,
+    AtomicCap, Context, Device, DeviceAttr, DeviceList, DeviceTransport, Gid, GidEntry, GidType,
+    LinkLayer, Mtu, NodeType, PortAttr, PortState, devices,
 };
 pub use error::{Errno, Error, Result};
 pub use flags::{AccessFlags, SendFlags, WcFlags};
@@ -107,9 +114,10 @@ pub use mw::{MemoryWindow, MwType};
 pub use owned::{Completion, OwnedRecvList, OwnedSend, OwnedSendList, PostRefused};
 pub use pd::ProtectionDomain;
 pub use qp::{
-    AddressVector, CanPostRecv, ConnectedInitAttr, GlobalRoute, Init, QpBuilder, QpCaps, QpState,
-    QpStateKind, QueuePair, RawModifyAttr, Rc, RcRtrAttr, RcRtsAttr, Reset, Rtr, Rts, SendPath,
-    SqPsnRtsAttr, TransitionError, Transport, Uc, UcRtrAttr, Ud, UdInitAttr, UdRtrAttr,
+    AddressVector, CanPostRecv, ConnectedInitAttr, ErrorState, GlobalRoute, Init, QpBuilder,
+    QpCaps, QpState, QpStateKind, QueuePair, RawModifyAttr, Rc, RcRtrAttr, RcRtsAttr, Reset, Rtr,
+    Rts, SendPath, SqPsnRtsAttr, TransitionError, Transport, Uc, UcRtrAttr, Ud, UdInitAttr,
+    UdRtrAttr,
 };
 pub use scope::{PostScope, ScopeCqs};
 pub use srq::SharedReceiveQueue;

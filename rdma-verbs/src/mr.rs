@@ -6,7 +6,7 @@ use std::ops::{Bound, RangeBounds};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
-use crate::error::{Error, Result};
+use crate::error::{Errno, Error, Result};
 use crate::ffi;
 use crate::flags::AccessFlags;
 use crate::pd::ProtectionDomain;
@@ -47,6 +47,8 @@ pub struct MemoryRegion {
     access: AccessFlags,
     storage: Storage,
     pd: ProtectionDomain,
+    /// Set once `ibv_dereg_mr` succeeded (by [`close`](MemoryRegion::close) or `Drop`).
+    deregistered: bool,
 }
 
 // SAFETY: the registration handle may be used and destroyed from any thread; the buffer is owned
@@ -171,6 +173,7 @@ impl ProtectionDomain {
             access,
             storage,
             pd: self.clone(),
+            deregistered: false,
         })
     }
 }
@@ -465,22 +468,53 @@ impl fmt::Debug for MemoryRegion {
     }
 }
 
+impl MemoryRegion {
+    /// `ibv_dereg_mr`, and for a region that owns its memory, freeing it: what dropping does,
+    /// with the failure reported. On failure the region is handed back, still registered and
+    /// usable; dropping it tries again (and then leaks the memory if it fails again, as the
+    /// device may still reach it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] with `ibv_dereg_mr`'s errno, for example while a memory window is bound
+    /// to the region (`EINVAL` on rxe; the specification leaves the code to the device).
+    ///
+    /// # References
+    ///
+    /// [`ibv_dereg_mr(3)`](https://man7.org/linux/man-pages/man3/ibv_reg_mr.3.html)
+    #[doc(alias = "ibv_dereg_mr")]
+    pub fn close(mut self) -> std::result::Result<(), (Self, Error)> {
+        match self.deregister() {
+            Ok(()) => Ok(()),
+            Err(error) => Err((self, error)),
+        }
+    }
+
+    fn deregister(&mut self) -> Result<()> {
+        if self.deregistered {
+            return Ok(());
+        }
+        // SAFETY: the registration is live (not yet deregistered) and deregistered once,
+        // before its memory is freed.
+        let ret = unsafe { ffi::ibv_dereg_mr(self.raw.as_ptr()) };
+        Errno::result(ret).map_err(|errno| Error::verb("ibv_dereg_mr", errno))?;
+        self.deregistered = true;
+        if let Storage::Owned(layout) = self.storage {
+            // SAFETY: allocated by `register` with this layout; the HCA can no longer reach it
+            // after a successful deregistration, and no Rust reference to it is left (`close`
+            // consumes the region, `Drop` ends it).
+            unsafe { std::alloc::dealloc(self.addr.as_ptr(), layout) };
+        }
+        Ok(())
+    }
+}
+
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
-        // SAFETY: the registration is live and deregistered once, before its memory is freed.
-        let ret = unsafe { ffi::ibv_dereg_mr(self.raw.as_ptr()) };
-        // Drop cannot report a failure and must not panic (see "Resource cleanup" in the
-        // crate documentation).
-        let _ = ret;
-        if let Storage::Owned(layout) = self.storage {
-            if ret == 0 {
-                // SAFETY: allocated by `register` with this layout; the HCA can no longer reach
-                // it after a successful deregistration.
-                unsafe { std::alloc::dealloc(self.addr.as_ptr(), layout) };
-            }
-            // If deregistration failed the HCA may still reach the memory: leaking it is the
-            // only sound choice.
-        }
+        // Drop cannot report a failure and must not panic (see "Resource cleanup" in the crate
+        // documentation). If deregistration fails the HCA may still reach the memory: leaking
+        // it is the only sound choice, and `deregister` frees it only after a success.
+        let _ = self.deregister();
     }
 }
 

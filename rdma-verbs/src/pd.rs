@@ -5,12 +5,14 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use crate::device::Context;
-use crate::error::{Error, Result};
+use crate::error::{Errno, Error, Result};
 use crate::ffi;
 
 pub(crate) struct PdInner {
     pub(crate) context: Context,
     raw: NonNull<ffi::ibv_pd>,
+    /// Set once `ibv_dealloc_pd` succeeded.
+    freed: bool,
 }
 
 // SAFETY: a protection domain is an immutable kernel handle; verbs on it are thread-safe.
@@ -18,13 +20,26 @@ unsafe impl Send for PdInner {}
 // SAFETY: as above.
 unsafe impl Sync for PdInner {}
 
+impl PdInner {
+    /// `ibv_dealloc_pd`, once.
+    fn dealloc(&mut self) -> Result<()> {
+        if self.freed {
+            return Ok(());
+        }
+        // SAFETY: live PD (not yet freed); every object in the domain holds an Arc to it, so
+        // none is left.
+        let ret = unsafe { ffi::ibv_dealloc_pd(self.raw.as_ptr()) };
+        Errno::result(ret).map_err(|errno| Error::verb("ibv_dealloc_pd", errno))?;
+        self.freed = true;
+        Ok(())
+    }
+}
+
 impl Drop for PdInner {
     fn drop(&mut self) {
-        // SAFETY: every object in the domain holds an Arc to it, so none is left; freed once.
-        let ret = unsafe { ffi::ibv_dealloc_pd(self.raw.as_ptr()) };
-        // Drop cannot report a failure and must not panic (see "Resource cleanup" in the
-        // crate documentation).
-        let _ = ret;
+        // Drop cannot report a failure and must not panic (see "Resource cleanup" in the crate
+        // documentation); the kernel frees the domain with its context.
+        let _ = self.dealloc();
     }
 }
 
@@ -62,11 +77,33 @@ impl Context {
         Ok(ProtectionDomain(Arc::new(PdInner {
             context: self.clone(),
             raw,
+            freed: false,
         })))
     }
 }
 
 impl ProtectionDomain {
+    /// `ibv_dealloc_pd`: what dropping the last handle does, with the failure reported. On
+    /// failure the domain is handed back, still usable; dropping it tries again.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] with `ibv_dealloc_pd` and `EBUSY`, without calling it, while another
+    /// handle or an object of the domain (region, queue pair, SRQ, address handle, window,
+    /// buffer pool) still holds it; else with the verb's errno.
+    ///
+    /// # References
+    ///
+    /// [`ibv_dealloc_pd(3)`](https://man7.org/linux/man-pages/man3/ibv_alloc_pd.3.html)
+    #[doc(alias = "ibv_dealloc_pd")]
+    pub fn close(mut self) -> std::result::Result<(), (Self, Error)> {
+        let result = match Arc::get_mut(&mut self.0) {
+            Some(inner) => inner.dealloc(),
+            None => Err(Error::verb("ibv_dealloc_pd", Errno::BUSY)),
+        };
+        result.map_err(|error| (self, error))
+    }
+
     /// The context the domain belongs to.
     pub fn context(&self) -> &Context {
         &self.0.context

@@ -664,7 +664,7 @@ impl<T: Transport> Drop for PostScope<'_, '_, T> {
 mod tests {
     use super::*;
     use crate::Errno;
-    use crate::qp::post_result;
+    use crate::wr::post_result;
 
     #[test]
     fn a_post_that_may_have_reached_the_device_is_counted() {

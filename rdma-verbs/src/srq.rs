@@ -4,7 +4,7 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
+use crate::error::{Errno, Error, Result};
 use crate::ffi;
 use crate::inflight::SrqTable;
 use crate::pd::ProtectionDomain;
@@ -15,6 +15,8 @@ pub(crate) struct SrqInner {
     pd: ProtectionDomain,
     /// The owned receives in flight (`docs/data-path.md`).
     pub(crate) table: Arc<SrqTable>,
+    /// Set once `ibv_destroy_srq` succeeded.
+    destroyed: bool,
 }
 
 // SAFETY: SRQ verbs are thread-safe in libibverbs; posting takes `&mut`.
@@ -22,19 +24,30 @@ unsafe impl Send for SrqInner {}
 // SAFETY: as above.
 unsafe impl Sync for SrqInner {}
 
+impl SrqInner {
+    /// `ibv_destroy_srq`, once; on success the owned receives still posted are released.
+    fn destroy(&mut self) -> Result<()> {
+        if self.destroyed {
+            return Ok(());
+        }
+        // SAFETY: live SRQ (not yet destroyed); every queue pair using it holds an Arc to this
+        // inner, so none is left.
+        let ret = unsafe { ffi::ibv_destroy_srq(self.raw.as_ptr()) };
+        Errno::result(ret).map_err(|errno| Error::verb("ibv_destroy_srq", errno))?;
+        self.destroyed = true;
+        // The device holds none of the SRQ's receives any more: owned ones are released.
+        self.table.clear();
+        Ok(())
+    }
+}
+
 impl Drop for SrqInner {
     fn drop(&mut self) {
-        // SAFETY: live SRQ; every queue pair using it holds an Arc to this inner, so none is
-        // left.
-        let ret = unsafe { ffi::ibv_destroy_srq(self.raw.as_ptr()) };
-        // Drop cannot report a failure and must not panic (see "Resource cleanup" in the
-        // crate documentation).
-        if ret == 0 {
-            // The device holds none of the SRQ's receives any more: owned ones are released.
-            self.table.clear();
-        } else {
-            // They may still be written: the table and its buffers are leaked, and the
-            // protection domain their region is in stays allocated.
+        // Drop cannot report a failure and must not panic (see "Resource cleanup" in the crate
+        // documentation). Receives of an SRQ that still exists may still be written: the table
+        // and its buffers are leaked, and the protection domain their region is in stays
+        // allocated.
+        if self.destroy().is_err() {
             std::mem::forget(self.table.clone());
             std::mem::forget(self.pd.clone());
         }
@@ -89,6 +102,7 @@ impl ProtectionDomain {
                 raw,
                 pd: self.clone(),
                 table: Arc::new(SrqTable::new(init.attr.max_wr)),
+                destroyed: false,
             }),
             max_wr: init.attr.max_wr,
             max_sge: init.attr.max_sge,
@@ -97,6 +111,27 @@ impl ProtectionDomain {
 }
 
 impl SharedReceiveQueue {
+    /// `ibv_destroy_srq`: what dropping does, with the failure reported. On success the owned
+    /// receives still posted are released. On failure the SRQ is handed back, still usable;
+    /// dropping it tries again.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] with `ibv_destroy_srq` and `EBUSY`, without calling it, while a queue
+    /// pair still uses the SRQ; else with the verb's errno.
+    ///
+    /// # References
+    ///
+    /// [`ibv_destroy_srq(3)`](https://man7.org/linux/man-pages/man3/ibv_create_srq.3.html)
+    #[doc(alias = "ibv_destroy_srq")]
+    pub fn close(mut self) -> std::result::Result<(), (Self, Error)> {
+        let result = match Arc::get_mut(&mut self.inner) {
+            Some(inner) => inner.destroy(),
+            None => Err(Error::verb("ibv_destroy_srq", Errno::BUSY)),
+        };
+        result.map_err(|error| (self, error))
+    }
+
     /// The raw `ibv_srq`.
     pub fn as_raw(&self) -> *mut ffi::ibv_srq {
         self.inner.raw.as_ptr()
@@ -179,7 +214,7 @@ impl SharedReceiveQueue {
         let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
         // SAFETY: live SRQ; valid chain; memory kept valid by the caller.
         let ret = unsafe { ffi::ibv_post_srq_recv(self.as_raw(), list.head(), &mut bad) };
-        crate::qp::post_result("ibv_post_srq_recv", ret, || list.index_of(bad))
+        crate::wr::post_result("ibv_post_srq_recv", ret, || list.index_of(bad))
     }
 
     /// `ibv_post_srq_recv` of one request.
@@ -203,8 +238,8 @@ impl SharedReceiveQueue {
         let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
         // SAFETY: live SRQ; `raw`/`one` outlive the call; memory kept valid by the caller.
         let ret = unsafe { ffi::ibv_post_srq_recv(self.as_raw(), &mut raw, &mut bad) };
-        crate::qp::post_result("ibv_post_srq_recv", ret, || {
-            crate::qp::index_of_one(&raw, bad)
+        crate::wr::post_result("ibv_post_srq_recv", ret, || {
+            crate::wr::index_of_one(&raw, bad)
         })
     }
 }

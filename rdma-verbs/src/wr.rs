@@ -10,7 +10,7 @@ use std::marker::PhantomData;
 use std::ops::RangeBounds;
 
 use crate::ah::AddressHandle;
-use crate::error::{Error, Result};
+use crate::error::{Errno, Error, Result};
 use crate::ffi;
 use crate::flags::{AccessFlags, SendFlags};
 use crate::inflight::OWNED_ID_BIT;
@@ -924,6 +924,32 @@ pub(crate) fn element_index<R>(base: *const R, len: usize, bad: *const R) -> Opt
     let offset = (bad as usize).checked_sub(base as usize)?;
     let index = offset / size;
     (offset % size == 0 && index < len).then_some(index)
+}
+
+/// Turns a post verb's return value into a result: `ENOMEM` is a full queue, anything else a
+/// refused request at `index`. `index` is the position of the request `bad_wr` named, or `None`
+/// when it named none of them (null, or a stray pointer): then the provider did not say what it
+/// took, and every request must be taken as posted ([`Error::PostIndeterminate`]).
+#[inline]
+pub(crate) fn post_result(
+    verb: &'static str,
+    ret: i32,
+    index: impl FnOnce() -> Option<usize>,
+) -> Result<()> {
+    match Errno::result(ret) {
+        Ok(()) => Ok(()),
+        Err(errno) => Err(match (index(), errno) {
+            (None, errno) => Error::PostIndeterminate { verb, errno },
+            (Some(index), Errno::NOMEM) => Error::QueueFull { verb, index },
+            (Some(index), errno) => Error::Post { verb, index, errno },
+        }),
+    }
+}
+
+/// The index `bad_wr` gives a one-request post: 0 when it names `raw`, else `None`.
+#[inline]
+pub(crate) fn index_of_one<R>(raw: &R, bad: *const R) -> Option<usize> {
+    std::ptr::eq(raw, bad).then_some(0)
 }
 
 #[cfg(test)]

@@ -5,11 +5,14 @@
 //!   if it has an active one, otherwise a Soft-RoCE device in a throwaway VM.
 //! - `harness-selftest`: proves that the test harness's verdict can fail (planted failures and
 //!   a hung VM).
+//! - `instructions`: counts the instructions of a post+poll round, `unsafe` vs owned.
+//! - `modules`: prints the module graph of `rdma-verbs` and fails on a cycle.
 //! - `bindgen`: regenerates the checked-in raw bindings of `rdma-verbs-sys`.
 
 #[cfg(feature = "bindgen")]
 mod bindgen;
 mod harness;
+mod modules;
 mod setup;
 
 use std::path::PathBuf;
@@ -24,6 +27,8 @@ fn main() -> ExitCode {
         Some("test") => harness::run(&root, &args[1..]),
         Some("pingpong") => harness::pingpong(&root, &args[1..]),
         Some("harness-selftest") => harness::selftest(&root, &args[1..]),
+        Some("modules") => modules::run(&root),
+        Some("instructions") => harness::instructions(&root, &args[1..]),
         Some("-h" | "--help") | None => {
             print!("{USAGE}");
             Ok(())
@@ -52,6 +57,10 @@ tasks:
   pingpong          run rc_pingpong server and client on the device (Soft-RoCE VM if the host
                     has none); extra arguments go to both, e.g. `cargo xtask pingpong -s 64`
   harness-selftest  prove the test harness fails on planted failures and stops a hung VM
+  instructions      count the user-space instructions of a post+poll round with callgrind,
+                    unsafe calls vs owned buffers (on the device; Soft-RoCE VM if none);
+                    option: the round count (default 2000)
+  modules           print rdma-verbs's module graph; fail if it has a cycle
   bindgen           regenerate rdma-verbs-sys/src/bindings from the installed headers
 ";
 

@@ -9,8 +9,12 @@ use crate::harness::host_has_active_device;
 const BUILD: &[&str] = &["pkg-config", "libibverbs-dev", "librdmacm-dev"];
 /// Running: the user-space providers (rxe among them).
 const RUNTIME: &[&str] = &["rdma-core", "ibverbs-providers", "librdmacm1"];
-/// The C tools the tests use as independent peers and the benches compare with.
-const TOOLS: &[&str] = &["ibverbs-utils", "rdmacm-utils", "perftest"];
+/// The C tools the tests use as independent peers and the benches compare with, and valgrind
+/// (`cargo xtask instructions` counts instructions with callgrind).
+const TOOLS: &[&str] = &["ibverbs-utils", "rdmacm-utils", "perftest", "valgrind"];
+/// The declared minimum Rust version (`rust-version` in the workspace manifest), installed so
+/// that CI can build with it (`cargo +1.85 check`).
+const MSRV: &str = "1.85";
 /// The Soft-RoCE VM, for hosts without an RDMA device: QEMU, a distribution kernel that ships
 /// `rdma_rxe`, virtme-ng's runtime needs, and the tools to build the rxe device in the guest.
 const VM: &[&str] = &[
@@ -51,8 +55,35 @@ pub(crate) fn run() -> Result<(), String> {
         }
         crate::harness::find_kernel()?;
     }
+    install_msrv_toolchain()?;
     println!("setup: done");
     Ok(())
+}
+
+/// Installs the MSRV toolchain with rustup (minimal profile), unless it is there.
+fn install_msrv_toolchain() -> Result<(), String> {
+    let Ok(list) = Command::new("rustup").args(["toolchain", "list"]).output() else {
+        println!("setup: rustup not found: install Rust {MSRV} by hand to check the MSRV");
+        return Ok(());
+    };
+    if String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .any(|l| l.starts_with(&format!("{MSRV}-")))
+    {
+        println!("setup: Rust {MSRV} (the MSRV) is installed");
+        return Ok(());
+    }
+    let status = Command::new("rustup")
+        .args(["toolchain", "install", MSRV, "--profile", "minimal"])
+        .status()
+        .map_err(|e| format!("running rustup: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`rustup toolchain install {MSRV}` failed ({status})"
+        ))
+    }
 }
 
 fn deb_installed(package: &str) -> bool {

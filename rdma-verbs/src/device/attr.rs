@@ -27,7 +27,7 @@ c_enum! {
 
 c_enum! {
     /// Transport of a device (`enum ibv_transport_type`).
-    Transport: i32 {
+    DeviceTransport: i32 {
         /// `IBV_TRANSPORT_IB`: InfiniBand, and RoCE.
         Ib = ffi::IBV_TRANSPORT_IB,
         /// `IBV_TRANSPORT_IWARP`.

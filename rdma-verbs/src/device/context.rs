@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::{DeviceAttr, GidEntry, GidType, PortAttr, devices, fixed_c_str};
-use crate::error::{Error, Result};
+use crate::error::{Errno, Error, Result};
 use crate::ffi;
 
 /// What keeps the `ibv_context` of a [`Context`] open.
@@ -21,6 +21,8 @@ enum Owner {
 pub(crate) struct ContextInner {
     raw: NonNull<ffi::ibv_context>,
     owner: Owner,
+    /// Set once `ibv_close_device` succeeded (or, for a borrowed context, once closed).
+    closed: bool,
 }
 
 // SAFETY: libibverbs contexts are thread-safe: every verb on them may be called from any thread
@@ -29,16 +31,29 @@ unsafe impl Send for ContextInner {}
 // SAFETY: as above.
 unsafe impl Sync for ContextInner {}
 
-impl Drop for ContextInner {
-    fn drop(&mut self) {
+impl ContextInner {
+    /// `ibv_close_device`, once, for a context this crate opened (a borrowed one is only let
+    /// go).
+    fn close(&mut self) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
         if let Owner::Owned = self.owner {
             // SAFETY: every child object holds an Arc to this context, so none is left; the
-            // context is closed once.
+            // context is open (not yet closed) and closed once.
             let ret = unsafe { ffi::ibv_close_device(self.raw.as_ptr()) };
-            // Drop cannot report a failure and must not panic (see "Resource cleanup" in the
-            // crate documentation).
-            let _ = ret;
+            Errno::result(ret).map_err(|errno| Error::verb("ibv_close_device", errno))?;
         }
+        self.closed = true;
+        Ok(())
+    }
+}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        // Drop cannot report a failure and must not panic (see "Resource cleanup" in the crate
+        // documentation).
+        let _ = self.close();
     }
 }
 
@@ -64,7 +79,31 @@ impl Context {
         Context(Arc::new(ContextInner {
             raw,
             owner: Owner::Owned,
+            closed: false,
         }))
+    }
+}
+
+impl Context {
+    /// `ibv_close_device`: what dropping the last handle does, with the failure reported. On
+    /// failure the context is handed back; dropping it tries again. A context borrowed with
+    /// [`from_raw_borrowed`](Self::from_raw_borrowed) is only let go.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] with `ibv_close_device` and `EBUSY`, without calling it, while another
+    /// handle or an object made from the context still holds it; else with the verb's errno.
+    ///
+    /// # References
+    ///
+    /// [`ibv_close_device(3)`](https://man7.org/linux/man-pages/man3/ibv_open_device.3.html)
+    #[doc(alias = "ibv_close_device")]
+    pub fn close(mut self) -> std::result::Result<(), (Self, Error)> {
+        let result = match Arc::get_mut(&mut self.0) {
+            Some(inner) => inner.close(),
+            None => Err(Error::verb("ibv_close_device", Errno::BUSY)),
+        };
+        result.map_err(|error| (self, error))
     }
 }
 
@@ -103,6 +142,7 @@ impl Context {
         Self(Arc::new(ContextInner {
             raw,
             owner: Owner::Borrowed { _keep: keep },
+            closed: false,
         }))
     }
 

@@ -9,7 +9,7 @@ use std::fmt;
 use std::ptr::NonNull;
 
 pub use attr::{
-    AtomicCap, DeviceAttr, GidType, LinkLayer, Mtu, NodeType, PortAttr, PortState, Transport,
+    AtomicCap, DeviceAttr, DeviceTransport, GidType, LinkLayer, Mtu, NodeType, PortAttr, PortState,
 };
 pub use context::Context;
 pub use gid::{Gid, GidEntry};
@@ -109,7 +109,7 @@ pub struct Device {
     name: String,
     guid: u64,
     node_type: NodeType,
-    transport: Transport,
+    transport: DeviceTransport,
 }
 
 impl Device {
@@ -124,7 +124,7 @@ impl Device {
                 name,
                 guid: u64::from_be(ffi::ibv_get_device_guid(raw.as_ptr())),
                 node_type: NodeType::from_raw((*raw.as_ptr()).node_type),
-                transport: Transport::from_raw((*raw.as_ptr()).transport_type),
+                transport: DeviceTransport::from_raw((*raw.as_ptr()).transport_type),
                 raw,
             }
         }
@@ -156,7 +156,7 @@ impl Device {
     }
 
     /// The transport (InfiniBand, which RoCE also reports, or iWARP, ...).
-    pub fn transport(&self) -> Transport {
+    pub fn transport(&self) -> DeviceTransport {
         self.transport
     }
 

@@ -13,6 +13,7 @@
 //! that form, so no other completion, stale or not, can be taken for it.
 
 use std::fmt;
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use crate::ah::AddressHandle;
@@ -660,29 +661,24 @@ impl CompletionQueue {
     /// # Errors
     ///
     /// As [`poll`](Self::poll). If `f` panics, the completions of that poll not yet handed
-    /// over are dropped (their buffers return to their pools).
+    /// over are lost, as polled completions not handed to `poll_each` are: their buffers stay
+    /// in flight until a later completion of the same queue releases them (queues complete in
+    /// order), or the queue pair is reset or destroyed (an SRQ receive: until the SRQ is
+    /// destroyed). A leak, not a hazard.
     pub fn poll_each(&mut self, max: usize, mut f: impl FnMut(Completion)) -> Result<usize> {
         const BATCH: usize = 16;
-        let mut wcs = [WorkCompletion::default(); BATCH];
+        let mut wcs = [const { MaybeUninit::<WorkCompletion>::uninit() }; BATCH];
         let mut done = 0;
         while done < max {
             let want = (max - done).min(BATCH);
-            let n = self.poll(&mut wcs[..want])?.len();
-            if n == 0 {
-                break;
-            }
-            let mut batch: [Option<Completion>; BATCH] = [const { None }; BATCH];
-            {
-                // One lock for the batch; released before `f` runs, which may create queue
-                // pairs on this queue (adding routes) or post (taking table locks).
-                let routes = self.inner.routes.lock();
-                for (slot, wc) in batch.iter_mut().zip(&wcs[..n]) {
-                    let entry = take_completed(&routes, wc.qp_num(), wc.wr_id());
-                    *slot = Some(Completion::new(*wc, entry));
-                }
-            }
-            for completion in batch.iter_mut().take(n).filter_map(Option::take) {
-                f(completion);
+            let polled = self.poll_uninit(&mut wcs[..want])?;
+            let n = polled.len();
+            for wc in polled {
+                // The routes are locked per completion and released before `f` runs, which
+                // may create queue pairs on this queue (adding routes) or post (taking table
+                // locks).
+                let entry = take_completed(&self.inner.routes.lock(), wc.qp_num(), wc.wr_id());
+                f(Completion::new(*wc, entry));
             }
             done += n;
             if n < want {

@@ -1,7 +1,8 @@
 //! Transition attributes, one type per transition per transport, with the defaults of
 //! rdma-core's example programs.
 
-use crate::device::{Gid, Mtu};
+use crate::ah::AddressVector;
+use crate::device::Mtu;
 use crate::ffi;
 use crate::flags::AccessFlags;
 
@@ -13,95 +14,6 @@ pub trait ModifyAttr: sealed::Sealed {
 
 pub(crate) mod sealed {
     pub trait Sealed {}
-}
-
-/// Addressing of the remote port (`struct ibv_ah_attr`): for RC and UC the path in
-/// [`RcRtrAttr`]/[`UcRtrAttr`], for UD an [`AddressHandle`](crate::AddressHandle).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-#[must_use = "attributes do nothing until a transition uses them"]
-pub struct AddressVector {
-    /// Destination LID (InfiniBand; 0 on RoCE).
-    pub dlid: u16,
-    /// Service level.
-    pub sl: u8,
-    /// Source path bits.
-    pub src_path_bits: u8,
-    /// Static rate (0: port's rate).
-    pub static_rate: u8,
-    /// Local port number (1-based).
-    pub port: u8,
-    /// Global routing header: required on RoCE and across subnets.
-    pub grh: Option<GlobalRoute>,
-}
-
-impl AddressVector {
-    /// A vector from local port `port` with no destination set yet.
-    pub fn new(port: u8) -> Self {
-        Self {
-            dlid: 0,
-            sl: 0,
-            src_path_bits: 0,
-            static_rate: 0,
-            port,
-            grh: None,
-        }
-    }
-
-    /// Sets the destination LID.
-    pub fn dlid(mut self, dlid: u16) -> Self {
-        self.dlid = dlid;
-        self
-    }
-
-    /// Routes by GID: destination `dgid` from local GID table entry `sgid_index`, hop limit 64.
-    pub fn grh(mut self, dgid: Gid, sgid_index: u8) -> Self {
-        self.grh = Some(GlobalRoute {
-            dgid,
-            flow_label: 0,
-            sgid_index,
-            hop_limit: 64,
-            traffic_class: 0,
-        });
-        self
-    }
-
-    pub(crate) fn to_raw(self) -> ffi::ibv_ah_attr {
-        let mut raw = ffi::ibv_ah_attr {
-            dlid: self.dlid,
-            sl: self.sl,
-            src_path_bits: self.src_path_bits,
-            static_rate: self.static_rate,
-            port_num: self.port,
-            ..Default::default()
-        };
-        if let Some(grh) = self.grh {
-            raw.is_global = 1;
-            raw.grh = ffi::ibv_global_route {
-                dgid: grh.dgid.to_raw(),
-                flow_label: grh.flow_label,
-                sgid_index: grh.sgid_index,
-                hop_limit: grh.hop_limit,
-                traffic_class: grh.traffic_class,
-            };
-        }
-        raw
-    }
-}
-
-/// Global routing (`struct ibv_global_route`).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-#[must_use = "attributes do nothing until a transition uses them"]
-pub struct GlobalRoute {
-    /// Destination GID.
-    pub dgid: Gid,
-    /// Flow label.
-    pub flow_label: u32,
-    /// Index of the source GID in the local port's table.
-    pub sgid_index: u8,
-    /// Hop limit.
-    pub hop_limit: u8,
-    /// Traffic class.
-    pub traffic_class: u8,
 }
 
 /// RESET → INIT for RC and UC: `IBV_QP_STATE | PKEY_INDEX | PORT | ACCESS_FLAGS`.
@@ -411,11 +323,6 @@ mod tests {
         assert_eq!(
             (raw.timeout, raw.retry_cnt, raw.rnr_retry, raw.max_rd_atomic),
             (14, 7, 7, 1)
-        );
-        let av = AddressVector::new(1).grh(Gid([1; 16]), 3).to_raw();
-        assert_eq!(
-            (av.is_global, av.grh.sgid_index, av.grh.hop_limit),
-            (1, 3, 64)
         );
     }
 }

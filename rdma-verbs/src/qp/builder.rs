@@ -244,6 +244,7 @@ impl<'a, T: Transport> QpBuilder<'a, T> {
         }
         Ok(QueuePair {
             inner: QpInner {
+                destroyed: false,
                 raw,
                 extended,
                 caps,

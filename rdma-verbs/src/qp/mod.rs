@@ -1,7 +1,7 @@
 //! Queue pairs, with their state and transport as types.
 //!
 //! A queue pair is a [`QueuePair<T, S>`]: `T` is the transport ([`Rc`], [`Uc`], [`Ud`]) and `S`
-//! the state ([`Reset`], [`Init`], [`Rtr`], [`Rts`], [`Error`](state::Error)). Each transition
+//! the state ([`Reset`], [`Init`], [`Rtr`], [`Rts`], [`ErrorState`]). Each transition
 //! consumes the queue pair and returns it in the new state; on failure it comes back unchanged
 //! inside a [`TransitionError`]. Receives can be posted from INIT on, sends only in RTS:
 //!
@@ -21,6 +21,7 @@
 //! ```
 
 mod attr;
+mod bind;
 mod builder;
 mod extended;
 mod post;
@@ -31,17 +32,15 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+pub use crate::ah::{AddressVector, GlobalRoute};
 pub use attr::{
-    AddressVector, ConnectedInitAttr, GlobalRoute, ModifyAttr, RawModifyAttr, RcRtrAttr, RcRtsAttr,
-    SqPsnRtsAttr, UcRtrAttr, UdInitAttr, UdRtrAttr,
+    ConnectedInitAttr, ModifyAttr, RawModifyAttr, RcRtrAttr, RcRtsAttr, SqPsnRtsAttr, UcRtrAttr,
+    UdInitAttr, UdRtrAttr,
 };
 pub use builder::QpBuilder;
 pub use extended::SendPath;
-pub(crate) use post::{EXTENDED_POST_VERB, check_ops, index_of_one, may_have_posted, post_result};
-/// The ERR state marker (named `Error` in [`state`](self); re-exported as `Err` to keep it apart
-/// from the crate's error type).
-pub use state::Error as Err;
-pub use state::{CanPostRecv, Init, QpState, QpStateKind, Reset, Rtr, Rts};
+pub(crate) use post::{EXTENDED_POST_VERB, check_ops, may_have_posted};
+pub use state::{CanPostRecv, ErrorState, Init, QpState, QpStateKind, Reset, Rtr, Rts};
 
 use crate::cq::CqInner;
 use crate::error::{Errno, Error, Result};
@@ -177,6 +176,8 @@ pub(crate) struct QpInner {
     /// The owned requests in flight (`docs/data-path.md`), reached by the completion queues
     /// through their routes.
     pub(crate) tables: Arc<QpTables>,
+    /// Set once `ibv_destroy_qp` succeeded (by [`QueuePair::close`] or `Drop`).
+    pub(crate) destroyed: bool,
 }
 
 // SAFETY: verbs on a queue pair may be called from any thread; posting takes `&mut`, which also
@@ -186,25 +187,36 @@ unsafe impl Send for QpInner {}
 // only by posting, through `&mut`.
 unsafe impl Sync for QpInner {}
 
+impl QpInner {
+    /// `ibv_destroy_qp`, once; on success the owned requests still in flight are released.
+    fn destroy(&mut self) -> Result<()> {
+        if self.destroyed {
+            return Ok(());
+        }
+        // SAFETY: live queue pair (not yet destroyed), destroyed once, before the CQs, SRQ and
+        // PD it holds.
+        let ret = unsafe { ffi::ibv_destroy_qp(self.raw.as_ptr()) };
+        Errno::result(ret).map_err(|errno| Error::verb("ibv_destroy_qp", errno))?;
+        self.destroyed = true;
+        // The device no longer uses anything of the queue pair's: owned requests still in
+        // flight are released (their buffers go back to their pools), and late completions
+        // find no route.
+        self._send_cq.routes.remove(&self.tables);
+        self._recv_cq.routes.remove(&self.tables);
+        self.tables.clear();
+        Ok(())
+    }
+}
+
 impl Drop for QpInner {
     fn drop(&mut self) {
-        // SAFETY: live queue pair, destroyed once, before the CQs, SRQ and PD it holds.
-        let ret = unsafe { ffi::ibv_destroy_qp(self.raw.as_ptr()) };
         // Drop cannot report a failure and must not panic (see "Resource cleanup" in the
         // crate documentation). A queue pair that still exists may still complete into its
         // queues and use its SRQ and protection domain: they are leaked, so they stay alive and
         // count as used (a scope then refuses those queues, whose completions it could not
-        // account for).
-        if ret == 0 {
-            // The device no longer uses anything of the queue pair's: owned requests still in
-            // flight are released (their buffers go back to their pools), and late
-            // completions find no route.
-            self._send_cq.routes.remove(&self.tables);
-            self._recv_cq.routes.remove(&self.tables);
-            self.tables.clear();
-        } else {
-            // The routes stay, and with them the tables and their buffers: a completion may
-            // still release them.
+        // account for), and its routes stay, with the tables and their buffers: a completion
+        // may still release them.
+        if self.destroy().is_err() {
             std::mem::forget(self._send_cq.clone());
             std::mem::forget(self._recv_cq.clone());
             std::mem::forget(self._srq.clone());
@@ -287,6 +299,26 @@ impl<T: Transport, S: QpState> From<TransitionError<T, S>> for Error {
 pub type Transition<T, From, To> = std::result::Result<QueuePair<T, To>, TransitionError<T, From>>;
 
 impl<T: Transport, S: QpState> QueuePair<T, S> {
+    /// `ibv_destroy_qp`: what dropping does, with the failure reported. On success the owned
+    /// requests still in flight are released, as on drop. On failure the queue pair is handed
+    /// back unchanged; dropping it tries again (and then leaks its queues, SRQ and protection
+    /// domain, which it may still use).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] with `ibv_destroy_qp`'s errno.
+    ///
+    /// # References
+    ///
+    /// [`ibv_destroy_qp(3)`](https://man7.org/linux/man-pages/man3/ibv_destroy_qp.3.html)
+    #[doc(alias = "ibv_destroy_qp")]
+    pub fn close(mut self) -> std::result::Result<(), (Self, Error)> {
+        match self.inner.destroy() {
+            Ok(()) => Ok(()),
+            Err(error) => Err((self, error)),
+        }
+    }
+
     /// The queue pair number.
     pub fn qp_num(&self) -> u32 {
         // SAFETY: live queue pair.
@@ -412,7 +444,7 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
     /// # Errors
     ///
     /// [`Error::ModifyQp`], with the queue pair back.
-    pub fn into_error(self) -> Transition<T, S, Err> {
+    pub fn into_error(self) -> Transition<T, S, ErrorState> {
         self.modify(|_| 0)
     }
 

@@ -2,9 +2,9 @@
 //! what a failed post means.
 
 use super::{CanPostRecv, QueuePair, Rts, Transport, extended};
-use crate::error::{Errno, Error, Result};
+use crate::error::{Error, Result};
 use crate::ffi;
-use crate::wr::{RecvList, RecvRequest, SendList, SendRequest, op};
+use crate::wr::{RecvList, RecvRequest, SendList, SendRequest, index_of_one, op, post_result};
 
 /// Whether a failed post may still have handed the request to the device, so that its memory
 /// must be treated as lent: the provider did not say (`bad_wr` null), or the extended path's
@@ -260,29 +260,3 @@ pub(crate) fn check_ops<T: Transport>(ops: u32, datagrams: usize, len: usize) ->
 
 /// The verb named in the errors of the extended send path.
 pub(crate) const EXTENDED_POST_VERB: &str = "ibv_wr_complete";
-
-/// Turns a post verb's return value into a result: `ENOMEM` is a full queue, anything else a
-/// refused request at `index`. `index` is the position of the request `bad_wr` named, or `None`
-/// when it named none of them (null, or a stray pointer): then the provider did not say what it
-/// took, and every request must be taken as posted ([`Error::PostIndeterminate`]).
-#[inline]
-pub(crate) fn post_result(
-    verb: &'static str,
-    ret: i32,
-    index: impl FnOnce() -> Option<usize>,
-) -> Result<()> {
-    match Errno::result(ret) {
-        Ok(()) => Ok(()),
-        Err(errno) => Err(match (index(), errno) {
-            (None, errno) => Error::PostIndeterminate { verb, errno },
-            (Some(index), Errno::NOMEM) => Error::QueueFull { verb, index },
-            (Some(index), errno) => Error::Post { verb, index, errno },
-        }),
-    }
-}
-
-/// The index `bad_wr` gives a one-request post: 0 when it names `raw`, else `None`.
-#[inline]
-pub(crate) fn index_of_one<R>(raw: &R, bad: *const R) -> Option<usize> {
-    std::ptr::eq(raw, bad).then_some(0)
-}

@@ -2,14 +2,12 @@
 
 use std::fmt;
 
-use crate::ffi;
-
 mod sealed {
     pub trait Sealed {}
 }
 
 /// A queue-pair state known at compile time: [`Reset`], [`Init`], [`Rtr`], [`Rts`] or
-/// [`Error`].
+/// [`ErrorState`].
 pub trait QpState: sealed::Sealed + 'static {
     /// The state's run-time name.
     const KIND: QpStateKind;
@@ -30,9 +28,10 @@ pub enum Rtr {}
 /// The RTS (ready to send) state: sends may be posted.
 #[derive(Debug)]
 pub enum Rts {}
-/// The ERR state: outstanding and new requests complete with a flush error.
+/// The ERR state: outstanding and new requests complete with a flush error. (Named so that it
+/// shadows neither the prelude's `Err` nor the crate's [`Error`](crate::Error).)
 #[derive(Debug)]
-pub enum Error {}
+pub enum ErrorState {}
 
 macro_rules! states {
     ($($state:ident => $kind:ident),*) => {$(
@@ -42,65 +41,12 @@ macro_rules! states {
         }
     )*};
 }
-states!(Reset => Reset, Init => Init, Rtr => Rtr, Rts => Rts, Error => Error);
+states!(Reset => Reset, Init => Init, Rtr => Rtr, Rts => Rts, ErrorState => Error);
 impl CanPostRecv for Init {}
 impl CanPostRecv for Rtr {}
 impl CanPostRecv for Rts {}
 
-/// A queue-pair state at run time (`enum ibv_qp_state`), as [`query_state`] reports it and
-/// errors name it.
-///
-/// [`query_state`]: crate::QueuePair::query_state
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum QpStateKind {
-    /// `IBV_QPS_RESET`.
-    Reset,
-    /// `IBV_QPS_INIT`.
-    Init,
-    /// `IBV_QPS_RTR`.
-    Rtr,
-    /// `IBV_QPS_RTS`.
-    Rts,
-    /// `IBV_QPS_SQD`: send queue drained.
-    Sqd,
-    /// `IBV_QPS_SQE`: send queue error.
-    Sqe,
-    /// `IBV_QPS_ERR`.
-    Error,
-    /// A value this crate does not know.
-    Unknown(u32),
-}
-
-impl QpStateKind {
-    /// Converts the C value.
-    pub fn from_raw(raw: u32) -> Self {
-        match raw {
-            ffi::IBV_QPS_RESET => Self::Reset,
-            ffi::IBV_QPS_INIT => Self::Init,
-            ffi::IBV_QPS_RTR => Self::Rtr,
-            ffi::IBV_QPS_RTS => Self::Rts,
-            ffi::IBV_QPS_SQD => Self::Sqd,
-            ffi::IBV_QPS_SQE => Self::Sqe,
-            ffi::IBV_QPS_ERR => Self::Error,
-            other => Self::Unknown(other),
-        }
-    }
-
-    /// The C value.
-    pub fn as_raw(self) -> u32 {
-        match self {
-            Self::Reset => ffi::IBV_QPS_RESET,
-            Self::Init => ffi::IBV_QPS_INIT,
-            Self::Rtr => ffi::IBV_QPS_RTR,
-            Self::Rts => ffi::IBV_QPS_RTS,
-            Self::Sqd => ffi::IBV_QPS_SQD,
-            Self::Sqe => ffi::IBV_QPS_SQE,
-            Self::Error => ffi::IBV_QPS_ERR,
-            Self::Unknown(raw) => raw,
-        }
-    }
-}
+pub use crate::c_enum::QpStateKind;
 
 impl fmt::Display for QpStateKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -272,7 +272,7 @@ pub fn assert_only_flushes<T: Transport, S: QpState>(
     qp: QueuePair<T, S>,
     cq: &mut CompletionQueue,
     flushed: &[u64],
-) -> QueuePair<T, rdma_verbs::qp::Err> {
+) -> QueuePair<T, ErrorState> {
     let qp = qp.into_error().expect("move to ERR");
     let got = wait_for(cq, flushed.len());
     for (wc, &wr_id) in got.iter().zip(flushed) {

@@ -15,6 +15,7 @@
 //!    skipped.
 
 mod build;
+mod instructions;
 mod pingpong;
 mod process;
 mod selftest;
@@ -30,6 +31,7 @@ use std::time::{Duration, Instant};
 use build::TestBinary;
 use verdict::{DeviceReport, Exit, Kind, Skips, Verdict};
 
+pub(crate) use instructions::instructions;
 pub(crate) use pingpong::pingpong;
 pub(crate) use selftest::run as selftest;
 pub(crate) use vm::{find_kernel, find_vng};

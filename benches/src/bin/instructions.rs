@@ -1,0 +1,227 @@
+//! `instructions`: the user-space instructions of one post+poll round, counted by callgrind, on
+//! the `unsafe` post calls and on the safe owned-buffer path.
+//!
+//! `instructions <unsafe|owned> <rounds>` runs `rounds` rounds on an RC queue pair connected
+//! to another on the same device (loopback): post a receive, post a 64-byte send, wait for both
+//! completions, poll each. Only the functions named `measured_*` are meant to be counted: run
+//! it as
+//!
+//! ```text
+//! valgrind --tool=callgrind --toggle-collect='measured_*' instructions owned 2000
+//! ```
+//!
+//! and divide the collected instructions by the rounds (`cargo xtask` is not needed: the
+//! benches' device test does it, `tests/instructions.rs`). The waits between post and poll
+//! happen outside the measured functions, on a completion channel, so that every measured poll
+//! finds its completion and no empty poll is counted.
+//!
+//! The owned path's measured functions include what it does that the `unsafe` path leaves to
+//! the caller: taking a buffer from its pool and returning it (the `unsafe` path reuses one
+//! region). The bytes are written into the buffer outside them in both modes.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use rdma_verbs::{
+    AccessFlags, Buf, BufferPool, Completion, CompletionChannel, CompletionQueue, Context, Gid,
+    MemoryRegion, MrSlice, OwnedSend, QueuePair, Rc, RecvRequest, Rts, SendRequest, WorkCompletion,
+};
+
+const SIZE: usize = 64;
+const WAIT: Duration = Duration::from_secs(10);
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (mode, rounds) = match args.as_slice() {
+        [mode, rounds] => match rounds.parse::<u32>() {
+            Ok(rounds) => (mode.clone(), rounds),
+            Err(_) => return fail("the rounds must be a number"),
+        },
+        _ => return fail("usage: instructions <unsafe|owned> <rounds>"),
+    };
+    match run(&mode, rounds) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => fail(&message),
+    }
+}
+
+fn fail(message: &str) -> ExitCode {
+    eprintln!("instructions: {message}");
+    ExitCode::FAILURE
+}
+
+/// Two connected RC queue pairs on one device, their completion queues, and the channel both
+/// queues signal.
+struct Pair {
+    a: QueuePair<Rc, Rts>,
+    b: QueuePair<Rc, Rts>,
+    cq_a: CompletionQueue,
+    cq_b: CompletionQueue,
+    channel: CompletionChannel,
+}
+
+fn pair() -> Result<Pair, String> {
+    let device = rdma_test_support::device().ok_or("no RDMA device")?;
+    let context = Context::open(&device.name).map_err(|e| e.to_string())?;
+    let channel = context.create_comp_channel().map_err(|e| e.to_string())?;
+    let cq = || {
+        context
+            .cq_builder(16)
+            .channel(&channel)
+            .build()
+            .map_err(|e| e.to_string())
+    };
+    let (cq_a, cq_b) = (cq()?, cq()?);
+    let pd = context.alloc_pd().map_err(|e| e.to_string())?;
+    let mut av = rdma_verbs::AddressVector::new(device.port).dlid(device.lid);
+    if device.is_ethernet {
+        av = av.grh(Gid(device.gid), device.gid_index as u8);
+    }
+    let init = rdma_verbs::ConnectedInitAttr::new(device.port);
+    let a = pd.create_qp::<Rc>(&cq_a, &cq_a).build();
+    let b = pd.create_qp::<Rc>(&cq_b, &cq_b).build();
+    let (a, b) = (a.map_err(|e| e.to_string())?, b.map_err(|e| e.to_string())?);
+    let a = a.into_init(&init).map_err(|e| e.to_string())?;
+    let b = b.into_init(&init).map_err(|e| e.to_string())?;
+    let (a_num, b_num) = (a.qp_num(), b.qp_num());
+    let connect = |qp: QueuePair<Rc, rdma_verbs::Init>, peer: u32| {
+        qp.into_rtr(&rdma_verbs::RcRtrAttr::new(av, peer, 0))
+            .map_err(|e| e.to_string())?
+            .into_rts(&rdma_verbs::RcRtsAttr::new(0))
+            .map_err(|e| e.to_string())
+    };
+    Ok(Pair {
+        a: connect(a, b_num)?,
+        b: connect(b, a_num)?,
+        cq_a,
+        cq_b,
+        channel,
+    })
+}
+
+impl Pair {
+    /// Arms both queues; call before posting, so that the completions raise events.
+    fn arm(&self) -> Result<(), String> {
+        self.cq_a.req_notify(false).map_err(|e| e.to_string())?;
+        self.cq_b.req_notify(false).map_err(|e| e.to_string())
+    }
+
+    /// Waits until both queues signalled.
+    fn wait_both(&self) -> Result<(), String> {
+        let (mut a, mut b) = (false, false);
+        while !(a && b) {
+            let event = self.channel.wait(WAIT).map_err(|e| e.to_string())?;
+            a |= event.is_for(&self.cq_a);
+            b |= event.is_for(&self.cq_b);
+        }
+        Ok(())
+    }
+}
+
+fn run(mode: &str, rounds: u32) -> Result<(), String> {
+    let mut pair = pair()?;
+    let pd = pair.a.pd().clone();
+    match mode {
+        "unsafe" => {
+            let mut mr = pd
+                .register(2 * SIZE, AccessFlags::LOCAL_WRITE)
+                .map_err(|e| e.to_string())?;
+            mr.write_at(0, &[0x5a; SIZE]).map_err(|e| e.to_string())?;
+            let mut wcs = [WorkCompletion::default(); 4];
+            for round in 0..rounds {
+                pair.arm()?;
+                measured_post_recv_unsafe(&mut pair.b, &mr).map_err(|e| e.to_string())?;
+                measured_post_send_unsafe(&mut pair.a, &mr).map_err(|e| e.to_string())?;
+                pair.wait_both()?;
+                let sent = measured_poll_unsafe(&mut pair.cq_a, &mut wcs);
+                let received = measured_poll_unsafe(&mut pair.cq_b, &mut wcs);
+                if (sent, received) != (1, 1) {
+                    return Err(format!("round {round}: polled {sent} and {received}"));
+                }
+            }
+            drop(pair);
+            drop(mr);
+        }
+        "owned" => {
+            let pool = BufferPool::new(&pd, 4, SIZE).map_err(|e| e.to_string())?;
+            for round in 0..rounds {
+                pair.arm()?;
+                let recv = measured_take(&pool).ok_or("the pool is empty")?;
+                measured_post_recv_owned(&mut pair.b, recv).map_err(|e| e.to_string())?;
+                let mut send = measured_take(&pool).ok_or("the pool is empty")?;
+                send.fill_from(&[0x5a; SIZE]).map_err(|e| e.to_string())?;
+                measured_post_send_owned(&mut pair.a, send).map_err(|e| e.to_string())?;
+                pair.wait_both()?;
+                let sent = measured_poll_owned(&mut pair.cq_a);
+                let received = measured_poll_owned(&mut pair.cq_b);
+                if (sent, received) != (1, 1) {
+                    return Err(format!("round {round}: polled {sent} and {received}"));
+                }
+            }
+        }
+        other => return Err(format!("unknown mode {other:?}")),
+    }
+    println!("{mode}: {rounds} rounds");
+    Ok(())
+}
+
+/// The receive request of the `unsafe` path, into the second half of `mr`.
+fn recv_slice(mr: &MemoryRegion) -> MrSlice<'_> {
+    // In range: the region holds two messages.
+    mr.slice(SIZE..2 * SIZE).unwrap_or_else(|_| unreachable!())
+}
+
+#[unsafe(no_mangle)]
+#[inline(never)]
+fn measured_post_recv_unsafe(
+    qp: &mut QueuePair<Rc, Rts>,
+    mr: &MemoryRegion,
+) -> rdma_verbs::Result<()> {
+    // SAFETY: `mr` outlives the queue pairs (dropped after them in `run`), and Rust does not
+    // touch its bytes while requests are in flight.
+    unsafe { qp.post_recv_one(&RecvRequest::new(1, recv_slice(mr))) }
+}
+
+#[unsafe(no_mangle)]
+#[inline(never)]
+fn measured_post_send_unsafe(
+    qp: &mut QueuePair<Rc, Rts>,
+    mr: &MemoryRegion,
+) -> rdma_verbs::Result<()> {
+    let slice = mr.slice(..SIZE)?;
+    // SAFETY: as in `measured_post_recv_unsafe`.
+    unsafe { qp.post_send_one(&SendRequest::send(2, slice).signaled()) }
+}
+
+#[unsafe(no_mangle)]
+#[inline(never)]
+fn measured_poll_unsafe(cq: &mut CompletionQueue, wcs: &mut [WorkCompletion]) -> usize {
+    cq.poll(wcs).map_or(0, |done| done.len())
+}
+
+#[unsafe(no_mangle)]
+#[inline(never)]
+fn measured_take(pool: &BufferPool) -> Option<Buf> {
+    pool.take()
+}
+
+#[unsafe(no_mangle)]
+#[inline(never)]
+fn measured_post_recv_owned(qp: &mut QueuePair<Rc, Rts>, buf: Buf) -> rdma_verbs::Result<()> {
+    qp.post_recv_buf(buf, 1).map_err(rdma_verbs::Error::from)
+}
+
+#[unsafe(no_mangle)]
+#[inline(never)]
+fn measured_post_send_owned(qp: &mut QueuePair<Rc, Rts>, buf: Buf) -> rdma_verbs::Result<()> {
+    qp.post_send_owned(OwnedSend::send(buf).tag(2))
+        .map_err(rdma_verbs::Error::from)
+}
+
+/// Polls one completion and drops it, which returns its buffer to the pool.
+#[unsafe(no_mangle)]
+#[inline(never)]
+fn measured_poll_owned(cq: &mut CompletionQueue) -> usize {
+    cq.poll_each(4, |completion: Completion| drop(completion))
+        .unwrap_or(0)
+}
