@@ -39,7 +39,8 @@ impl AddressHandle {
     /// # Errors
     ///
     /// [`Error::Verb`] with `ibv_destroy_ah` and `EBUSY`, without calling it, while another
-    /// clone (an owned UD send in flight holds one) still exists; else with the verb's errno.
+    /// clone (an owned UD send in flight holds one) still exists; else the verb's error
+    /// ([`Error::Verb`] with its errno, or [`Error::Unsupported`]).
     ///
     /// # References
     ///

@@ -192,7 +192,8 @@ impl CompletionChannel {
     /// # Errors
     ///
     /// [`Error::Verb`] with `ibv_destroy_comp_channel` and `EBUSY`, without calling it, while
-    /// a completion queue (or another handle) still holds it; else with the verb's errno.
+    /// a completion queue (or another handle) still holds it; else the verb's error
+    /// ([`Error::Verb`] with its errno, or [`Error::Unsupported`]).
     ///
     /// # References
     ///

@@ -75,7 +75,14 @@ impl CqInner {
             }
             ffi::ibv_destroy_cq(self.raw.as_ptr())
         };
-        Errno::result(ret).map_err(|errno| Error::verb("ibv_destroy_cq", errno))?;
+        if let Err(errno) = Errno::result(ret) {
+            // The queue lives on: its events are acknowledged in batches again.
+            if let Some(channel) = &self.channel {
+                let _counting = channel.lock_events();
+                self.events.closing.store(false, Ordering::Relaxed);
+            }
+            return Err(Error::verb("ibv_destroy_cq", errno));
+        }
         self.destroyed = true;
         Ok(())
     }
@@ -241,7 +248,8 @@ impl CompletionQueue {
     /// # Errors
     ///
     /// [`Error::Verb`] with `ibv_destroy_cq` and `EBUSY`, without calling it, while a queue
-    /// pair still uses the queue (as the verb itself would answer); else with the verb's errno.
+    /// pair still uses the queue (as the verb itself would answer); else the verb's error
+    /// ([`Error::Verb`] with its errno, or [`Error::Unsupported`]).
     ///
     /// # References
     ///
@@ -646,7 +654,8 @@ impl fmt::Debug for WorkCompletion {
 }
 
 impl CqEvent {
-    /// Whether this event is for `cq`.
+    /// Whether this event is for `cq`. A comparison of addresses: an event kept after its
+    /// queue was destroyed may match a queue created later at the same address.
     pub fn is_for(&self, cq: &CompletionQueue) -> bool {
         self.cq() == cq.as_raw()
     }

@@ -66,8 +66,8 @@
 //! reach is leaked rather than freed. The kernel releases every object when the device context
 //! closes. To see the failure, call `close()` instead of dropping (every object has it, for
 //! example [`MemoryRegion::close`]): it returns the error together with the object, still
-//! usable, and answers `EBUSY` without calling the verb while other handles or child objects
-//! still hold it.
+//! usable; a shared object (context, domain, channel, CQ, SRQ, address handle) answers
+//! `EBUSY` without calling the verb while other handles or child objects still hold it.
 
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -114,8 +114,12 @@ impl ProtectionDomain {
     ///
     /// # Safety
     ///
-    /// - `addr..addr+len` is valid for reads (and, with any write right, for writes) for as long
-    ///   as the returned region lives, and is not freed or unmapped before it is dropped;
+    /// - `addr..addr+len` is valid for reads (and, with any write right, for writes) until the
+    ///   registration ends, and is not freed or unmapped before: the registration ends when
+    ///   [`close`](MemoryRegion::close) returns `Ok`, or when a drop's `ibv_dereg_mr` succeeds,
+    ///   which a drop cannot report (if it fails the memory stays registered, and a peer with
+    ///   the key can still write it). To free the memory, close the region and free it only
+    ///   after `Ok`;
     /// - while the region lives, Rust code does not hold references into that memory that the
     ///   HCA could write behind (a receive, an RDMA read result, or a peer's write or atomic):
     ///   access it through the region's methods or raw pointers.

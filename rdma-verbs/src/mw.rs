@@ -214,7 +214,7 @@ impl MemoryWindow {
     ///
     /// # Errors
     ///
-    /// [`Error::Verb`] with `ibv_dealloc_mw`'s errno.
+    /// [`Error::Verb`] with `ibv_dealloc_mw`'s errno (or [`Error::Unsupported`]).
     ///
     /// # References
     ///
@@ -277,7 +277,7 @@ pub(crate) fn check_bind(
     }
     // A window outlives its bind: it stays bound, and usable by a peer, until it is bound
     // again, invalidated or deallocated, and a region with a window bound cannot be
-    // deregistered (rxe refuses with EBUSY, and `Drop` cannot report it). A region that owns
+    // deregistered (rxe refuses with EINVAL, and `Drop` cannot report it). A region that owns
     // its memory then leaks it, which is safe; memory promised by `register_raw` may be freed
     // by its owner once the region is dropped, and the peer would write freed memory.
     if !mr.owns_memory() {

@@ -90,7 +90,8 @@ impl ProtectionDomain {
     ///
     /// [`Error::Verb`] with `ibv_dealloc_pd` and `EBUSY`, without calling it, while another
     /// handle or an object of the domain (region, queue pair, SRQ, address handle, window,
-    /// buffer pool) still holds it; else with the verb's errno.
+    /// buffer pool, or a `Buf` of one) still holds it; else the verb's error
+    /// ([`Error::Verb`] with its errno, or [`Error::Unsupported`]).
     ///
     /// # References
     ///

@@ -118,7 +118,8 @@ impl SharedReceiveQueue {
     /// # Errors
     ///
     /// [`Error::Verb`] with `ibv_destroy_srq` and `EBUSY`, without calling it, while a queue
-    /// pair still uses the SRQ; else with the verb's errno.
+    /// pair still uses the SRQ; else the verb's error
+    /// ([`Error::Verb`] with its errno, or [`Error::Unsupported`]).
     ///
     /// # References
     ///

@@ -37,7 +37,7 @@ fn close_refuses_what_is_still_used_and_closes_in_order() {
     let qp = pd.create_qp::<Rc>(&cq, &cq).srq(&srq).build().unwrap();
     let pool = BufferPool::new(&pd, 2, 64).unwrap();
 
-    let context = assert_busy(context.close(), "ibv_close_device");
+    let context = assert_busy(context.close(), "ibv_close_device").expect("handed back, open");
     let pd = assert_busy(pd.close(), "ibv_dealloc_pd");
     let channel = assert_busy(channel.close(), "ibv_destroy_comp_channel");
     let cq2 = assert_busy(cq.close(), "ibv_destroy_cq");

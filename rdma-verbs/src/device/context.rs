@@ -33,18 +33,27 @@ unsafe impl Sync for ContextInner {}
 
 impl ContextInner {
     /// `ibv_close_device`, once, for a context this crate opened (a borrowed one is only let
-    /// go).
+    /// go). rdma-core frees the context whatever the call returns, so it is never called
+    /// twice: a failure is reported, and the context is gone all the same.
     fn close(&mut self) -> Result<()> {
         if self.closed {
             return Ok(());
         }
+        self.closed = true;
         if let Owner::Owned = self.owner {
             // SAFETY: every child object holds an Arc to this context, so none is left; the
-            // context is open (not yet closed) and closed once.
+            // context is open (the flag was clear) and closed once.
             let ret = unsafe { ffi::ibv_close_device(self.raw.as_ptr()) };
-            Errno::result(ret).map_err(|errno| Error::verb("ibv_close_device", errno))?;
+            if ret != 0 {
+                // Documented as -1 with errno set; a provider's positive errno is taken as is.
+                let errno = if ret < 0 {
+                    Errno::last()
+                } else {
+                    Errno::from_raw(ret)
+                };
+                return Err(Error::verb("ibv_close_device", errno));
+            }
         }
-        self.closed = true;
         Ok(())
     }
 }
@@ -85,25 +94,26 @@ impl Context {
 }
 
 impl Context {
-    /// `ibv_close_device`: what dropping the last handle does, with the failure reported. On
-    /// failure the context is handed back; dropping it tries again. A context borrowed with
-    /// [`from_raw_borrowed`](Self::from_raw_borrowed) is only let go.
+    /// `ibv_close_device`: what dropping the last handle does, with the failure reported. A
+    /// context borrowed with [`from_raw_borrowed`](Self::from_raw_borrowed) is only let go.
     ///
     /// # Errors
     ///
-    /// [`Error::Verb`] with `ibv_close_device` and `EBUSY`, without calling it, while another
-    /// handle or an object made from the context still holds it; else with the verb's errno.
+    /// - `(Some(context), error)`: [`Error::Verb`] with `ibv_close_device` and `EBUSY`,
+    ///   without calling it, while another handle or an object made from the context still
+    ///   holds it; the context is handed back, open.
+    /// - `(None, error)`: `ibv_close_device` failed. rdma-core releases the context whatever
+    ///   it returns, so there is nothing to hand back or to retry.
     ///
     /// # References
     ///
     /// [`ibv_close_device(3)`](https://man7.org/linux/man-pages/man3/ibv_open_device.3.html)
     #[doc(alias = "ibv_close_device")]
-    pub fn close(mut self) -> std::result::Result<(), (Self, Error)> {
-        let result = match Arc::get_mut(&mut self.0) {
-            Some(inner) => inner.close(),
-            None => Err(Error::verb("ibv_close_device", Errno::BUSY)),
-        };
-        result.map_err(|error| (self, error))
+    pub fn close(mut self) -> std::result::Result<(), (Option<Self>, Error)> {
+        match Arc::get_mut(&mut self.0) {
+            Some(inner) => inner.close().map_err(|error| (None, error)),
+            None => Err((Some(self), Error::verb("ibv_close_device", Errno::BUSY))),
+        }
     }
 }
 

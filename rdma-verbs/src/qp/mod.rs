@@ -306,7 +306,7 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
     ///
     /// # Errors
     ///
-    /// [`Error::Verb`] with `ibv_destroy_qp`'s errno.
+    /// [`Error::Verb`] with `ibv_destroy_qp`'s errno (or [`Error::Unsupported`]).
     ///
     /// # References
     ///
