@@ -68,7 +68,7 @@ pub fn connect(args: &PairArgs, access: AccessFlags, max_send_wr: u32) -> Result
     let setup = pingpong::setup(&options, max_send_wr + 1)?;
     let qp = setup
         .pd
-        .create_qp::<Rc>(&setup.cq, &setup.cq)
+        .qp_builder::<Rc>(&setup.cq, &setup.cq)
         .max_send_wr(max_send_wr)
         .max_recv_wr(1)
         .build()

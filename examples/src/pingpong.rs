@@ -745,7 +745,7 @@ pub fn run_connected<T: Connected>(options: &Options, extra: &RcOptions) -> Resu
     };
     let qp = setup
         .pd
-        .create_qp::<T>(&setup.cq, &setup.cq)
+        .qp_builder::<T>(&setup.cq, &setup.cq)
         .max_send_wr(1)
         .max_recv_wr(options.rx_depth)
         .send_path(send_path)

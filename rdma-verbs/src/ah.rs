@@ -184,6 +184,7 @@ impl Drop for AhInner {
 /// [`RcRtrAttr`](crate::RcRtrAttr)/[`UcRtrAttr`](crate::UcRtrAttr), for UD an [`AddressHandle`](crate::AddressHandle).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[must_use = "attributes do nothing until a transition uses them"]
+#[non_exhaustive]
 pub struct AddressVector {
     /// Destination LID (InfiniBand; 0 on RoCE).
     pub dlid: u16,
@@ -220,13 +221,7 @@ impl AddressVector {
 
     /// Routes by GID: destination `dgid` from local GID table entry `sgid_index`, hop limit 64.
     pub fn grh(mut self, dgid: Gid, sgid_index: u8) -> Self {
-        self.grh = Some(GlobalRoute {
-            dgid,
-            flow_label: 0,
-            sgid_index,
-            hop_limit: 64,
-            traffic_class: 0,
-        });
+        self.grh = Some(GlobalRoute::new(dgid, sgid_index));
         self
     }
 
@@ -256,6 +251,7 @@ impl AddressVector {
 /// Global routing (`struct ibv_global_route`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[must_use = "attributes do nothing until a transition uses them"]
+#[non_exhaustive]
 pub struct GlobalRoute {
     /// Destination GID.
     pub dgid: Gid,
@@ -267,6 +263,20 @@ pub struct GlobalRoute {
     pub hop_limit: u8,
     /// Traffic class.
     pub traffic_class: u8,
+}
+
+impl GlobalRoute {
+    /// A route to `dgid` from local GID table entry `sgid_index`: hop limit 64, flow label
+    /// and traffic class 0 (the C examples' values). Change a field afterwards for others.
+    pub fn new(dgid: Gid, sgid_index: u8) -> Self {
+        Self {
+            dgid,
+            flow_label: 0,
+            sgid_index,
+            hop_limit: 64,
+            traffic_class: 0,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::error::{Error, Result};
+use crate::error::{Errno, Error, Result};
 use crate::flags::AccessFlags;
 use crate::mr::{MemoryRegion, MrSlice};
 use crate::pd::ProtectionDomain;
@@ -111,6 +111,39 @@ impl BufferPool {
     /// The protection domain of the pool's region.
     pub fn pd(&self) -> &ProtectionDomain {
         self.inner.mr.pd()
+    }
+
+    /// Deregisters and frees the pool's region ([`MemoryRegion::close`]): what dropping the
+    /// last clone does once every buffer is back, with the failure reported. On failure the
+    /// pool is handed back, still usable.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] with `ibv_dereg_mr` and `EBUSY`, without calling it, while another
+    /// clone or a buffer of the pool (held, or in flight in a queue pair) exists; else as
+    /// [`MemoryRegion::close`].
+    pub fn close(self) -> std::result::Result<(), (Self, Error)> {
+        let inner = match Arc::try_unwrap(self.inner) {
+            Ok(inner) => inner,
+            Err(inner) => {
+                return Err((Self { inner }, Error::verb("ibv_dereg_mr", Errno::BUSY)));
+            }
+        };
+        let PoolInner {
+            mr,
+            size,
+            count,
+            free,
+        } = inner;
+        mr.close().map_err(|(mr, error)| {
+            let inner = Arc::new(PoolInner {
+                mr,
+                size,
+                count,
+                free,
+            });
+            (Self { inner }, error)
+        })
     }
 }
 

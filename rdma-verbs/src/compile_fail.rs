@@ -97,6 +97,15 @@ case!(
     "rust"
 );
 
+// Owned requests: an operation's type says what it can carry.
+case!(
+    OwnedReadWithImm,
+    "owned_read_with_imm.rs",
+    "compile_fail,E0599"
+);
+case!(OwnedWriteToUd, "owned_write_to_ud.rs", "compile_fail,E0599");
+case!(OwnedOpsOk, "owned_ops_ok.rs", "rust");
+
 // Values that do nothing unless used (`#[must_use]`). A lint has no error code: the control,
 // which differs only in using the value, shows that nothing else fails.
 case!(RequestUnused, "request_unused.rs", "compile_fail");

@@ -11,7 +11,7 @@
 //! let pd = context.alloc_pd()?;
 //! let mut cq = context.create_cq(64)?;
 //! let mr = pd.register(4096, AccessFlags::LOCAL_WRITE)?;
-//! let qp = pd.create_qp::<Rc>(&cq, &cq).build()?;
+//! let qp = pd.qp_builder::<Rc>(&cq, &cq).build()?;
 //! // Exchange qp.qp_num(), a PSN and the GID with the peer, then:
 //! // let qp = qp.into_init(..)?.into_rtr(..)?.into_rts(..)?;
 //! let mut completions = [WorkCompletion::default(); 8];
@@ -111,7 +111,10 @@ pub use error::{Errno, Error, Result};
 pub use flags::{AccessFlags, SendFlags, WcFlags};
 pub use mr::{MemoryRegion, MrSlice, MrSliceMut, RemoteMemory};
 pub use mw::{MemoryWindow, MwType};
-pub use owned::{Completion, OwnedRecvList, OwnedSend, OwnedSendList, PostRefused};
+pub use owned::{
+    AtomicOp, Completion, OwnedOp, OwnedRecvList, OwnedSend, OwnedSendList, PostRefused, ReadOp,
+    SendOp, WriteOp,
+};
 pub use pd::ProtectionDomain;
 pub use qp::{
     AddressVector, CanPostRecv, ConnectedInitAttr, ErrorState, GlobalRoute, Init, QpBuilder,
@@ -120,7 +123,7 @@ pub use qp::{
     UdRtrAttr,
 };
 pub use scope::{PostScope, ScopeCqs};
-pub use srq::SharedReceiveQueue;
+pub use srq::{SharedReceiveQueue, SrqBuilder};
 #[cfg(feature = "tokio")]
 pub use tokio_io::{AsyncCompletionChannel, AsyncContextEvents};
 pub use wr::{Payload, PostList, RecvList, RecvRequest, SendList, SendRequest, Sge, WorkRequest};

@@ -326,7 +326,9 @@ impl MemoryRegion {
     }
 
     /// Reads the naturally aligned 8-byte word at `offset` in one atomic load, as a peer's RDMA
-    /// atomic leaves it (in host order; atomics operate on host-order words).
+    /// atomic leaves it, in host order. That is the order rxe operates on; a device that treats
+    /// atomic operands as big-endian leaves the word in that order (see
+    /// [`SendRequest::compare_swap`](crate::SendRequest::compare_swap)).
     ///
     /// An atomic load needs memory that is valid for writes, so the region must have
     /// [`LOCAL_WRITE`](AccessFlags::LOCAL_WRITE) (every region a peer can write has it). A

@@ -75,7 +75,8 @@ impl fmt::Debug for SharedReceiveQueue {
 }
 
 impl ProtectionDomain {
-    /// `ibv_create_srq`: a shared receive queue for `max_wr` requests of `max_sge` entries each.
+    /// `ibv_create_srq`: a shared receive queue for `max_wr` requests of `max_sge` entries
+    /// each, its limit event disarmed. For the limit, [`srq_builder`](Self::srq_builder).
     ///
     /// # Errors
     ///
@@ -86,27 +87,83 @@ impl ProtectionDomain {
     /// [`ibv_create_srq(3)`](https://man7.org/linux/man-pages/man3/ibv_create_srq.3.html)
     #[doc(alias = "ibv_create_srq")]
     pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<SharedReceiveQueue> {
+        self.srq_builder(max_wr).max_sge(max_sge).build()
+    }
+
+    /// A builder for a shared receive queue of `max_wr` requests: entries per request, the
+    /// limit event, then [`build`](SrqBuilder::build).
+    pub fn srq_builder(&self, max_wr: u32) -> SrqBuilder<'_> {
+        SrqBuilder {
+            pd: self,
+            max_wr,
+            max_sge: 1,
+            srq_limit: 0,
+        }
+    }
+}
+
+/// Options for a new [`SharedReceiveQueue`]; from [`ProtectionDomain::srq_builder`].
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct SrqBuilder<'a> {
+    pd: &'a ProtectionDomain,
+    max_wr: u32,
+    max_sge: u32,
+    srq_limit: u32,
+}
+
+impl SrqBuilder<'_> {
+    /// Scatter/gather entries per receive (1).
+    pub fn max_sge(mut self, n: u32) -> Self {
+        self.max_sge = n;
+        self
+    }
+
+    /// Arms the limit event at `limit` once the SRQ exists (0, the default: disarmed); see
+    /// [`SharedReceiveQueue::arm_limit`].
+    pub fn srq_limit(mut self, limit: u32) -> Self {
+        self.srq_limit = limit;
+        self
+    }
+
+    /// `ibv_create_srq`, then `ibv_modify_srq` for a limit (`ibv_create_srq` ignores one).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] with the errno of `ibv_create_srq` (`EINVAL` above the device's
+    /// limits) or of `ibv_modify_srq` (`EINVAL` for a limit above the capacity; the SRQ is then
+    /// destroyed).
+    ///
+    /// # References
+    ///
+    /// [`ibv_create_srq(3)`](https://man7.org/linux/man-pages/man3/ibv_create_srq.3.html)
+    #[doc(alias = "ibv_create_srq")]
+    pub fn build(self) -> Result<SharedReceiveQueue> {
         let mut init = ffi::ibv_srq_init_attr {
             attr: ffi::ibv_srq_attr {
-                max_wr,
-                max_sge,
+                max_wr: self.max_wr,
+                max_sge: self.max_sge,
                 srq_limit: 0,
             },
             ..Default::default()
         };
         // SAFETY: live PD; valid attributes.
-        let raw = unsafe { ffi::ibv_create_srq(self.as_raw(), &mut init) };
+        let raw = unsafe { ffi::ibv_create_srq(self.pd.as_raw(), &mut init) };
         let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_create_srq"))?;
-        Ok(SharedReceiveQueue {
+        let srq = SharedReceiveQueue {
             inner: Arc::new(SrqInner {
                 raw,
-                pd: self.clone(),
+                pd: self.pd.clone(),
                 table: Arc::new(SrqTable::new(init.attr.max_wr)),
                 destroyed: false,
             }),
             max_wr: init.attr.max_wr,
             max_sge: init.attr.max_sge,
-        })
+        };
+        if self.srq_limit > 0 {
+            srq.arm_limit(self.srq_limit)?;
+        }
+        Ok(srq)
     }
 }
 
@@ -143,9 +200,15 @@ impl SharedReceiveQueue {
         &self.inner.pd
     }
 
-    /// Requests the queue holds (as granted).
-    pub fn max_wr(&self) -> u32 {
+    /// Requests the queue holds (as granted), as [`CompletionQueue::capacity`](crate::CompletionQueue::capacity)
+    /// says for completions.
+    pub fn capacity(&self) -> u32 {
         self.max_wr
+    }
+
+    /// Scatter/gather entries per receive (as granted).
+    pub fn max_sge(&self) -> u32 {
+        self.max_sge
     }
 
     /// `ibv_modify_srq` with `IBV_SRQ_LIMIT`: arms the limit event. When the number of posted

@@ -256,7 +256,9 @@ impl<'a> SendRequest<'a> {
     }
 
     /// ATOMIC_CMP_AND_SWP: if the 8-byte word at `remote.addr` equals `compare`, replaces it
-    /// with `swap`. The old value lands in `local` (8 bytes, `LOCAL_WRITE`), in host order.
+    /// with `swap`. The old value lands in `local` (8 bytes, `LOCAL_WRITE`) in the byte order
+    /// the device writes: host order on rxe, big-endian (the wire order) on some devices; read
+    /// it with [`u64::from_ne_bytes`] only where the device is known to write host order.
     pub fn compare_swap(
         wr_id: u64,
         local: MrSlice<'a>,
@@ -276,7 +278,8 @@ impl<'a> SendRequest<'a> {
     }
 
     /// ATOMIC_FETCH_AND_ADD: adds `add` to the 8-byte word at `remote.addr`. The old value
-    /// lands in `local` (8 bytes, `LOCAL_WRITE`), in host order.
+    /// lands in `local` (8 bytes, `LOCAL_WRITE`) in the byte order the device writes (see
+    /// [`compare_swap`](Self::compare_swap)).
     pub fn fetch_add(wr_id: u64, local: MrSlice<'a>, remote: RemoteMemory, add: u64) -> Self {
         let mut request = Self::new(
             wr_id,

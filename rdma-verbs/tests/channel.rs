@@ -24,8 +24,8 @@ fn channel_wakes_a_waiting_thread() {
         .expect("CQ on a channel");
     let cq_b = f.cq(16);
     let (mut a, _b) = f.rc_pair(
-        f.pd.create_qp(&cq, &cq),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq, &cq),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_WRITE,
     );
     let mut src = f.pd.register(128, LOCAL).unwrap();
@@ -103,8 +103,8 @@ fn channel_wait_times_out_and_nonblocking_get_event() {
     let mut cq = f.context.cq_builder(16).channel(&ch).build().unwrap();
     let cq_b = f.cq(16);
     let (mut a, _b) = f.rc_pair(
-        f.pd.create_qp(&cq, &cq),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq, &cq),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_WRITE,
     );
     let src = f.pd.register(64, LOCAL).unwrap();
@@ -173,13 +173,13 @@ fn channel_many_events_then_drop_without_hanging() {
     let mut other = f.context.cq_builder(16).channel(&ch).build().unwrap();
     let cq_b = f.cq(16);
     let (mut a, b) = f.rc_pair(
-        f.pd.create_qp(&cq, &cq),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq, &cq),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_WRITE,
     );
     let (mut c, d) = f.rc_pair(
-        f.pd.create_qp(&other, &other),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&other, &other),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_WRITE,
     );
     let src = f.pd.register(64, LOCAL).unwrap();
@@ -235,8 +235,8 @@ fn channel_solicited_only_notification() {
     // The receiver's CQ is the one on the channel: the solicited bit travels with the message.
     let mut cq_b = f.context.cq_builder(16).channel(&ch).build().unwrap();
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
     );
     let mut src = f.pd.register(128, LOCAL).unwrap();
@@ -293,8 +293,8 @@ fn channel_concurrent_waiters_each_return_within_their_bound() {
     let mut cq = f.context.cq_builder(16).channel(&ch).build().unwrap();
     let cq_b = f.cq(16);
     let (mut a, _b) = f.rc_pair(
-        f.pd.create_qp(&cq, &cq),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq, &cq),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_WRITE,
     );
     let src = f.pd.register(64, LOCAL).unwrap();
@@ -387,8 +387,8 @@ fn channel_wait_without_deadline() {
     let mut cq = f.context.cq_builder(16).channel(&ch).build().unwrap();
     let cq_b = f.cq(16);
     let (mut a, _b) = f.rc_pair(
-        f.pd.create_qp(&cq, &cq),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq, &cq),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_WRITE,
     );
     let src = f.pd.register(64, LOCAL).unwrap();
@@ -462,8 +462,8 @@ fn channel_cq_dropped_while_another_thread_takes_its_events() {
         let mut cq = f.context.cq_builder(16).channel(&ch).build().unwrap();
         let cq_b = f.cq(16);
         let (mut a, b) = f.rc_pair(
-            f.pd.create_qp(&cq, &cq),
-            f.pd.create_qp(&cq_b, &cq_b),
+            f.pd.qp_builder(&cq, &cq),
+            f.pd.qp_builder(&cq_b, &cq_b),
             AccessFlags::REMOTE_WRITE,
         );
         cq.req_notify(false).unwrap();

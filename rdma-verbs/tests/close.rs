@@ -34,7 +34,7 @@ fn close_refuses_what_is_still_used_and_closes_in_order() {
     let channel = context.create_comp_channel().unwrap();
     let mut cq = context.cq_builder(16).channel(&channel).build().unwrap();
     let srq = pd.create_srq(4, 1).unwrap();
-    let qp = pd.create_qp::<Rc>(&cq, &cq).srq(&srq).build().unwrap();
+    let qp = pd.qp_builder::<Rc>(&cq, &cq).srq(&srq).build().unwrap();
     let pool = BufferPool::new(&pd, 2, 64).unwrap();
 
     let context = assert_busy(context.close(), "ibv_close_device").expect("handed back, open");
@@ -62,6 +62,19 @@ fn close_refuses_what_is_still_used_and_closes_in_order() {
     closed(context.close(), "the context, last");
 }
 
+/// A buffer pool: `EBUSY` while a buffer is out (held, or posted), then closed.
+#[test]
+fn close_buffer_pool_after_its_buffers() {
+    let Some(f) = fixture() else { return };
+    let pool = BufferPool::new(&f.pd, 2, 64).unwrap();
+    let buf = pool.take().unwrap();
+    let pool = assert_busy(pool.close(), "ibv_dereg_mr");
+    // Still a pool: the other buffer can be taken.
+    assert_eq!(pool.available(), 1);
+    drop(buf);
+    closed(pool.close(), "the pool, once its buffers are back");
+}
+
 /// An address handle: `EBUSY` while another clone exists, then closed.
 #[test]
 fn close_address_handle_after_its_clones() {
@@ -85,8 +98,8 @@ fn close_region_refused_while_a_window_is_bound() {
     }
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_WRITE,
     );
     let target =

@@ -34,8 +34,8 @@ fn mixed_rc_pair<'a>(
     access: AccessFlags,
 ) -> (QueuePair<Rc, Rts>, QueuePair<Rc, Rts>) {
     let (a, b) = f.rc_pair(
-        a(f.pd.create_qp(cq_a, cq_a).send_path(SendPath::Extended)),
-        b(f.pd.create_qp(cq_b, cq_b)),
+        a(f.pd.qp_builder(cq_a, cq_a).send_path(SendPath::Extended)),
+        b(f.pd.qp_builder(cq_b, cq_b)),
         access,
     );
     assert!(a.uses_extended_post(), "the sender is extended");
@@ -47,14 +47,16 @@ fn mixed_rc_pair<'a>(
 fn extended_path_is_chosen_when_the_queue_pair_is_created() {
     let Some(f) = fixture() else { return };
     let cq = f.cq(16);
-    let classic = f.pd.create_qp::<Rc>(&cq, &cq).build().unwrap();
+    let classic = f.pd.qp_builder::<Rc>(&cq, &cq).build().unwrap();
     assert!(!classic.uses_extended_post(), "classic is the default");
-    let explicit = f.pd.create_qp::<Rc>(&cq, &cq).send_path(SendPath::Classic);
+    let explicit = f.pd.qp_builder::<Rc>(&cq, &cq).send_path(SendPath::Classic);
     assert!(!explicit.build().unwrap().uses_extended_post());
 
-    let auto = f.pd.create_qp::<Rc>(&cq, &cq).send_path(SendPath::Auto);
+    let auto = f.pd.qp_builder::<Rc>(&cq, &cq).send_path(SendPath::Auto);
     let auto = auto.build().unwrap();
-    let required = f.pd.create_qp::<Rc>(&cq, &cq).send_path(SendPath::Extended);
+    let required =
+        f.pd.qp_builder::<Rc>(&cq, &cq)
+            .send_path(SendPath::Extended);
     match required.build() {
         Ok(qp) => {
             assert!(qp.uses_extended_post());
@@ -68,14 +70,18 @@ fn extended_path_is_chosen_when_the_queue_pair_is_created() {
     if is_rxe(&f) {
         // Every transport, including UC, where rxe refuses LOCAL_INV and the queue pair is made
         // without the memory-window operations.
-        let uc = f.pd.create_qp::<Uc>(&cq, &cq).send_path(SendPath::Extended);
+        let uc =
+            f.pd.qp_builder::<Uc>(&cq, &cq)
+                .send_path(SendPath::Extended);
         assert!(uc.build().unwrap().uses_extended_post());
-        let ud = f.pd.create_qp::<Ud>(&cq, &cq).send_path(SendPath::Extended);
+        let ud =
+            f.pd.qp_builder::<Ud>(&cq, &cq)
+                .send_path(SendPath::Extended);
         assert!(ud.build().unwrap().uses_extended_post());
     }
     // The capacities are granted as for the classic path.
     let caps =
-        f.pd.create_qp::<Rc>(&cq, &cq)
+        f.pd.qp_builder::<Rc>(&cq, &cq)
             .max_send_wr(8)
             .max_inline_data(32);
     let caps = caps.send_path(SendPath::Auto).build().unwrap().caps();
@@ -416,9 +422,9 @@ fn extended_unsignaled_sends_with_a_periodic_signaled_one() {
 fn extended_ud_send_with_grh() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
-    let builder = f.pd.create_qp(&cq_a, &cq_a).send_path(SendPath::Extended);
+    let builder = f.pd.qp_builder(&cq_a, &cq_a).send_path(SendPath::Extended);
     let mut a = f.ud_qp(builder, QKEY);
-    let mut b = f.ud_qp(f.pd.create_qp(&cq_b, &cq_b), QKEY);
+    let mut b = f.ud_qp(f.pd.qp_builder(&cq_b, &cq_b), QKEY);
     assert!(a.uses_extended_post());
     let ah = f.pd.create_ah(&f.av()).expect("ibv_create_ah");
     const SIZE: usize = 512;
@@ -484,8 +490,8 @@ fn extended_uc_send_and_write() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     let (mut a, mut b) = f.uc_pair(
-        f.pd.create_qp(&cq_a, &cq_a).send_path(SendPath::Auto),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a).send_path(SendPath::Auto),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_WRITE,
     );
     if is_rxe(&f) {
@@ -685,8 +691,8 @@ fn extended_memory_window_operations() {
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     // Both sides extended: `b` binds and invalidates, `a` sends with invalidate.
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a).send_path(SendPath::Extended),
-        f.pd.create_qp(&cq_b, &cq_b).send_path(SendPath::Extended),
+        f.pd.qp_builder(&cq_a, &cq_a).send_path(SendPath::Extended),
+        f.pd.qp_builder(&cq_b, &cq_b).send_path(SendPath::Extended),
         AccessFlags::REMOTE_WRITE,
     );
     assert!(a.uses_extended_post() && b.uses_extended_post());
@@ -739,8 +745,8 @@ fn extended_memory_window_operations() {
     // The failed write moved `a` to ERR: a fresh pair for the peer's SEND_WITH_INV.
     drop((a, b));
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a).send_path(SendPath::Extended),
-        f.pd.create_qp(&cq_b, &cq_b).send_path(SendPath::Extended),
+        f.pd.qp_builder(&cq_a, &cq_a).send_path(SendPath::Extended),
+        f.pd.qp_builder(&cq_b, &cq_b).send_path(SendPath::Extended),
         AccessFlags::REMOTE_WRITE,
     );
     while !cq_a

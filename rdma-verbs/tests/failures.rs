@@ -50,8 +50,8 @@ fn pair(f: &Fixture, access: AccessFlags) -> Pair {
 fn pair_with(f: &Fixture, access: AccessFlags, rts: RcRtsAttr) -> Pair {
     let (cq_a, cq_b) = (f.cq(16), f.cq(16));
     let (a, b) = f.rc_pair_with(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         access,
         rts,
     );
@@ -455,14 +455,9 @@ fn fail_receiver_not_ready_recovers_once_a_receive_is_posted() {
     let Some(f) = fixture() else { return };
     // RNR retry 7 means "retry for ever": the SEND waits for the receive however slow the
     // emulated machine is.
-    let mut p = pair_with(
-        &f,
-        AccessFlags::empty(),
-        RcRtsAttr {
-            rnr_retry: 7,
-            ..RcRtsAttr::new(0)
-        },
-    );
+    let mut rts = RcRtsAttr::new(0);
+    rts.rnr_retry = 7;
+    let mut p = pair_with(&f, AccessFlags::empty(), rts);
     let len = 3000; // three packets at MTU 1024
     let src = source(&f, len, 29);
     let dst = f.pd.register(4096, LOCAL).unwrap();
@@ -538,8 +533,8 @@ fn fail_full_receive_queue_is_queue_full() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(64), f.cq(64));
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a).max_send_wr(32),
-        f.pd.create_qp(&cq_b, &cq_b).max_recv_wr(4),
+        f.pd.qp_builder(&cq_a, &cq_a).max_send_wr(32),
+        f.pd.qp_builder(&cq_b, &cq_b).max_recv_wr(4),
         AccessFlags::empty(),
     );
     let depth = b.caps().max_recv_wr as usize;
@@ -630,12 +625,12 @@ fn fail_full_receive_queue_is_queue_full() {
 fn fail_full_srq_is_queue_full() {
     let Some(f) = fixture() else { return };
     let mut srq = f.pd.create_srq(4, 1).expect("ibv_create_srq");
-    let depth = srq.max_wr() as usize;
+    let depth = srq.capacity() as usize;
     assert!(depth >= 4, "{srq:?}");
     let (mut cq_a, mut cq_b) = (f.cq(64), f.cq(64));
     let (mut a, b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a).max_send_wr(32),
-        f.pd.create_qp(&cq_b, &cq_b).srq(&srq),
+        f.pd.qp_builder(&cq_a, &cq_a).max_send_wr(32),
+        f.pd.qp_builder(&cq_b, &cq_b).srq(&srq),
         AccessFlags::empty(),
     );
     let limit = 32;

@@ -15,14 +15,11 @@ fn fault_peer_destroyed_mid_traffic_is_retry_exceeded() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     // Ack timeout code 8 (about 1 ms) and two retries: the loss is noticed quickly.
-    let rts = RcRtsAttr {
-        timeout: 8,
-        retry_cnt: 2,
-        ..RcRtsAttr::new(0)
-    };
+    let mut rts = RcRtsAttr::new(0);
+    (rts.timeout, rts.retry_cnt) = (8, 2);
     let (mut a, mut b) = f.rc_pair_with(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
         rts,
     );
@@ -65,13 +62,11 @@ fn fault_peer_destroyed_mid_traffic_is_retry_exceeded() {
 fn fault_receiver_not_ready_without_rnr_retry() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
-    let rts = RcRtsAttr {
-        rnr_retry: 0,
-        ..RcRtsAttr::new(0)
-    };
+    let mut rts = RcRtsAttr::new(0);
+    rts.rnr_retry = 0;
     let (mut a, mut b) = f.rc_pair_with(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
         rts,
     );
@@ -107,8 +102,8 @@ fn fault_cq_overflow_is_an_async_event() {
     let n = capacity as usize + 1;
     let (cq_a_recv, mut cq_b) = (f.cq(16), f.cq(64));
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&tiny, &cq_a_recv).max_send_wr(n as u32),
-        f.pd.create_qp(&cq_b, &cq_b).max_recv_wr(n as u32),
+        f.pd.qp_builder(&tiny, &cq_a_recv).max_send_wr(n as u32),
+        f.pd.qp_builder(&cq_b, &cq_b).max_recv_wr(n as u32),
         AccessFlags::empty(),
     );
     assert!(
@@ -188,8 +183,8 @@ fn fault_async_event_wait_without_deadline() {
     let tiny = f.cq(1);
     let cq_b = f.cq(16);
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&tiny, &tiny),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&tiny, &tiny),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
     );
     let n = tiny.capacity() as usize + 1;

@@ -53,8 +53,8 @@ struct Pair {
 fn pair(f: &Fixture) -> Pair {
     let (cq_a, cq_b) = (f.cq(16), f.cq(16));
     let (a, b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_WRITE,
     );
     Pair { cq_a, cq_b, a, b }
@@ -472,7 +472,7 @@ fn mw_bad_binds_are_refused_before_posting() {
 
     // UD queue pairs have neither binds nor invalidation.
     let cq = f.cq(4);
-    let mut ud = f.ud_qp(f.pd.create_qp(&cq, &cq), 0x1111);
+    let mut ud = f.ud_qp(f.pd.qp_builder(&cq, &cq), 0x1111);
     // SAFETY: refused before posting.
     let bound = unsafe { ud.bind_mw(&mut t1, 1, &target, .., write, true) };
     assert!(invalid(&bound), "{bound:?}");

@@ -84,8 +84,8 @@ fn no_alloc_post_and_poll_round_trips() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
     );
     let mut src = f.pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
@@ -158,10 +158,10 @@ fn extended_no_alloc_post_and_poll_round_trips() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a)
+        f.pd.qp_builder(&cq_a, &cq_a)
             .send_path(SendPath::Extended)
             .max_inline_data(LEN as u32),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
     );
     assert!(a.uses_extended_post());
@@ -234,8 +234,8 @@ fn owned_no_alloc_post_and_poll_round_trips() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
     );
     let tx = BufferPool::new(&f.pd, 4, LEN).unwrap();
@@ -299,15 +299,15 @@ fn owned_no_alloc_ud_and_srq_round_trips() {
     const QKEY: u32 = 0x600d;
     // UD.
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
-    let mut a = f.ud_qp(f.pd.create_qp(&cq_a, &cq_a), QKEY);
-    let mut b = f.ud_qp(f.pd.create_qp(&cq_b, &cq_b), QKEY);
+    let mut a = f.ud_qp(f.pd.qp_builder(&cq_a, &cq_a), QKEY);
+    let mut b = f.ud_qp(f.pd.qp_builder(&cq_b, &cq_b), QKEY);
     let ah = f.pd.create_ah(&f.av()).unwrap();
     // SRQ behind an RC pair.
     let mut srq = f.pd.create_srq(8, 1).unwrap();
     let (mut cq_c, mut cq_d) = (f.cq(16), f.cq(16));
     let (mut c, _d) = f.rc_pair(
-        f.pd.create_qp(&cq_c, &cq_c),
-        f.pd.create_qp(&cq_d, &cq_d).srq(&srq),
+        f.pd.qp_builder(&cq_c, &cq_c),
+        f.pd.qp_builder(&cq_d, &cq_d).srq(&srq),
         AccessFlags::empty(),
     );
     let pool = BufferPool::new(&f.pd, 8, GRH_LEN + LEN).unwrap();
@@ -359,8 +359,8 @@ fn owned_no_alloc_list_round_trips() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
     );
     let tx = BufferPool::new(&f.pd, 4, LEN).unwrap();

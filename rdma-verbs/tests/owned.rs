@@ -26,8 +26,8 @@ fn owned_receive_ring_across_rounds() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(32), f.cq(32));
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
     );
     let tx = BufferPool::new(&f.pd, 4, SIZE).unwrap();
@@ -78,8 +78,8 @@ fn owned_queue_pairs_share_a_completion_queue_and_unsignaled_sends_return() {
     let mut pairs = Vec::new();
     for _ in 0..4 {
         let (a, b) = f.rc_pair(
-            f.pd.create_qp(&send_cq, &send_cq).max_send_wr(8),
-            f.pd.create_qp(&shared, &shared).max_recv_wr(8),
+            f.pd.qp_builder(&send_cq, &send_cq).max_send_wr(8),
+            f.pd.qp_builder(&shared, &shared).max_recv_wr(8),
             AccessFlags::empty(),
         );
         pairs.push((a, b));
@@ -138,8 +138,8 @@ fn owned_write_read_and_atomics() {
     let rights = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
     let (mut cq_a, cq_b) = (f.cq(16), f.cq(16));
     let (mut a, _b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         rights,
     );
     let mut target =
@@ -202,8 +202,8 @@ fn owned_reset_releases_and_stale_completions_match_nothing() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
     );
     let pool = BufferPool::new(&f.pd, 8, SIZE).unwrap();
@@ -284,8 +284,8 @@ fn owned_refusals_give_the_buffer_back() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b).max_recv_wr(2),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b).max_recv_wr(2),
         AccessFlags::REMOTE_ATOMIC,
     );
     let pool = BufferPool::new(&f.pd, 64, 8).unwrap();
@@ -354,7 +354,7 @@ fn owned_refusals_give_the_buffer_back() {
 
     // UD: a send without a destination is refused.
     let mut ud_cq = f.cq(4);
-    let mut ud = f.ud_qp(f.pd.create_qp(&ud_cq, &ud_cq), 0x1234);
+    let mut ud = f.ud_qp(f.pd.qp_builder(&ud_cq, &ud_cq), 0x1234);
     let datagram = ud
         .post_send_owned(OwnedSend::send(pool.take().unwrap()))
         .unwrap_err();
@@ -376,8 +376,8 @@ fn owned_receive_lengths_for_write_with_immediate_and_empty_sends() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_WRITE,
     );
     let target =
@@ -418,8 +418,8 @@ fn owned_unsignaled_sends_cannot_wedge_the_queue() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(64), f.cq(64));
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a).max_send_wr(4),
-        f.pd.create_qp(&cq_b, &cq_b).max_recv_wr(64),
+        f.pd.qp_builder(&cq_a, &cq_a).max_send_wr(4),
+        f.pd.qp_builder(&cq_b, &cq_b).max_recv_wr(64),
         AccessFlags::empty(),
     );
     let slots = a.caps().max_send_wr as usize;
@@ -454,8 +454,8 @@ fn owned_read_longer_than_the_remote_memory_is_refused() {
     let Some(f) = fixture() else { return };
     let (cq_a, cq_b) = (f.cq(16), f.cq(16));
     let (mut a, _b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_READ,
     );
     let source =
@@ -484,8 +484,8 @@ fn owned_ud_send_keeps_its_address_handle_alive() {
     let Some(f) = fixture() else { return };
     const QKEY: u32 = 0x0bad_cafe;
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
-    let mut a = f.ud_qp(f.pd.create_qp(&cq_a, &cq_a), QKEY);
-    let mut b = f.ud_qp(f.pd.create_qp(&cq_b, &cq_b), QKEY);
+    let mut a = f.ud_qp(f.pd.qp_builder(&cq_a, &cq_a), QKEY);
+    let mut b = f.ud_qp(f.pd.qp_builder(&cq_b, &cq_b), QKEY);
     let pool = BufferPool::new(&f.pd, 8, GRH_LEN + SIZE).unwrap();
     for round in 0..20u64 {
         b.post_recv_buf(pool.take().unwrap(), round).unwrap();
@@ -522,13 +522,13 @@ fn owned_srq_receives_complete_through_either_queue_pair() {
     let send_cq = f.cq(32);
     let (mut cq_1, mut cq_2) = (f.cq(32), f.cq(32));
     let (mut a1, b1) = f.rc_pair(
-        f.pd.create_qp(&send_cq, &send_cq),
-        f.pd.create_qp(&cq_1, &cq_1).srq(&srq),
+        f.pd.qp_builder(&send_cq, &send_cq),
+        f.pd.qp_builder(&cq_1, &cq_1).srq(&srq),
         AccessFlags::empty(),
     );
     let (mut a2, b2) = f.rc_pair(
-        f.pd.create_qp(&send_cq, &send_cq),
-        f.pd.create_qp(&cq_2, &cq_2).srq(&srq),
+        f.pd.qp_builder(&send_cq, &send_cq),
+        f.pd.qp_builder(&cq_2, &cq_2).srq(&srq),
         AccessFlags::empty(),
     );
     let mut send_cq = send_cq;

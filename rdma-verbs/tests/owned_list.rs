@@ -11,6 +11,21 @@ use rdma_verbs::*;
 
 const SIZE: usize = 128;
 
+/// Pushes `request` tagged `m`, signaled only when `m % 4 == 3`.
+fn push_every_fourth_signaled<'a, K: OwnedOp>(
+    list: &mut OwnedSendList<'a>,
+    request: OwnedSend<'a, K>,
+    m: u64,
+) {
+    let request = request.tag(m);
+    list.push(if m % 4 == 3 {
+        request
+    } else {
+        request.unsignaled()
+    })
+    .unwrap();
+}
+
 fn message(m: u64) -> Vec<u8> {
     pattern(SIZE, m as u8)
 }
@@ -25,11 +40,11 @@ fn owned_lists_post_sixteen_requests_with_one_call() {
     for path in [SendPath::Classic, SendPath::Extended] {
         let (mut cq_a, mut cq_b) = (f.cq(64), f.cq(64));
         let (mut a, mut b) = f.rc_pair(
-            f.pd.create_qp(&cq_a, &cq_a)
+            f.pd.qp_builder(&cq_a, &cq_a)
                 .max_send_wr(32)
                 .max_inline_data(64)
                 .send_path(path),
-            f.pd.create_qp(&cq_b, &cq_b).max_recv_wr(32),
+            f.pd.qp_builder(&cq_b, &cq_b).max_recv_wr(32),
             AccessFlags::REMOTE_WRITE,
         );
         let target =
@@ -50,27 +65,21 @@ fn owned_lists_post_sixteen_requests_with_one_call() {
 
         let mut sends = OwnedSendList::with_capacity(16);
         for m in 0..16u64 {
-            let request = match m {
-                5 => OwnedSend::send_inline(&inline),
+            // Requests of different operations (types) go into one list.
+            match m {
+                5 => push_every_fourth_signaled(&mut sends, OwnedSend::send_inline(&inline), m),
                 9 => {
                     let mut buf = tx.take().unwrap();
                     buf.fill_from(&message(m)).unwrap();
-                    OwnedSend::write(buf, target.remote(..).unwrap()).with_imm(0x900d_0000 | 9)
+                    let write = OwnedSend::write(buf, target.remote(..).unwrap());
+                    push_every_fourth_signaled(&mut sends, write.with_imm(0x900d_0000 | 9), m);
                 }
                 _ => {
                     let mut buf = tx.take().unwrap();
                     buf.fill_from(&message(m)).unwrap();
-                    OwnedSend::send(buf)
+                    push_every_fourth_signaled(&mut sends, OwnedSend::send(buf), m);
                 }
-            };
-            let request = request.tag(m);
-            sends
-                .push(if m % 4 == 3 {
-                    request
-                } else {
-                    request.unsignaled()
-                })
-                .unwrap();
+            }
         }
         a.post_send_list(&mut sends).unwrap();
         assert!(sends.is_empty());
@@ -129,8 +138,8 @@ fn owned_send_list_posts_what_fits_and_keeps_the_rest() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(64), f.cq(64));
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a).max_send_wr(4),
-        f.pd.create_qp(&cq_b, &cq_b).max_recv_wr(32),
+        f.pd.qp_builder(&cq_a, &cq_a).max_send_wr(4),
+        f.pd.qp_builder(&cq_b, &cq_b).max_recv_wr(32),
         AccessFlags::empty(),
     );
     let slots = a.caps().max_send_wr as usize;
@@ -193,13 +202,13 @@ fn owned_srq_fed_by_a_list() {
     let mut send_cq = f.cq(32);
     let mut recv_cq = f.cq(32);
     let (mut a1, b1) = f.rc_pair(
-        f.pd.create_qp(&send_cq, &send_cq),
-        f.pd.create_qp(&recv_cq, &recv_cq).srq(&srq),
+        f.pd.qp_builder(&send_cq, &send_cq),
+        f.pd.qp_builder(&recv_cq, &recv_cq).srq(&srq),
         AccessFlags::empty(),
     );
     let (mut a2, b2) = f.rc_pair(
-        f.pd.create_qp(&send_cq, &send_cq),
-        f.pd.create_qp(&recv_cq, &recv_cq).srq(&srq),
+        f.pd.qp_builder(&send_cq, &send_cq),
+        f.pd.qp_builder(&recv_cq, &recv_cq).srq(&srq),
         AccessFlags::empty(),
     );
     let rx = BufferPool::new(&f.pd, 16, SIZE).unwrap();
@@ -252,7 +261,8 @@ fn owned_srq_fed_by_a_list() {
 /// (named by its index), an operation the transport does not allow, a UD send without a
 /// destination, receives for a queue pair on an SRQ. The list keeps every request and its
 /// buffer; nothing is in flight. Pushing refuses a full list and a short atomic result buffer,
-/// giving the buffer back.
+/// giving the buffer back. (Immediate data on a READ does not compile: `OwnedSend`'s type
+/// says its operation.)
 #[test]
 fn owned_list_refusals_post_nothing_and_keep_the_buffers() {
     let Some(f) = fixture() else { return };
@@ -261,8 +271,8 @@ fn owned_list_refusals_post_nothing_and_keep_the_buffers() {
     let pool = BufferPool::new(&f.pd, 8, SIZE).unwrap();
     let foreign = BufferPool::new(&other_pd, 1, SIZE).unwrap();
     let (mut a, _b) = f.rc_pair(
-        f.pd.create_qp(&cq, &cq),
-        f.pd.create_qp(&cq, &cq),
+        f.pd.qp_builder(&cq, &cq),
+        f.pd.qp_builder(&cq, &cq),
         AccessFlags::REMOTE_READ,
     );
     let remote =
@@ -315,21 +325,10 @@ fn owned_list_refusals_post_nothing_and_keep_the_buffers() {
     drop(refused);
     assert_eq!(tiny.available(), 1);
 
-    // Immediate data on a READ: refused by the push, with the buffer.
-    let refused = sends
-        .push(OwnedSend::read(pool.take().unwrap(), remote.remote(..).unwrap()).with_imm(1))
-        .unwrap_err();
-    assert!(
-        matches!(refused.error(), Error::InvalidArgument(_)),
-        "{refused}"
-    );
-    assert!(refused.into_buf().is_some());
-    assert!(sends.is_empty());
-
     // RDMA READ on UC: refused by the transport check before the post verb runs.
     let (mut uc, _uc_peer) = f.uc_pair(
-        f.pd.create_qp(&cq, &cq),
-        f.pd.create_qp(&cq, &cq),
+        f.pd.qp_builder(&cq, &cq),
+        f.pd.qp_builder(&cq, &cq),
         AccessFlags::REMOTE_WRITE,
     );
     let mut reads = OwnedSendList::with_capacity(2);
@@ -348,7 +347,7 @@ fn owned_list_refusals_post_nothing_and_keep_the_buffers() {
     reads.clear();
 
     // UD without a destination.
-    let mut ud = f.ud_qp(f.pd.create_qp(&cq, &cq), 1);
+    let mut ud = f.ud_qp(f.pd.qp_builder(&cq, &cq), 1);
     let mut datagrams = OwnedSendList::with_capacity(1);
     datagrams
         .push(OwnedSend::send(pool.take().unwrap()))
@@ -363,8 +362,8 @@ fn owned_list_refusals_post_nothing_and_keep_the_buffers() {
     // Receives for a queue pair on an SRQ.
     let srq = f.pd.create_srq(4, 1).unwrap();
     let (_c, mut d) = f.rc_pair(
-        f.pd.create_qp(&cq, &cq),
-        f.pd.create_qp(&cq, &cq).srq(&srq),
+        f.pd.qp_builder(&cq, &cq),
+        f.pd.qp_builder(&cq, &cq).srq(&srq),
         AccessFlags::empty(),
     );
     let mut receives = OwnedRecvList::with_capacity(2);

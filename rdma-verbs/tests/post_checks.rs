@@ -32,8 +32,8 @@ fn binds_refuse_a_window_of_another_domain() {
     }
     let (mut cq_a, cq_b) = (f.cq(16), f.cq(16));
     let (mut a, _b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_WRITE,
     );
     // Window and region agree with each other, but not with the queue pair.
@@ -95,8 +95,8 @@ fn atomics_refuse_a_result_that_is_not_one_word() {
     let rights = AccessFlags::REMOTE_ATOMIC;
     let (mut cq_a, cq_b) = (f.cq(16), f.cq(16));
     let (mut a, _b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         rights,
     );
     let mut counter = f.pd.register(8, LOCAL | rights).unwrap();
@@ -168,8 +168,8 @@ fn binds_refuse_a_region_over_caller_memory() {
     }
     let (mut cq_a, cq_b) = (f.cq(16), f.cq(16));
     let (mut a, _b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_WRITE,
     );
     let mut memory = vec![0u8; 4096].into_boxed_slice();

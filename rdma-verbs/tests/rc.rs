@@ -12,8 +12,8 @@ fn send_and_receive() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
     );
     let mut src = f.pd.register(4096, LOCAL).unwrap();
@@ -44,8 +44,8 @@ fn send_with_immediate_and_inline() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a).max_inline_data(64),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a).max_inline_data(64),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
     );
     assert!(a.caps().max_inline_data >= 64, "{:?}", a.caps());
@@ -81,8 +81,8 @@ fn rdma_write_and_write_with_immediate() {
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     let remote_rights = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_WRITE,
     );
     let mut src = f.pd.register(8192, LOCAL).unwrap();
@@ -146,8 +146,8 @@ fn rdma_read() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, cq_b) = (f.cq(16), f.cq(16));
     let (mut a, _b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_READ,
     );
     let mut source =
@@ -186,8 +186,8 @@ fn atomics_return_the_old_value() {
     );
     let (mut cq_a, cq_b) = (f.cq(16), f.cq(16));
     let (mut a, _b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_ATOMIC,
     );
     let mut word =
@@ -240,8 +240,8 @@ fn post_list_of_32_completes_in_order() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(64), f.cq(64));
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a).max_send_wr(32),
-        f.pd.create_qp(&cq_b, &cq_b).max_recv_wr(32),
+        f.pd.qp_builder(&cq_a, &cq_a).max_send_wr(32),
+        f.pd.qp_builder(&cq_b, &cq_b).max_recv_wr(32),
         AccessFlags::empty(),
     );
     let mut src = f.pd.register(32 * 64, LOCAL).unwrap();
@@ -307,8 +307,8 @@ fn unsignaled_sends_with_a_periodic_signaled_one() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(64), f.cq(64));
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a).max_send_wr(16),
-        f.pd.create_qp(&cq_b, &cq_b).max_recv_wr(16),
+        f.pd.qp_builder(&cq_a, &cq_a).max_send_wr(16),
+        f.pd.qp_builder(&cq_b, &cq_b).max_recv_wr(16),
         AccessFlags::empty(),
     );
     let src = f.pd.register(64, LOCAL).unwrap();
@@ -347,8 +347,8 @@ fn wrong_rkey_is_a_remote_access_error() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, cq_b) = (f.cq(16), f.cq(16));
     let (mut a, b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_WRITE,
     );
     let src = f.pd.register(64, LOCAL).unwrap();
@@ -385,8 +385,8 @@ fn error_state_flushes_posted_receives() {
     let Some(f) = fixture() else { return };
     let (cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     let (_a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
     );
     let dst = f.pd.register(4 * 64, LOCAL).unwrap();
@@ -419,7 +419,7 @@ fn error_state_flushes_posted_receives() {
 fn failed_transition_returns_the_queue_pair() {
     let Some(f) = fixture() else { return };
     let cq = f.cq(4);
-    let qp = f.pd.create_qp::<Rc>(&cq, &cq).build().unwrap();
+    let qp = f.pd.qp_builder::<Rc>(&cq, &cq).build().unwrap();
     // Port 0 does not exist.
     let error = qp.into_init(&ConnectedInitAttr::new(0)).unwrap_err();
     assert!(
@@ -440,13 +440,9 @@ fn failed_transition_returns_the_queue_pair() {
         .unwrap();
     // A GID index the port does not have is refused at RTR, again handing the QP back.
     let mut av = f.av();
-    av.grh = Some(GlobalRoute {
-        dgid: Gid(f.device.gid),
-        flow_label: 0,
-        sgid_index: 250,
-        hop_limit: 1,
-        traffic_class: 0,
-    });
+    let mut route = GlobalRoute::new(Gid(f.device.gid), 250);
+    route.hop_limit = 1;
+    av.grh = Some(route);
     let (qp, error) = qp
         .into_rtr(&RcRtrAttr::new(av, qp_num_of_nothing(), 0))
         .unwrap_err()
@@ -466,8 +462,8 @@ fn full_send_queue_is_a_typed_error() {
     // The receiver never posts a receive: the first send waits in receiver-not-ready retries
     // (RNR retry 7 is infinite), so the sends behind it fill the queue.
     let (mut a, _b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a).max_send_wr(4),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a).max_send_wr(4),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
     );
     let depth = a.caps().max_send_wr as usize;
@@ -513,8 +509,8 @@ fn operations_the_transport_lacks_are_refused_before_posting() {
     let Some(f) = fixture() else { return };
     let (cq_a, cq_b) = (f.cq(8), f.cq(8));
     let (mut a, _b) = f.uc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
     );
     let mr = f.pd.register(64, LOCAL).unwrap();
@@ -541,8 +537,8 @@ fn receive_into_a_scatter_list() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b).max_recv_sge(2),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b).max_recv_sge(2),
         AccessFlags::empty(),
     );
     let mut src = f.pd.register(100, LOCAL).unwrap();

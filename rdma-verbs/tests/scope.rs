@@ -16,8 +16,8 @@ fn scope_send_receive_read_and_atomics() {
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     let rights = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         rights,
     );
     let mut src = f.pd.register(256, LOCAL).unwrap();
@@ -77,8 +77,8 @@ fn scope_that_ends_with_outstanding_requests_flushes_them() {
     let Some(f) = fixture() else { return };
     let (cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     let (_a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
     );
     let mut inbox = f.pd.register(64, LOCAL).unwrap();
@@ -116,8 +116,8 @@ fn scope_that_panics_still_drains_before_unwinding() {
     let Some(f) = fixture() else { return };
     let (cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     let (_a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
     );
     let mut inbox = f.pd.register(64, LOCAL).unwrap();
@@ -147,8 +147,8 @@ fn scope_refuses_a_queue_pair_an_earlier_scope_flushed() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     let (a, b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
     );
     let mut b = b;
@@ -237,8 +237,8 @@ fn scope_discards_a_completion_left_in_its_queue() {
     let mut cq_a = f.cq(16);
     let mut cq_b = f.context.cq_builder(16).channel(&channel).build().unwrap();
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
     );
     let stale_buf = f.pd.register(64, LOCAL).unwrap();
@@ -295,7 +295,7 @@ fn scope_refuses_a_queue_pair_on_an_srq() {
     let Some(f) = fixture() else { return };
     let mut cq = f.cq(16);
     let srq = f.pd.create_srq(8, 1).unwrap();
-    let qp = f.pd.create_qp::<Rc>(&cq, &cq).srq(&srq).build().unwrap();
+    let qp = f.pd.qp_builder::<Rc>(&cq, &cq).srq(&srq).build().unwrap();
     // Connected to itself: only the state matters here.
     let qp = qp
         .into_init(&ConnectedInitAttr::new(f.device.port))
@@ -342,8 +342,8 @@ fn scope_refuses_completion_queues_that_are_not_the_queue_pairs() {
     let Some(f) = fixture() else { return };
     let (cq_a, mut cq_b, mut other) = (f.cq(16), f.cq(16), f.cq(16));
     let (_a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
     );
     // Another queue of the same device.
@@ -366,8 +366,8 @@ fn scope_refuses_swapped_or_foreign_split_queues() {
     let (send_a, recv_a) = (f.cq(16), f.cq(16));
     let (mut send_b, mut recv_b) = (f.cq(16), f.cq(16));
     let (_a, mut b) = f.rc_pair(
-        f.pd.create_qp(&send_a, &recv_a),
-        f.pd.create_qp(&send_b, &recv_b),
+        f.pd.qp_builder(&send_a, &recv_a),
+        f.pd.qp_builder(&send_b, &recv_b),
         AccessFlags::empty(),
     );
     // `shared` for a queue pair with two queues.
@@ -386,12 +386,12 @@ fn scope_refuses_a_queue_another_queue_pair_uses() {
     let Some(f) = fixture() else { return };
     let (cq_a, mut cq_b) = (f.cq(16), f.cq(32));
     let (_a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
     );
     // A second queue pair completing into b's queue, for receives only.
-    let neighbour = f.pd.create_qp::<Rc>(&cq_a, &cq_b).build().unwrap();
+    let neighbour = f.pd.qp_builder::<Rc>(&cq_a, &cq_b).build().unwrap();
     let error = refused(&mut b, ScopeCqs::shared(&mut cq_b));
     assert!(error.to_string().contains("another queue pair"), "{error}");
     drop(neighbour);
@@ -414,8 +414,8 @@ fn scope_refuses_a_queue_of_another_device() {
     let mut foreign = other_device.create_cq(16).unwrap();
     let (cq_a, cq_b) = (f.cq(16), f.cq(16));
     let (_a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
     );
     // A queue pair on the second device with b's number would complete into `foreign`;
@@ -439,8 +439,8 @@ fn scope_reset_leaves_no_stale_completion_for_the_next_scope() {
     let posted = 256;
     assert!(capacity < posted / 4, "capacity {capacity}");
     let (a, b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b).max_recv_wr(posted as u32),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b).max_recv_wr(posted as u32),
         AccessFlags::empty(),
     );
     let mut b = b;

@@ -13,16 +13,16 @@ const SLOT: usize = 256;
 fn srq_shared_by_two_queue_pairs() {
     let Some(f) = fixture() else { return };
     let mut srq = f.pd.create_srq(16, 1).expect("ibv_create_srq");
-    assert!(srq.max_wr() >= 16, "{srq:?}");
+    assert!(srq.capacity() >= 16, "{srq:?}");
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     let (mut a1, mut b1) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b).srq(&srq),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b).srq(&srq),
         AccessFlags::empty(),
     );
     let (mut a2, mut b2) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b).srq(&srq),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b).srq(&srq),
         AccessFlags::empty(),
     );
 
@@ -133,8 +133,8 @@ fn srq_limit_event() {
     let mut srq = f.pd.create_srq(16, 1).expect("ibv_create_srq");
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     let (mut a, _b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b).srq(&srq),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b).srq(&srq),
         AccessFlags::empty(),
     );
     assert_eq!(srq.limit().unwrap(), 0, "a new SRQ is not armed");
@@ -204,4 +204,42 @@ fn srq_limit_event() {
         Err(Error::Timeout(_)) => {}
         other => panic!("the limit fired twice: {other:?}"),
     }
+}
+
+/// The construction shape: `create_*` makes the object with defaults, `*_builder` takes
+/// options. An SRQ built with a limit has it armed (`ibv_create_srq` ignores one, so the
+/// builder sets it with `ibv_modify_srq`); a limit above the capacity is refused. A queue pair
+/// from `create_qp` has the default capacities (at least what was asked) and starts in RESET.
+#[test]
+fn create_and_builder_shapes_for_srq_and_qp() {
+    let Some(f) = fixture() else { return };
+    let srq = f.pd.create_srq(16, 1).unwrap();
+    assert_eq!(
+        srq.limit().unwrap(),
+        0,
+        "create_srq leaves the limit disarmed"
+    );
+    assert!(srq.capacity() >= 16 && srq.max_sge() >= 1, "{srq:?}");
+    let armed =
+        f.pd.srq_builder(32)
+            .max_sge(2)
+            .srq_limit(5)
+            .build()
+            .unwrap();
+    assert_eq!(armed.limit().unwrap(), 5);
+    assert!(armed.capacity() >= 32 && armed.max_sge() >= 2, "{armed:?}");
+    match f.pd.srq_builder(8).srq_limit(1 << 20).build() {
+        Err(Error::Verb { verb, .. }) => assert_eq!(verb, "ibv_modify_srq"),
+        other => panic!("a limit above the capacity: {other:?}"),
+    }
+
+    let cq = f.cq(16);
+    let qp = f.pd.create_qp::<Rc>(&cq, &cq).unwrap();
+    assert_eq!(qp.query_state().unwrap(), QpStateKind::Reset);
+    let (caps, asked) = (qp.caps(), QpCaps::default());
+    assert!(
+        caps.max_send_wr >= asked.max_send_wr && caps.max_recv_wr >= asked.max_recv_wr,
+        "{caps:?}"
+    );
+    assert!(!qp.uses_extended_post());
 }

@@ -48,8 +48,8 @@ async fn tokio_await_a_receive_while_the_runtime_runs_other_tasks() {
     let mut recv_cq = f.context.cq_builder(16).channel(&channel).build().unwrap();
     let (mut cq_a, send_cq_b) = (f.cq(16), f.cq(16));
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&send_cq_b, &recv_cq),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&send_cq_b, &recv_cq),
         AccessFlags::empty(),
     );
     let channel = AsyncCompletionChannel::new(channel).expect("register the channel");
@@ -138,8 +138,8 @@ async fn tokio_cancelled_waits_lose_nothing() {
     let mut cq = f.context.cq_builder(16).channel(&channel).build().unwrap();
     let (mut cq_a, send_cq_b) = (f.cq(16), f.cq(16));
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&send_cq_b, &cq),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&send_cq_b, &cq),
         AccessFlags::empty(),
     );
     let async_channel = AsyncCompletionChannel::new(channel.clone()).unwrap();
@@ -231,8 +231,8 @@ async fn tokio_hundred_round_trips_through_the_async_path() {
     let mut recv_cq = f.context.cq_builder(16).channel(&channel).build().unwrap();
     let (mut cq_a, mut send_cq_b) = (f.cq(16), f.cq(16));
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&send_cq_b, &recv_cq),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&send_cq_b, &recv_cq),
         AccessFlags::empty(),
     );
     let channel = AsyncCompletionChannel::new(channel).unwrap();
@@ -330,8 +330,8 @@ async fn tokio_async_events_yield_the_srq_limit_event() {
     let mut srq = f.pd.create_srq(16, 1).expect("ibv_create_srq");
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     let (mut a, _b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b).srq(&srq),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b).srq(&srq),
         AccessFlags::empty(),
     );
     let events = AsyncContextEvents::new(f.context.clone()).expect("register the events");
@@ -404,8 +404,8 @@ async fn tokio_owned_receive_awaited_and_cancel_safe() {
     let mut recv_cq = f.context.cq_builder(16).channel(&channel).build().unwrap();
     let (mut cq_a, send_cq_b) = (f.cq(16), f.cq(16));
     let (mut a, mut b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&send_cq_b, &recv_cq),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&send_cq_b, &recv_cq),
         AccessFlags::empty(),
     );
     let channel = AsyncCompletionChannel::new(channel).expect("register the channel");

@@ -15,8 +15,8 @@ fn uc_send_and_receive() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     let (mut a, mut b) = f.uc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
     );
     // Two messages, the second longer than the path MTU (1024): UC segments it too.
@@ -62,8 +62,8 @@ fn uc_rdma_write_and_write_with_immediate() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     let (mut a, mut b) = f.uc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_WRITE,
     );
     let mut src = f.pd.register(4096, LOCAL).unwrap();
@@ -138,8 +138,8 @@ fn uc_rdma_read_and_atomics_are_refused() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, cq_b) = (f.cq(16), f.cq(16));
     let (mut a, _b) = f.uc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_READ,
     );
     let sink = f.pd.register(64, LOCAL).unwrap();

@@ -37,8 +37,8 @@ fn check_grh(grh: &[u8; GRH], own: Gid) {
 fn ud_send_with_grh_and_reply_through_ah_from_wc() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
-    let mut a = f.ud_qp(f.pd.create_qp(&cq_a, &cq_a), QKEY);
-    let mut b = f.ud_qp(f.pd.create_qp(&cq_b, &cq_b), QKEY);
+    let mut a = f.ud_qp(f.pd.qp_builder(&cq_a, &cq_a), QKEY);
+    let mut b = f.ud_qp(f.pd.qp_builder(&cq_b, &cq_b), QKEY);
     let ah = f.pd.create_ah(&f.av()).expect("ibv_create_ah");
 
     let mut src = f.pd.register(SIZE, LOCAL).unwrap();
@@ -104,7 +104,7 @@ fn ud_send_with_grh_and_reply_through_ah_from_wc() {
 fn ud_send_without_destination_is_refused() {
     let Some(f) = fixture() else { return };
     let mut cq = f.cq(16);
-    let mut qp = f.ud_qp(f.pd.create_qp(&cq, &cq), QKEY);
+    let mut qp = f.ud_qp(f.pd.qp_builder(&cq, &cq), QKEY);
     let ah = f.pd.create_ah(&f.av()).unwrap();
     let src = f.pd.register(64, LOCAL).unwrap();
 
@@ -165,8 +165,8 @@ fn ud_send_without_destination_is_refused() {
 fn ud_wrong_qkey_is_dropped_but_the_send_succeeds() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
-    let mut a = f.ud_qp(f.pd.create_qp(&cq_a, &cq_a), QKEY);
-    let mut b = f.ud_qp(f.pd.create_qp(&cq_b, &cq_b), QKEY);
+    let mut a = f.ud_qp(f.pd.qp_builder(&cq_a, &cq_a), QKEY);
+    let mut b = f.ud_qp(f.pd.qp_builder(&cq_b, &cq_b), QKEY);
     let ah = f.pd.create_ah(&f.av()).unwrap();
     let mut src = f.pd.register(128, LOCAL).unwrap();
     let dst = f.pd.register(128 + GRH, LOCAL).unwrap();

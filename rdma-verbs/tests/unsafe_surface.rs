@@ -28,8 +28,8 @@ fn read_at_while_a_peer_writes_then_every_byte_after_completion() {
     const ROUNDS: u8 = 8;
     let (mut cq_a, cq_b) = (f.cq(16), f.cq(16));
     let (mut a, _b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_WRITE,
     );
     let mut src = f.pd.register(SIZE, LOCAL).unwrap();
@@ -98,8 +98,8 @@ fn write_at_then_peer_read_and_load_u64_on_a_remotely_writable_region() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, cq_b) = (f.cq(16), f.cq(16));
     let (mut a, _b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
     );
     const SIZE: usize = 4096;
@@ -197,8 +197,8 @@ fn assert_only_the_good_datagram_arrives(
 fn address_handle_of_another_pd_or_context_is_refused_and_nothing_is_posted() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
-    let mut a = f.ud_qp(f.pd.create_qp(&cq_a, &cq_a), QKEY);
-    let mut b = f.ud_qp(f.pd.create_qp(&cq_b, &cq_b), QKEY);
+    let mut a = f.ud_qp(f.pd.qp_builder(&cq_a, &cq_a), QKEY);
+    let mut b = f.ud_qp(f.pd.qp_builder(&cq_b, &cq_b), QKEY);
     let good = f.pd.create_ah(&f.av()).unwrap();
     // Another protection domain of the same context...
     let other_pd = f.context.alloc_pd().unwrap();
@@ -280,8 +280,8 @@ fn address_handle_of_another_device_is_refused() {
     let foreign = pd2.create_ah(&av2).unwrap();
 
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
-    let mut a = f.ud_qp(f.pd.create_qp(&cq_a, &cq_a), QKEY);
-    let mut b = f.ud_qp(f.pd.create_qp(&cq_b, &cq_b), QKEY);
+    let mut a = f.ud_qp(f.pd.qp_builder(&cq_a, &cq_a), QKEY);
+    let mut b = f.ud_qp(f.pd.qp_builder(&cq_b, &cq_b), QKEY);
     let good = f.pd.create_ah(&f.av()).unwrap();
     let mut src = f.pd.register(32, LOCAL).unwrap();
     src.as_mut_slice().unwrap().copy_from_slice(&pattern(32, 8));
@@ -350,8 +350,8 @@ fn channel_reads_never_block_after_safe_code_cleared_o_nonblock() {
     let cq = f.context.cq_builder(16).channel(&ch).build().unwrap();
     let cq_b = f.cq(16);
     let (mut a, _b) = f.rc_pair(
-        f.pd.create_qp(&cq, &cq),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq, &cq),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_WRITE,
     );
     let src = f.pd.register(64, LOCAL).unwrap();
@@ -429,8 +429,8 @@ fn two_waiters_on_a_channel_made_blocking_get_every_event() {
     let cq = f.context.cq_builder(16).channel(&ch).build().unwrap();
     let cq_b = f.cq(16);
     let (mut a, _b) = f.rc_pair(
-        f.pd.create_qp(&cq, &cq),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq, &cq),
+        f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_WRITE,
     );
     let src = f.pd.register(64, LOCAL).unwrap();

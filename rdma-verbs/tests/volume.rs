@@ -47,8 +47,8 @@ fn rc_pair_own_cqs(
 ) {
     let (cq_a, cq_b) = (f.cq(16), f.cq(16));
     let (a, b) = f.rc_pair(
-        f.pd.create_qp(&cq_a, &cq_a),
-        f.pd.create_qp(&cq_b, &cq_b),
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
         access,
     );
     (cq_a, cq_b, a, b)
@@ -202,10 +202,10 @@ fn volume_256_queue_pairs_at_once() {
     let pairs: Vec<(QueuePair<Rc, Rts>, QueuePair<Rc, Rts>)> = (0..N)
         .map(|_| {
             f.rc_pair(
-                f.pd.create_qp(&send_cq, &send_cq)
+                f.pd.qp_builder(&send_cq, &send_cq)
                     .max_send_wr(1)
                     .max_recv_wr(1),
-                f.pd.create_qp(&recv_cq, &recv_cq)
+                f.pd.qp_builder(&recv_cq, &recv_cq)
                     .max_send_wr(1)
                     .max_recv_wr(1),
                 AccessFlags::empty(),

@@ -78,8 +78,8 @@ fn pair() -> Result<Pair, String> {
         av = av.grh(Gid(device.gid), device.gid_index as u8);
     }
     let init = rdma_verbs::ConnectedInitAttr::new(device.port);
-    let a = pd.create_qp::<Rc>(&cq_a, &cq_a).build();
-    let b = pd.create_qp::<Rc>(&cq_b, &cq_b).build();
+    let a = pd.qp_builder::<Rc>(&cq_a, &cq_a).build();
+    let b = pd.qp_builder::<Rc>(&cq_b, &cq_b).build();
     let (a, b) = (a.map_err(|e| e.to_string())?, b.map_err(|e| e.to_string())?);
     let a = a.into_init(&init).map_err(|e| e.to_string())?;
     let b = b.into_init(&init).map_err(|e| e.to_string())?;

@@ -20,7 +20,7 @@ use clap::Parser;
 use rdma_examples::connect::{self, PairArgs};
 use rdma_examples::exchange::PeerEnd;
 use rdma_examples::pingpong;
-use rdma_verbs::{AccessFlags, BufferPool, OwnedSend, QueuePair, Rc, RemoteMemory, Rts};
+use rdma_verbs::{AccessFlags, AtomicOp, BufferPool, OwnedSend, QueuePair, Rc, RemoteMemory, Rts};
 
 const PROGRAM: &str = "atomic_counter";
 
@@ -59,7 +59,7 @@ fn run(args: &Args) -> Result<(), String> {
             let lock = words.slice(LOCK, 8).map_err(|e| e.to_string())?;
             let pool = BufferPool::new(&pair.setup.pd, 2, 8)
                 .map_err(|e| format!("couldn't register the result buffers: {e}"))?;
-            let mut atomic = |request: OwnedSend<'static>| -> Result<u64, String> {
+            let mut atomic = |request: OwnedSend<'static, AtomicOp>| -> Result<u64, String> {
                 one_atomic(&mut pair.qp, &mut pair.setup.cq, request, timeout)
             };
 
@@ -140,7 +140,7 @@ fn take(pool: &BufferPool) -> Result<rdma_verbs::Buf, String> {
 fn one_atomic(
     qp: &mut QueuePair<Rc, Rts>,
     cq: &mut rdma_verbs::CompletionQueue,
-    request: OwnedSend<'static>,
+    request: OwnedSend<'static, AtomicOp>,
     timeout: std::time::Duration,
 ) -> Result<u64, String> {
     qp.post_send_owned(request)

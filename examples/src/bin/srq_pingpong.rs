@@ -140,7 +140,7 @@ fn run(options: &Options, num_qp: u32) -> Result<(), String> {
     for i in 0..num_qp {
         let qp = setup
             .pd
-            .create_qp::<Rc>(&setup.cq, &setup.cq)
+            .qp_builder::<Rc>(&setup.cq, &setup.cq)
             .srq(&srq)
             .max_send_wr(1)
             .build()

@@ -92,7 +92,7 @@ fn run(args: &Args) -> Result<(), String> {
      -> Result<QueuePair<Ud, rdma_verbs::Rts>, String> {
         setup
             .pd
-            .create_qp::<Ud>(send, recv)
+            .qp_builder::<Ud>(send, recv)
             .max_send_wr(4)
             .max_recv_wr(4)
             .build()

@@ -30,7 +30,7 @@ fn run(options: &Options) -> Result<(), String> {
     }
     let qp = setup
         .pd
-        .create_qp::<Ud>(&setup.cq, &setup.cq)
+        .qp_builder::<Ud>(&setup.cq, &setup.cq)
         .max_send_wr(1)
         .max_recv_wr(options.rx_depth)
         .build()

@@ -10,7 +10,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::{OwnedSend, PostRefused, Prepared, Table, check_pd};
+use super::{OwnedOp, OwnedSend, PostRefused, Prepared, Table, check_pd};
 use crate::buf::Buf;
 use crate::error::{Error, Result};
 use crate::ffi;
@@ -172,7 +172,10 @@ impl<'a> OwnedSendList<'a> {
     /// an atomic whose buffer holds fewer than 8 bytes, a read longer than its remote memory,
     /// immediate data on an operation that cannot carry it, or a request the work-request
     /// encoding refuses.
-    pub fn push(&mut self, request: OwnedSend<'a>) -> std::result::Result<(), PostRefused> {
+    pub fn push<K: OwnedOp>(
+        &mut self,
+        request: OwnedSend<'a, K>,
+    ) -> std::result::Result<(), PostRefused> {
         if self.items.len() >= self.capacity() {
             return Err(PostRefused {
                 error: list_full(self.capacity()),

@@ -13,6 +13,7 @@
 //! that form, so no other completion, stale or not, can be taken for it.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
@@ -35,14 +36,56 @@ pub use list::{OwnedRecvList, OwnedSendList};
 /// Signaled by default: its completion hands its buffer back. An [`unsignaled`](Self::unsignaled)
 /// request produces no completion; its buffer returns to its pool when a later signaled
 /// request of the same queue pair completes.
+///
+/// The operation is part of the type (`K`: [`SendOp`], [`WriteOp`], [`ReadOp`],
+/// [`AtomicOp`]), so what an operation cannot carry is refused at compile time: only SEND and
+/// RDMA WRITE have [`with_imm`](OwnedSend::with_imm), only SEND has a UD destination
+/// ([`to`](OwnedSend::to)):
+///
+/// ```compile_fail,E0599
+/// # fn f(buf: rdma_verbs::Buf, remote: rdma_verbs::RemoteMemory) {
+/// let request = rdma_verbs::OwnedSend::read(buf, remote).with_imm(7);
+/// # }
+/// ```
 #[must_use = "a request does nothing until it is posted"]
-pub struct OwnedSend<'a> {
+pub struct OwnedSend<'a, K: OwnedOp = SendOp> {
     kind: Kind<'a>,
     tag: u64,
     imm: Option<u32>,
     signaled: bool,
     dest: Option<(AddressHandle, u32, u32)>,
+    _op: PhantomData<fn() -> K>,
 }
+
+/// The operation of an [`OwnedSend`], as a type: [`SendOp`], [`WriteOp`], [`ReadOp`] or
+/// [`AtomicOp`]. Sealed.
+pub trait OwnedOp: sealed::Sealed {}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// SEND (with or without immediate data, inline or from a buffer, to a UD destination).
+#[derive(Debug)]
+pub enum SendOp {}
+/// RDMA WRITE (with or without immediate data, inline or from a buffer).
+#[derive(Debug)]
+pub enum WriteOp {}
+/// RDMA READ.
+#[derive(Debug)]
+pub enum ReadOp {}
+/// ATOMIC_FETCH_AND_ADD and ATOMIC_CMP_AND_SWP.
+#[derive(Debug)]
+pub enum AtomicOp {}
+
+impl sealed::Sealed for SendOp {}
+impl sealed::Sealed for WriteOp {}
+impl sealed::Sealed for ReadOp {}
+impl sealed::Sealed for AtomicOp {}
+impl OwnedOp for SendOp {}
+impl OwnedOp for WriteOp {}
+impl OwnedOp for ReadOp {}
+impl OwnedOp for AtomicOp {}
 
 enum Kind<'a> {
     Send(Option<Buf>),
@@ -54,7 +97,7 @@ enum Kind<'a> {
     CompareSwap(Buf, RemoteMemory, u64, u64),
 }
 
-impl<'a> OwnedSend<'a> {
+impl<'a, K: OwnedOp> OwnedSend<'a, K> {
     fn new(kind: Kind<'a>) -> Self {
         Self {
             kind,
@@ -62,9 +105,24 @@ impl<'a> OwnedSend<'a> {
             imm: None,
             signaled: true,
             dest: None,
+            _op: PhantomData,
         }
     }
 
+    /// The tag [`Completion::tag`] gives back (0 by default).
+    pub fn tag(mut self, tag: u64) -> Self {
+        self.tag = tag;
+        self
+    }
+
+    /// No completion for this request (see the type's documentation).
+    pub fn unsignaled(mut self) -> Self {
+        self.signaled = false;
+        self
+    }
+}
+
+impl<'a> OwnedSend<'a, SendOp> {
     /// SEND of the buffer's first [`len`](Buf::len) bytes.
     pub fn send(buf: Buf) -> Self {
         Self::new(Kind::Send(Some(buf)))
@@ -82,6 +140,22 @@ impl<'a> OwnedSend<'a> {
         Self::new(Kind::SendInline(bytes))
     }
 
+    /// Immediate data, delivered with the receive completion.
+    pub fn with_imm(mut self, imm: u32) -> Self {
+        self.imm = Some(imm);
+        self
+    }
+
+    /// The destination of a UD send: queue pair `remote_qpn` with Q_Key `remote_qkey` behind
+    /// `ah`, which the request keeps alive (a clone) until it completes. Only UD queue pairs
+    /// take it.
+    pub fn to(mut self, ah: &AddressHandle, remote_qpn: u32, remote_qkey: u32) -> Self {
+        self.dest = Some((ah.clone(), remote_qpn, remote_qkey));
+        self
+    }
+}
+
+impl<'a> OwnedSend<'a, WriteOp> {
     /// RDMA WRITE of the buffer's first `len` bytes to `remote` (the peer's memory).
     pub fn write(buf: Buf, remote: RemoteMemory) -> Self {
         Self::new(Kind::Write(buf, remote))
@@ -92,13 +166,24 @@ impl<'a> OwnedSend<'a> {
         Self::new(Kind::WriteInline(bytes, remote))
     }
 
+    /// Immediate data: the write also consumes a receive at the peer, which completes with it.
+    pub fn with_imm(mut self, imm: u32) -> Self {
+        self.imm = Some(imm);
+        self
+    }
+}
+
+impl OwnedSend<'_, ReadOp> {
     /// RDMA READ of `remote` into the buffer's first `len` bytes.
     pub fn read(target: Buf, remote: RemoteMemory) -> Self {
         Self::new(Kind::Read(target, remote))
     }
+}
 
+impl OwnedSend<'_, AtomicOp> {
     /// ATOMIC_FETCH_AND_ADD on the 8-byte word at `remote`; the old value lands in the first 8
-    /// bytes of `result` (its length is set to 8), in the byte order the device writes.
+    /// bytes of `result` (its length is set to 8), in the byte order the device writes (host
+    /// order on rxe, big-endian on some devices).
     pub fn fetch_add(result: Buf, remote: RemoteMemory, add: u64) -> Self {
         Self::new(Kind::FetchAdd(result, remote, add))
     }
@@ -108,36 +193,9 @@ impl<'a> OwnedSend<'a> {
     pub fn compare_swap(result: Buf, remote: RemoteMemory, compare: u64, swap: u64) -> Self {
         Self::new(Kind::CompareSwap(result, remote, compare, swap))
     }
-
-    /// The tag [`Completion::tag`] gives back (0 by default).
-    pub fn tag(mut self, tag: u64) -> Self {
-        self.tag = tag;
-        self
-    }
-
-    /// Immediate data (SEND and RDMA WRITE only; posting it on another operation fails with
-    /// [`Error::InvalidArgument`]).
-    pub fn with_imm(mut self, imm: u32) -> Self {
-        self.imm = Some(imm);
-        self
-    }
-
-    /// The destination of a UD send: queue pair `remote_qpn` with Q_Key `remote_qkey` behind
-    /// `ah`, which the request keeps alive (a clone) until it completes. Only UD queue pairs
-    /// take it, and only for SEND.
-    pub fn to(mut self, ah: &AddressHandle, remote_qpn: u32, remote_qkey: u32) -> Self {
-        self.dest = Some((ah.clone(), remote_qpn, remote_qkey));
-        self
-    }
-
-    /// No completion for this request (see the type's documentation).
-    pub fn unsignaled(mut self) -> Self {
-        self.signaled = false;
-        self
-    }
 }
 
-impl fmt::Debug for OwnedSend<'_> {
+impl<K: OwnedOp> fmt::Debug for OwnedSend<'_, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let op = match &self.kind {
             Kind::Send(_) => "SEND",
@@ -283,7 +341,7 @@ fn post_owned<Q, Tb: Table>(
     }
 }
 
-impl<'a> OwnedSend<'a> {
+impl<'a, K: OwnedOp> OwnedSend<'a, K> {
     /// Checks what can be checked without the queue pair, and splits the request into what the
     /// in-flight table keeps and what the work request needs.
     fn prepare(self) -> std::result::Result<Prepared<'a>, PostRefused> {
@@ -293,6 +351,7 @@ impl<'a> OwnedSend<'a> {
             imm,
             signaled,
             dest,
+            _op,
         } = self;
         let (mut buf, build): (Option<Buf>, Build<'_>) = match kind {
             Kind::Send(buf) => (buf, Build::Send),
@@ -416,9 +475,9 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// than its remote memory, or a buffer of another protection domain;
     /// [`Error::QueueFull`] when as many requests are in flight as the send queue holds; else
     /// as [`post_send_one`](Self::post_send_one).
-    pub fn post_send_owned(
+    pub fn post_send_owned<K: OwnedOp>(
         &mut self,
-        request: OwnedSend<'_>,
+        request: OwnedSend<'_, K>,
     ) -> std::result::Result<(), PostRefused> {
         let mut prepared = request.prepare()?;
         if let Err(error) = check_pd(prepared.buf.as_ref(), self.pd().as_raw()) {

@@ -19,6 +19,7 @@ pub(crate) mod sealed {
 /// RESET → INIT for RC and UC: `IBV_QP_STATE | PKEY_INDEX | PORT | ACCESS_FLAGS`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[must_use = "attributes do nothing until a transition uses them"]
+#[non_exhaustive]
 pub struct ConnectedInitAttr {
     /// Partition key index (0).
     pub pkey_index: u16,
@@ -49,6 +50,7 @@ impl ConnectedInitAttr {
 /// RESET → INIT for UD: `IBV_QP_STATE | PKEY_INDEX | PORT | QKEY`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[must_use = "attributes do nothing until a transition uses them"]
+#[non_exhaustive]
 pub struct UdInitAttr {
     /// Partition key index (0).
     pub pkey_index: u16,
@@ -73,6 +75,7 @@ impl UdInitAttr {
 /// MIN_RNR_TIMER`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[must_use = "attributes do nothing until a transition uses them"]
+#[non_exhaustive]
 pub struct RcRtrAttr {
     /// Path to the peer.
     pub av: AddressVector,
@@ -106,6 +109,7 @@ impl RcRtrAttr {
 /// INIT → RTR for UC: `STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[must_use = "attributes do nothing until a transition uses them"]
+#[non_exhaustive]
 pub struct UcRtrAttr {
     /// Path to the peer.
     pub av: AddressVector,
@@ -137,6 +141,7 @@ pub struct UdRtrAttr;
 /// RTR → RTS for RC: `STATE | TIMEOUT | RETRY_CNT | RNR_RETRY | SQ_PSN | MAX_QP_RD_ATOMIC`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[must_use = "attributes do nothing until a transition uses them"]
+#[non_exhaustive]
 pub struct RcRtsAttr {
     /// This side's first packet sequence number.
     pub sq_psn: u32,
@@ -167,6 +172,7 @@ impl RcRtsAttr {
 /// RTR → RTS for UC and UD: `STATE | SQ_PSN`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[must_use = "attributes do nothing until a transition uses them"]
+#[non_exhaustive]
 pub struct SqPsnRtsAttr {
     /// This side's first packet sequence number.
     pub sq_psn: u32,

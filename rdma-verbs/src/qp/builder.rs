@@ -1,4 +1,4 @@
-//! Creating queue pairs: `ProtectionDomain::create_qp` and the builder (`ibv_create_qp`,
+//! Creating queue pairs: `ProtectionDomain::qp_builder` and the builder (`ibv_create_qp`,
 //! `ibv_create_qp_ex`).
 
 use std::marker::PhantomData;
@@ -14,7 +14,7 @@ use crate::inflight::QpTables;
 use crate::pd::ProtectionDomain;
 use crate::srq::SharedReceiveQueue;
 
-/// Options of a new queue pair; see [`ProtectionDomain::create_qp`].
+/// Options of a new queue pair; see [`ProtectionDomain::qp_builder`].
 #[derive(Debug)]
 #[must_use]
 pub struct QpBuilder<'a, T: Transport> {
@@ -29,8 +29,30 @@ pub struct QpBuilder<'a, T: Transport> {
 }
 
 impl ProtectionDomain {
+    /// `ibv_create_qp`: a queue pair of transport `T` with the default capacities
+    /// ([`QpCaps::default`]: 16 requests of one entry each way, no inline data) and the
+    /// classic send path, whose send and receive completions go to `send_cq` and `recv_cq`
+    /// (which may be the same queue). For anything else, [`qp_builder`](Self::qp_builder).
+    ///
+    /// # Errors
+    ///
+    /// As [`QpBuilder::build`].
+    ///
+    /// # References
+    ///
+    /// [`ibv_create_qp(3)`](https://man7.org/linux/man-pages/man3/ibv_create_qp.3.html)
+    #[doc(alias = "ibv_create_qp")]
+    pub fn create_qp<T: Transport>(
+        &self,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+    ) -> Result<QueuePair<T, Reset>> {
+        self.qp_builder(send_cq, recv_cq).build()
+    }
+
     /// A builder for a queue pair of transport `T` whose send and receive completions go to
-    /// `send_cq` and `recv_cq` (which may be the same queue).
+    /// `send_cq` and `recv_cq` (which may be the same queue): capacities, an SRQ, signaling
+    /// and the send path, then [`build`](QpBuilder::build).
     ///
     /// # Examples
     ///
@@ -40,7 +62,7 @@ impl ProtectionDomain {
     /// let context = Context::open("rxe0")?;
     /// let pd = context.alloc_pd()?;
     /// let cq = context.create_cq(64)?;
-    /// let qp = pd.create_qp::<Rc>(&cq, &cq).max_send_wr(32).build()?;
+    /// let qp = pd.qp_builder::<Rc>(&cq, &cq).max_send_wr(32).build()?;
     /// # Ok::<(), rdma_verbs::Error>(())
     /// ```
     ///
@@ -48,7 +70,7 @@ impl ProtectionDomain {
     ///
     /// [`ibv_create_qp(3)`](https://man7.org/linux/man-pages/man3/ibv_create_qp.3.html)
     #[doc(alias = "ibv_create_qp")]
-    pub fn create_qp<'a, T: Transport>(
+    pub fn qp_builder<'a, T: Transport>(
         &'a self,
         send_cq: &'a CompletionQueue,
         recv_cq: &'a CompletionQueue,
@@ -126,7 +148,7 @@ impl<'a, T: Transport> QpBuilder<'a, T> {
     /// let context = Context::open("rxe0")?;
     /// let pd = context.alloc_pd()?;
     /// let cq = context.create_cq(64)?;
-    /// let qp = pd.create_qp::<Rc>(&cq, &cq).send_path(SendPath::Auto).build()?;
+    /// let qp = pd.qp_builder::<Rc>(&cq, &cq).send_path(SendPath::Auto).build()?;
     /// println!("extended sends: {}", qp.uses_extended_post());
     /// # Ok::<(), rdma_verbs::Error>(())
     /// ```

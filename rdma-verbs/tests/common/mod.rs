@@ -166,7 +166,9 @@ impl Fixture {
         rts: RcRtsAttr,
     ) -> (QueuePair<Rc, Rts>, QueuePair<Rc, Rts>) {
         self.connect_pair((a, b), access, (0x200, 0x100), RcRtrAttr::new, |sq_psn| {
-            RcRtsAttr { sq_psn, ..rts }
+            let mut attr = rts;
+            attr.sq_psn = sq_psn;
+            attr
         })
     }
 }

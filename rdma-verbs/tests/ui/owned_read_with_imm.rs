@@ -1,0 +1,12 @@
+// An owned request's operation is its type: an RDMA READ cannot carry immediate data, so
+// `OwnedSend<ReadOp>` has no `with_imm` (refused by the compiler, not at post time).
+
+use rdma_verbs::{Buf, OwnedSend, RemoteMemory};
+
+fn read_with_imm(buf: Buf, remote: RemoteMemory) {
+    let _request = OwnedSend::read(buf, remote).with_imm(7);
+}
+
+fn main() {
+    let _ = read_with_imm;
+}
