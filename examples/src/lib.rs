@@ -1,5 +1,7 @@
 //! Shared code of the example programs: the pingpongs' out-of-band exchange and loop.
 
+#![forbid(unsafe_code)] // the examples show the safe API: no `unsafe` anywhere
+
 pub mod connect;
 pub mod exchange;
 pub mod pingpong;

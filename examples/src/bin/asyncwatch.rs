@@ -5,6 +5,8 @@
 //! Output: `rxe0: async event FD 7`, then a line per event such as
 //! `  event_type IBV_EVENT_PORT_ERR (10), port 1`.
 
+#![forbid(unsafe_code)] // the examples show the safe API: no `unsafe` anywhere
+
 use std::os::fd::{AsFd, AsRawFd};
 use std::time::Duration;
 

@@ -16,6 +16,8 @@
 //! atomic_counter [-d dev] [-i port] [-g gid-index] [-p tcp-port] [-n N] <server>      # client
 //! ```
 
+#![forbid(unsafe_code)] // the examples show the safe API: no `unsafe` anywhere
+
 use clap::Parser;
 use rdma_examples::connect::{self, PairArgs};
 use rdma_examples::exchange::PeerEnd;

@@ -1,6 +1,8 @@
 //! `devices`: rdma-core's `ibv_devices` with rdma-verbs. Lists each RDMA device with its node
 //! GUID, in the same columns.
 
+#![forbid(unsafe_code)] // the examples show the safe API: no `unsafe` anywhere
+
 use std::fmt::Write as _;
 use std::io::Write as _;
 

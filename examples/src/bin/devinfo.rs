@@ -4,6 +4,8 @@
 //! `devinfo` prints every device and port; `-d rxe0 -i 1` narrows it, `-v` adds the device
 //! limits, capability flags and GID tables, `-l` only lists the device names.
 
+#![forbid(unsafe_code)] // the examples show the safe API: no `unsafe` anywhere
+
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::net::Ipv6Addr;

@@ -8,6 +8,8 @@
 //! API; `-o`, `-O`, `-P`, `-t` and `-j` are described at
 //! [`rdma_examples::pingpong::RcOptions`].
 
+#![forbid(unsafe_code)] // the examples show the safe API: no `unsafe` anywhere
+
 use clap::Parser;
 use rdma_examples::pingpong::{self, Options, RcOptions};
 

@@ -13,6 +13,8 @@
 //! rdma_rw [-d dev] [-i port] [-g gid-index] [-p tcp-port] [-s size] <server>  # client
 //! ```
 
+#![forbid(unsafe_code)] // the examples show the safe API: no `unsafe` anywhere
+
 use std::time::Instant;
 
 use clap::Parser;

@@ -18,6 +18,8 @@
 //!
 //! The end handshake runs before the queue pairs go (see [`rdma_examples::exchange::Link`]).
 
+#![forbid(unsafe_code)] // the examples show the safe API: no `unsafe` anywhere
+
 use std::time::Instant;
 
 use clap::Parser;

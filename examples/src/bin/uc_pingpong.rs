@@ -7,6 +7,8 @@
 //! [`rdma_examples::pingpong::run_connected`]; the UC-specific attributes are in its
 //! `Connected` implementation for `Uc`.
 
+#![forbid(unsafe_code)] // the examples show the safe API: no `unsafe` anywhere
+
 use clap::Parser;
 use rdma_examples::pingpong::{self, Options, RcOptions};
 

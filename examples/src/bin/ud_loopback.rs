@@ -11,6 +11,8 @@
 //! ud_loopback [-d dev] [-i port] [-g gid-index] [-s size] [-n count] [--qkey key]
 //! ```
 
+#![forbid(unsafe_code)] // the examples show the safe API: no `unsafe` anywhere
+
 use std::time::{Duration, Instant};
 
 use clap::Parser;

@@ -7,6 +7,8 @@
 //! the peer (each send names its destination through an address handle and the Q_Key), a
 //! message fits in one MTU, and every receive starts with 40 bytes of global routing header.
 
+#![forbid(unsafe_code)] // the examples show the safe API: no `unsafe` anywhere
+
 use clap::Parser;
 use rdma_examples::exchange::{self, Dest};
 use rdma_examples::pingpong::{self, GRH_LEN, Options, Pingpong, UD_QKEY};
