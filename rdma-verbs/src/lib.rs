@@ -112,8 +112,8 @@ pub use flags::{AccessFlags, SendFlags, WcFlags};
 pub use mr::{MemoryRegion, MrSlice, MrSliceMut, RemoteMemory};
 pub use mw::{MemoryWindow, MwType};
 pub use owned::{
-    AtomicOp, Completion, OwnedOp, OwnedRecvList, OwnedSend, OwnedSendList, PostRefused, ReadOp,
-    SendOp, WriteOp,
+    AtomicOp, Completion, InvalidateOp, OwnedOp, OwnedRecvList, OwnedSend, OwnedSendList,
+    PostRefused, ReadOp, SendOp, WriteOp,
 };
 pub use pd::ProtectionDomain;
 pub use qp::{

@@ -480,3 +480,80 @@ fn mw_bad_binds_are_refused_before_posting() {
     let inv = unsafe { ud.post_send_one(&SendRequest::local_invalidate(1, 1)) };
     assert!(matches!(inv, Err(Error::InvalidArgument(_))), "{inv:?}");
 }
+
+/// Invalidation through the owned path: an owned LOCAL_INV (no memory, a tag) revokes a type 2
+/// window's key; after a new bind, an owned SEND_WITH_INV from the peer's buffer lands in an
+/// owned receive, every byte, and revokes the new key. Every buffer comes back.
+#[test]
+fn mw_type2_owned_invalidations_revoke_the_key() {
+    let Some(f) = fixture_with(MwType::Type2) else {
+        return;
+    };
+    let mut p = pair(&f);
+    let target = f.pd.register(4096, BINDABLE).unwrap();
+    let src = source(&f, 64, 51);
+    let mut mw = f.pd.alloc_mw(MwType::Type2).unwrap();
+    let first = bind_type2(&mut p.b, &mut p.cq_b, &mut mw, &target, 0..4096, 1);
+    assert_eq!(
+        p.write(2, &src, 64, target.addr(), first),
+        WcStatus::Success
+    );
+
+    p.b.post_send_owned(OwnedSend::local_invalidate(first).tag(77))
+        .unwrap();
+    let done = reap(&mut p.cq_b, 1);
+    assert_eq!(
+        (done[0].tag(), done[0].status(), done[0].wc().opcode()),
+        (Some(77), WcStatus::Success, WcOpcode::LocalInv)
+    );
+    assert_eq!(
+        p.write(3, &src, 64, target.addr(), first),
+        WcStatus::RemAccessErr
+    );
+
+    // A failed write moves the writer to the error state: a fresh pair for the second half.
+    let mut q = pair(&f);
+    let second = bind_type2(&mut q.b, &mut q.cq_b, &mut mw, &target, 0..4096, 4);
+    assert_ne!(second, first);
+    assert_eq!(
+        q.write(5, &src, 64, target.addr() + 64, second),
+        WcStatus::Success
+    );
+    let pool = BufferPool::new(&f.pd, 2, 256).unwrap();
+    q.b.post_recv_buf(pool.take().unwrap(), 88).unwrap();
+    let mut message = pool.take().unwrap();
+    message.fill_from(&pattern(200, 52)).unwrap();
+    q.a.post_send_owned(OwnedSend::send_with_invalidate(message, second).tag(99))
+        .unwrap();
+    let sent = reap(&mut q.cq_a, 1);
+    assert_eq!(
+        (sent[0].tag(), sent[0].status(), sent[0].wc().opcode()),
+        (Some(99), WcStatus::Success, WcOpcode::Send)
+    );
+    drop(sent);
+    let mut got = reap(&mut q.cq_b, 1);
+    assert_eq!(
+        (got[0].tag(), got[0].wc().opcode()),
+        (Some(88), WcOpcode::Recv)
+    );
+    let buf = got[0].take_buf().unwrap();
+    assert_eq!(
+        &buf[..],
+        &pattern(200, 52)[..],
+        "every byte of the SEND_WITH_INV"
+    );
+    drop(buf);
+    assert_eq!(
+        q.write(6, &src, 64, target.addr() + 128, second),
+        WcStatus::RemAccessErr
+    );
+    assert_eq!(pool.available(), 2);
+    let landed = contents(&target);
+    assert_eq!(&landed[..64], &pattern(64, 51)[..]);
+    assert_eq!(&landed[64..128], &pattern(64, 51)[..]);
+    assert!(
+        landed[128..192].iter().all(|&x| x == 0),
+        "the revoked key wrote nothing"
+    );
+    drop(mw);
+}

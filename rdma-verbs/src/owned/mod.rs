@@ -77,15 +77,20 @@ pub enum ReadOp {}
 /// ATOMIC_FETCH_AND_ADD and ATOMIC_CMP_AND_SWP.
 #[derive(Debug)]
 pub enum AtomicOp {}
+/// LOCAL_INV and SEND_WITH_INV: invalidating a memory window's key (type 2 windows).
+#[derive(Debug)]
+pub enum InvalidateOp {}
 
 impl sealed::Sealed for SendOp {}
 impl sealed::Sealed for WriteOp {}
 impl sealed::Sealed for ReadOp {}
 impl sealed::Sealed for AtomicOp {}
+impl sealed::Sealed for InvalidateOp {}
 impl OwnedOp for SendOp {}
 impl OwnedOp for WriteOp {}
 impl OwnedOp for ReadOp {}
 impl OwnedOp for AtomicOp {}
+impl OwnedOp for InvalidateOp {}
 
 enum Kind<'a> {
     Send(Option<Buf>),
@@ -95,6 +100,8 @@ enum Kind<'a> {
     Read(Buf, RemoteMemory),
     FetchAdd(Buf, RemoteMemory, u64),
     CompareSwap(Buf, RemoteMemory, u64, u64),
+    LocalInvalidate(u32),
+    SendInvalidate(Option<Buf>, u32),
 }
 
 impl<'a, K: OwnedOp> OwnedSend<'a, K> {
@@ -155,6 +162,22 @@ impl<'a> OwnedSend<'a, SendOp> {
     }
 }
 
+impl OwnedSend<'_, InvalidateOp> {
+    /// LOCAL_INV: invalidates the memory window (type 2) or region with remote key `rkey`, on
+    /// this queue pair; after it completes, peers' accesses with the key fail. Carries no
+    /// memory.
+    pub fn local_invalidate(rkey: u32) -> Self {
+        Self::new(Kind::LocalInvalidate(rkey))
+    }
+
+    /// SEND_WITH_INV: a SEND of the buffer's first [`len`](Buf::len) bytes that also
+    /// invalidates the peer's memory window (type 2) with remote key `rkey`, bound to the
+    /// receiving queue pair; the peer's receive completion names the key.
+    pub fn send_with_invalidate(buf: Buf, rkey: u32) -> Self {
+        Self::new(Kind::SendInvalidate(Some(buf), rkey))
+    }
+}
+
 impl<'a> OwnedSend<'a, WriteOp> {
     /// RDMA WRITE of the buffer's first `len` bytes to `remote` (the peer's memory).
     pub fn write(buf: Buf, remote: RemoteMemory) -> Self {
@@ -205,6 +228,8 @@ impl<K: OwnedOp> fmt::Debug for OwnedSend<'_, K> {
             Kind::Read(..) => "RDMA_READ",
             Kind::FetchAdd(..) => "ATOMIC_FETCH_AND_ADD",
             Kind::CompareSwap(..) => "ATOMIC_CMP_AND_SWP",
+            Kind::LocalInvalidate(_) => "LOCAL_INV",
+            Kind::SendInvalidate(..) => "SEND_WITH_INV",
         };
         f.debug_struct("OwnedSend")
             .field("op", &op)
@@ -363,6 +388,8 @@ impl<'a, K: OwnedOp> OwnedSend<'a, K> {
             Kind::CompareSwap(buf, remote, compare, swap) => {
                 (Some(buf), Build::CompareSwap(remote, compare, swap))
             }
+            Kind::LocalInvalidate(rkey) => (None, Build::LocalInvalidate(rkey)),
+            Kind::SendInvalidate(buf, rkey) => (buf, Build::SendInvalidate(rkey)),
         };
         if build.is_atomic() {
             if let Some(result) = buf.as_mut() {
@@ -397,7 +424,8 @@ impl<'a, K: OwnedOp> OwnedSend<'a, K> {
     pub fn into_buf(self) -> Option<Buf> {
         match self.kind {
             Kind::Send(buf) => buf,
-            Kind::SendInline(_) | Kind::WriteInline(..) => None,
+            Kind::SendInline(_) | Kind::WriteInline(..) | Kind::LocalInvalidate(_) => None,
+            Kind::SendInvalidate(buf, _) => buf,
             Kind::Write(buf, _)
             | Kind::Read(buf, _)
             | Kind::FetchAdd(buf, ..)
@@ -519,6 +547,8 @@ enum Build<'a> {
     Read(RemoteMemory),
     FetchAdd(RemoteMemory, u64),
     CompareSwap(RemoteMemory, u64, u64),
+    LocalInvalidate(u32),
+    SendInvalidate(u32),
 }
 
 impl<'a> Build<'a> {
@@ -545,6 +575,8 @@ impl<'a> Build<'a> {
                 Payload::Slice(slice) => SendRequest::compare_swap(0, slice, remote, compare, swap),
                 other => SendRequest::send(0, other),
             },
+            Build::LocalInvalidate(rkey) => SendRequest::local_invalidate(0, rkey),
+            Build::SendInvalidate(rkey) => SendRequest::send_with_invalidate(0, payload, rkey),
         }
     }
 }
