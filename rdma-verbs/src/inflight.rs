@@ -14,24 +14,35 @@ use crate::error::{Error, Result};
 /// one.
 pub(crate) const OWNED_ID_BIT: u64 = 1 << 63;
 
+/// The bit the ids of receives have (a queue pair's receive queue, or an SRQ), so that a
+/// completion goes straight to the table that can hold its request. Only a hint of where to
+/// look: every table still matches the whole id.
+pub(crate) const RECV_ID_BIT: u64 = 1 << 62;
+
 /// Ids are handed to tables in blocks of this many.
 const BLOCK: u64 = 1 << 16;
 /// The next block of ids, for the whole process. Blocks are numbered from 0; block `b` holds
-/// ids `OWNED_ID_BIT | b * BLOCK ..`, so there are 2^47 blocks (2^63 ids) before the space
-/// runs out, which it refuses to do rather than wrap.
+/// ids `OWNED_ID_BIT | b * BLOCK ..` (with [`RECV_ID_BIT`] for a receive table), so there are
+/// 2^46 blocks (2^62 ids) before the space runs out, which it refuses to do rather than wrap.
 static NEXT_BLOCK: AtomicU64 = AtomicU64::new(0);
-const BLOCKS: u64 = OWNED_ID_BIT / BLOCK;
+const BLOCKS: u64 = RECV_ID_BIT / BLOCK;
 
 /// A table's source of ids: no two requests of the process ever get the same id.
 #[derive(Debug)]
 struct IdSource {
     next: u64,
     end: u64,
+    /// [`RECV_ID_BIT`] for a receive table, else 0.
+    kind: u64,
 }
 
 impl IdSource {
-    const fn new() -> Self {
-        Self { next: 0, end: 0 }
+    const fn new(recv: bool) -> Self {
+        Self {
+            next: 0,
+            end: 0,
+            kind: if recv { RECV_ID_BIT } else { 0 },
+        }
     }
 
     fn next(&mut self) -> Result<u64> {
@@ -43,7 +54,7 @@ impl IdSource {
                 .map_err(|_| {
                     Error::InvalidArgument("the process has used every owned request id".into())
                 })?;
-            self.next = OWNED_ID_BIT | (block * BLOCK);
+            self.next = OWNED_ID_BIT | self.kind | (block * BLOCK);
             self.end = self.next + BLOCK;
         }
         let id = self.next;
@@ -99,7 +110,7 @@ impl Ring {
         let capacity = capacity as usize;
         Self {
             state: Mutex::new(RingState {
-                ids: IdSource::new(),
+                ids: IdSource::new(recv),
                 entries: VecDeque::with_capacity(capacity),
                 capacity,
             }),
@@ -259,7 +270,7 @@ impl SrqTable {
         slots.resize_with(size, || None);
         Self {
             state: Mutex::new(SrqState {
-                ids: IdSource::new(),
+                ids: IdSource::new(true),
                 slots,
                 mask: size - 1,
                 len: 0,
@@ -416,19 +427,20 @@ pub(crate) fn take_completed(routes: &[Route], qp_num: u32, wr_id: u64) -> Optio
         return None;
     }
     // Ids are unique in the process, so at most one table holds it; several routes share a
-    // number only while a destroyed queue pair's route is being removed.
+    // number only while a destroyed queue pair's route is being removed. The receive bit says
+    // which queue's table to look in (an SRQ's, for a queue pair on one).
+    let recv = wr_id & RECV_ID_BIT != 0;
     routes.iter().filter(|r| r.qp_num == qp_num).find_map(|r| {
-        // An SRQ's table is found by id in one probe: tried before the send ring's scan.
-        let srq = match (&r.tables.srq, r.recv) {
-            (Some(srq), true) => srq.take(wr_id),
-            _ => None,
-        };
-        srq.or_else(|| r.send.then(|| r.tables.send.complete(wr_id)).flatten())
-            .or_else(|| {
-                (r.recv && r.tables.srq.is_none())
-                    .then(|| r.tables.recv.complete(wr_id))
-                    .flatten()
-            })
+        if !recv {
+            return r.send.then(|| r.tables.send.complete(wr_id)).flatten();
+        }
+        if !r.recv {
+            return None;
+        }
+        match &r.tables.srq {
+            Some(srq) => srq.take(wr_id),
+            None => r.tables.recv.complete(wr_id),
+        }
     })
 }
 
@@ -438,12 +450,17 @@ mod tests {
 
     #[test]
     fn ids_are_unique_and_marked() {
-        let mut a = IdSource::new();
-        let mut b = IdSource::new();
+        let mut a = IdSource::new(false);
+        let mut b = IdSource::new(true);
         let mut seen = std::collections::HashSet::new();
         for _ in 0..(BLOCK as usize + 10) {
-            for id in [a.next().unwrap(), b.next().unwrap()] {
-                assert_ne!(id & OWNED_ID_BIT, 0);
+            let (send, recv) = (a.next().unwrap(), b.next().unwrap());
+            assert_eq!(send & (OWNED_ID_BIT | RECV_ID_BIT), OWNED_ID_BIT);
+            assert_eq!(
+                recv & (OWNED_ID_BIT | RECV_ID_BIT),
+                OWNED_ID_BIT | RECV_ID_BIT
+            );
+            for id in [send, recv] {
                 assert!(seen.insert(id), "id {id:#x} handed out twice");
             }
         }
