@@ -24,16 +24,7 @@ const RDMA_RW: &str = env!("CARGO_BIN_EXE_rdma_rw");
 const ATOMIC_COUNTER: &str = env!("CARGO_BIN_EXE_atomic_counter");
 
 fn program(path: &str, device: &TestDevice, port: u16, extra: &[&str]) -> Command {
-    let mut cmd = Command::new(path);
-    cmd.args(["-d", &device.name])
-        .args(["-g", &device.gid_index.to_string()])
-        .args(["-p", &port.to_string()])
-        .args(["--timeout", "10"])
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd
+    common::safe_example(path, device, port, 10, extra)
 }
 
 fn finish(child: Child, what: &str) -> Output {

@@ -25,9 +25,16 @@
 //! [`device_lacks`] confirms that the device lacks the capability. [`second_device`] names the
 //! second device for tests that need two, and [`repeat`] gives `cargo xtask test --repeat N`.
 //!
+//! Multi-node tests (`cargo xtask test --nodes N`) also call [`cluster()`] for their role, the
+//! nodes' addresses, barriers and values exchanged between nodes: see [`mod@cluster`].
+//!
 //! This crate uses only the raw bindings, so every crate's tests can depend on it.
 
 #![deny(missing_docs)]
+
+pub mod cluster;
+
+pub use cluster::{Cluster, cluster};
 
 use std::ffi::CStr;
 use std::io::Write;

@@ -43,3 +43,24 @@ pub(crate) fn finish_within(
     }
     child.wait_with_output().expect("output")
 }
+
+/// A safe example (`rdma_rw`, `atomic_counter`) on `device` with TCP port `port`, its exchange
+/// bounded by `timeout` seconds, with `extra` arguments; output piped.
+pub(crate) fn safe_example(
+    path: &str,
+    device: &rdma_test_support::TestDevice,
+    port: u16,
+    timeout: u32,
+    extra: &[&str],
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(path);
+    cmd.args(["-d", &device.name])
+        .args(["-g", &device.gid_index.to_string()])
+        .args(["-p", &port.to_string()])
+        .args(["--timeout", &timeout.to_string()])
+        .args(extra)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    cmd
+}

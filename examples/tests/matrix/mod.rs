@@ -46,8 +46,8 @@ use crate::common::listening;
 
 /// Exchanges per run: well above the `-r 4` of the replenishment runs, short enough that 50
 /// repeats of every pairing stay in the harness's time bound.
-const ITERS: u32 = 60;
-const DEADLINE: Duration = Duration::from_secs(60);
+pub(crate) const ITERS: u32 = 60;
+pub(crate) const DEADLINE: Duration = Duration::from_secs(60);
 
 /// Each run gets its own TCP port (below the ephemeral range; 2000 runs before one repeats).
 fn next_port() -> u16 {
@@ -62,7 +62,7 @@ pub(crate) enum Side {
     C,
 }
 
-fn program(side: Side, name: &str) -> String {
+pub(crate) fn program(side: Side, name: &str) -> String {
     match side {
         Side::C => format!("ibv_{name}"),
         Side::Rust => match name {
@@ -79,8 +79,8 @@ fn program(side: Side, name: &str) -> String {
 /// -s -n -c`).
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct Config {
-    size: usize,
-    args: &'static [&'static str],
+    pub(crate) size: usize,
+    pub(crate) args: &'static [&'static str],
 }
 
 const fn config(size: usize, args: &'static [&'static str]) -> Config {
@@ -147,7 +147,7 @@ fn wait_both(server: Child, client: Child, what: &str) -> (Output, Output) {
 }
 
 /// The queue pair number of the `which` ("local" or "remote") address line.
-fn qpn(stdout: &str, which: &str) -> u32 {
+pub(crate) fn qpn(stdout: &str, which: &str) -> u32 {
     let line = stdout
         .lines()
         .find(|l| l.trim_start().starts_with(&format!("{which} address:")))
@@ -158,7 +158,7 @@ fn qpn(stdout: &str, which: &str) -> u32 {
 
 /// Checks the two result lines: `N bytes in S seconds = M Mbit/sec`, `I iters in S seconds = U
 /// usec/iter`.
-fn check_results(stdout: &str, size: usize, what: &str) {
+pub(crate) fn check_results(stdout: &str, size: usize, what: &str) {
     let bytes = size as u64 * u64::from(ITERS) * 2;
     let bytes_line = stdout
         .lines()

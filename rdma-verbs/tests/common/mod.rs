@@ -341,13 +341,24 @@ pub fn wait_until_asleep(tid: i32) {
 /// Reaps `want` completions from `cq` with `poll_each` (the owned-buffer path); fails the test
 /// after [`WAIT`].
 pub fn reap(cq: &mut CompletionQueue, want: usize) -> Vec<Completion> {
-    let mut out = Vec::new();
-    let deadline = Instant::now() + WAIT;
+    reap_within(cq, want, WAIT, "reap")
+}
+
+/// Reaps `want` completions from `cq` with `poll_each`; fails the test (naming `what`) after
+/// `bound`.
+pub fn reap_within(
+    cq: &mut CompletionQueue,
+    want: usize,
+    bound: Duration,
+    what: &str,
+) -> Vec<Completion> {
+    let mut out = Vec::with_capacity(want);
+    let deadline = Instant::now() + bound;
     while out.len() < want {
         cq.poll_each(want - out.len(), |c| out.push(c)).unwrap();
         assert!(
             Instant::now() < deadline,
-            "{} of {want} completions: {out:?}",
+            "{what}: {} of {want} completions after {bound:?}: {out:?}",
             out.len()
         );
     }

@@ -16,6 +16,7 @@
 
 mod build;
 mod instructions;
+mod nodes;
 mod pingpong;
 mod process;
 mod selftest;
@@ -42,7 +43,8 @@ pub(crate) use vm::{find_kernel, find_vng};
 const HOST_ONLY_SUFFIX: &str = "compile_fail";
 
 /// The options of `cargo xtask test`, for error messages.
-const OPTIONS: &str = "--vm, --host, --no-doc, --repeat N, -- <test filter and libtest args>";
+const OPTIONS: &str =
+    "--vm, --host, --no-doc, --repeat N, --nodes N, -- <test filter and libtest args>";
 
 #[derive(Default)]
 struct Options {
@@ -50,6 +52,8 @@ struct Options {
     force_host: bool,
     skip_doc: bool,
     repeat: Option<u32>,
+    /// `--nodes N`: the multi-node suite on N VMs.
+    nodes: Option<usize>,
     test_args: Vec<String>,
 }
 
@@ -86,8 +90,8 @@ pub(crate) struct Executed {
     /// Where the device tests ran, for the summary.
     pub(crate) place: String,
     pub(crate) doc_ran: bool,
-    /// The VM run, if the device tests ran in one.
-    pub(crate) vm: Option<vm::VmRun>,
+    /// The VM runs: none on the host, one per node in the multi-node mode.
+    pub(crate) vms: Vec<vm::VmRun>,
 }
 
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
@@ -96,10 +100,36 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
     let (host, device): (Vec<TestBinary>, Vec<TestBinary>) = build::build_tests(root)?
         .into_iter()
         .partition(|b| b.name.ends_with(HOST_ONLY_SUFFIX));
+    let (multinode, device): (Vec<TestBinary>, Vec<TestBinary>) =
+        device.into_iter().partition(nodes::is_multinode);
+    if let Some(count) = options.nodes {
+        println!(
+            "harness: built {} multi-node test binaries, for {count} nodes",
+            multinode.len()
+        );
+        let plan = Plan {
+            device: multinode,
+            host: Vec::new(),
+            doc: false,
+            test_args: options.test_args,
+            repeat: options.repeat,
+            place: Place::Vm,
+            timeout: vm::timeout_from_env(),
+        };
+        let executed = nodes::execute(root, &plan, count)?;
+        print_summary(&executed, started.elapsed());
+        return if executed.verdict.reasons().is_empty() {
+            Ok(())
+        } else {
+            Err(String::new())
+        };
+    }
     println!(
-        "harness: built {} test binaries ({} run on the host)",
+        "harness: built {} test binaries ({} run on the host; {} multi-node binaries are left \
+         for `--nodes N`)",
         device.len() + host.len(),
-        host.len()
+        host.len(),
+        multinode.len()
     );
     let plan = Plan {
         device,
@@ -134,6 +164,17 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
             "--vm" => options.force_vm = true,
             "--host" => options.force_host = true,
             "--no-doc" => options.skip_doc = true,
+            "--nodes" => {
+                let count = rest
+                    .next()
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .filter(|n| (2..=nodes::MAX_NODES).contains(n))
+                    .ok_or(format!(
+                        "--nodes takes a node count from 2 to {}",
+                        nodes::MAX_NODES
+                    ))?;
+                options.nodes = Some(count);
+            }
             "--repeat" => {
                 let count = rest
                     .next()
@@ -156,6 +197,13 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
     if options.force_vm && options.force_host {
         return Err("--vm and --host exclude each other".to_string());
     }
+    if options.nodes.is_some() && options.force_host {
+        return Err(
+            "--nodes runs VMs; on real hosts run the multi-node binaries on each host \
+             (docs/test-harness.md)"
+                .to_string(),
+        );
+    }
     Ok(options)
 }
 
@@ -163,14 +211,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
 /// failure after the expected lists are known is part of the verdict.
 pub(crate) fn execute(root: &Path, plan: &Plan) -> Result<Executed, String> {
     let mut verdict = Verdict::default();
-    let mut expected: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    for binary in plan.host.iter().chain(&plan.device) {
-        let list = build::list_tests(binary, &plan.test_args).unwrap_or_else(|error| {
-            verdict.problems.push(error);
-            Vec::new()
-        });
-        expected.insert(&binary.name, list);
-    }
+    let expected = expected_lists(plan, &mut verdict);
     let count = |binaries: &[TestBinary]| -> usize {
         binaries
             .iter()
@@ -214,10 +255,7 @@ pub(crate) fn execute(root: &Path, plan: &Plan) -> Result<Executed, String> {
             &Skips::new(),
         ));
     }
-    // One directory per run, so that concurrent runs (several developers' shells) do not share
-    // their report or status files.
-    let work = root.join(".rdma-test").join(std::process::id().to_string());
-    std::fs::create_dir_all(&work).map_err(|e| format!("creating {}: {e}", work.display()))?;
+    let work = run_dir(root)?;
     let report_path = work.join("report.txt");
     let _ = std::fs::remove_file(&report_path);
 
@@ -225,7 +263,7 @@ pub(crate) fn execute(root: &Path, plan: &Plan) -> Result<Executed, String> {
         plan.place == Place::Host || (plan.place == Place::Auto && host_has_active_device());
     let mut outputs: BTreeMap<String, String> = BTreeMap::new();
     let mut exits: BTreeMap<String, Exit> = BTreeMap::new();
-    let mut vm_run = None;
+    let mut vms = Vec::new();
     let place = if plan.device.is_empty() {
         "no device binaries".to_string()
     } else if use_host {
@@ -279,7 +317,7 @@ pub(crate) fn execute(root: &Path, plan: &Plan) -> Result<Executed, String> {
             run.kernel.display(),
             run.first_marker.unwrap_or_default().as_secs_f64()
         );
-        vm_run = Some(run);
+        vms.push(run);
         place
     };
     let report = DeviceReport::parse(&std::fs::read_to_string(&report_path).unwrap_or_default());
@@ -304,8 +342,30 @@ pub(crate) fn execute(root: &Path, plan: &Plan) -> Result<Executed, String> {
         report,
         place,
         doc_ran: plan.doc,
-        vm: vm_run,
+        vms,
     })
+}
+
+/// Each binary's expected tests (`--list` with the user's filter); a failed list is a problem
+/// of the run and leaves the binary expecting nothing.
+fn expected_lists(plan: &Plan, verdict: &mut Verdict) -> BTreeMap<String, Vec<String>> {
+    let mut expected = BTreeMap::new();
+    for binary in plan.host.iter().chain(&plan.device) {
+        let list = build::list_tests(binary, &plan.test_args).unwrap_or_else(|error| {
+            verdict.problems.push(error);
+            Vec::new()
+        });
+        expected.insert(binary.name.clone(), list);
+    }
+    expected
+}
+
+/// The run's own directory, `.rdma-test/<pid>/`, so that concurrent runs (several developers'
+/// shells) do not share their report, status or rendezvous files.
+fn run_dir(root: &Path) -> Result<std::path::PathBuf, String> {
+    let work = root.join(".rdma-test").join(std::process::id().to_string());
+    std::fs::create_dir_all(&work).map_err(|e| format!("creating {}: {e}", work.display()))?;
+    Ok(work)
 }
 
 /// The exit of a process as a shell reports it: its code, or 128 + the signal that killed it.
@@ -373,7 +433,7 @@ pub(crate) fn print_summary(executed: &Executed, elapsed: Duration) {
     }
     for kind in [Kind::Device, Kind::Host, Kind::Doc] {
         if kind == Kind::Doc && !executed.doc_ran {
-            println!("harness: {}: not run (--no-doc)", kind.label());
+            println!("harness: {}: not run (--no-doc, or --nodes)", kind.label());
             continue;
         }
         let binaries = verdict.binaries.iter().filter(|b| b.kind == kind).count();
@@ -419,6 +479,9 @@ mod tests {
     fn options_are_parsed() {
         let options = parse_options(&strings(&["--vm", "--repeat", "5", "--", "rc_", "--exact"]))
             .expect("valid options");
+        assert_eq!(options.nodes, None);
+        let nodes = parse_options(&strings(&["--nodes", "3"])).expect("--nodes");
+        assert_eq!(nodes.nodes, Some(3));
         assert!(options.force_vm && !options.force_host && !options.skip_doc);
         assert_eq!(options.repeat, Some(5));
         assert_eq!(options.test_args, strings(&["rc_", "--exact"]));
@@ -428,6 +491,10 @@ mod tests {
             &["--repeat", "0"],
             &["--repeat", "x"],
             &["--vm", "--host"],
+            &["--nodes"],
+            &["--nodes", "1"],
+            &["--nodes", "5"],
+            &["--nodes", "2", "--host"],
             &["--bogus"],
         ] {
             assert!(parse_options(&strings(bad)).is_err(), "{bad:?}");

@@ -5,38 +5,52 @@
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
-/// The process group of the running VM, for the signal handler (0: none).
-static VM_GROUP: AtomicI32 = AtomicI32::new(0);
+/// The process groups of the running VMs, for the signal handler (0: a free slot). The
+/// multi-node mode runs up to [`MAX_VMS`] at once.
+static VM_GROUPS: [AtomicI32; MAX_VMS] = [const { AtomicI32::new(0) }; MAX_VMS];
+
+/// How many VMs can run at once.
+pub(crate) const MAX_VMS: usize = 8;
 
 /// While it lives, SIGINT, SIGTERM and SIGHUP of the harness also kill the VM's process group:
 /// the group is not the terminal's foreground group, so Ctrl-C no longer reaches it.
-pub(crate) struct GroupGuard(());
+pub(crate) struct GroupGuard {
+    slot: Option<usize>,
+}
 
 impl GroupGuard {
     pub(crate) fn new(group: u32) -> Self {
-        VM_GROUP.store(i32::try_from(group).unwrap_or(0), Ordering::SeqCst);
+        let group = i32::try_from(group).unwrap_or(0);
+        let slot = VM_GROUPS.iter().position(|cell| {
+            cell.compare_exchange(0, group, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        });
         for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
             let handler = forward as extern "C" fn(libc::c_int);
             // SAFETY: `forward` only calls async-signal-safe functions (kill, signal, raise) and
-            // reads an atomic.
+            // reads atomics.
             unsafe { libc::signal(signal, handler as libc::sighandler_t) };
         }
-        Self(())
+        Self { slot }
     }
 }
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
-        VM_GROUP.store(0, Ordering::SeqCst);
+        if let Some(slot) = self.slot {
+            VM_GROUPS[slot].store(0, Ordering::SeqCst);
+        }
     }
 }
 
 extern "C" fn forward(signal: libc::c_int) {
-    let group = VM_GROUP.load(Ordering::SeqCst);
-    if group > 0 {
-        // SAFETY: kill(2) is async-signal-safe; the group is the VM's, which this process
-        // started.
-        unsafe { libc::kill(-group, libc::SIGKILL) };
+    for cell in &VM_GROUPS {
+        let group = cell.load(Ordering::SeqCst);
+        if group > 0 {
+            // SAFETY: kill(2) is async-signal-safe; the group is a VM's, which this process
+            // started.
+            unsafe { libc::kill(-group, libc::SIGKILL) };
+        }
     }
     // SAFETY: signal(2) and raise(3) are async-signal-safe: restore the default action and
     // raise the signal again, so that the harness ends as the signal would have ended it.

@@ -152,7 +152,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
             "the run did not fail for the watchdog: {reasons:?}"
         ));
     }
-    match &executed.vm {
+    match executed.vms.first() {
         Some(vm) => {
             if vm.first_marker.is_none() {
                 wrong.push(format!(
@@ -177,7 +177,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
         println!(
             "harness-selftest: ok: the watchdog stopped the hung VM (process group {} gone) and \
              the verdict caught every planted failure ({})",
-            executed.vm.as_ref().map_or(0, |vm| vm.leader),
+            executed.vms.first().map_or(0, |vm| vm.leader),
             tally.line()
         );
         Ok(())

@@ -326,6 +326,68 @@ pub(crate) fn judge(
     verdict
 }
 
+/// Merges the verdicts of one binary run on every node of a multi-node run: a test passed only
+/// if it passed on every node; it failed if it failed on any (each node's reason, prefixed
+/// `node K:`), and counts as skipped if some node skipped it and none failed it. A binary-level
+/// failure (`(binary)`, a test no `--list` named) of any node is kept, prefixed too.
+pub(crate) fn merge_nodes(expected: &[String], per_node: Vec<BinaryVerdict>) -> BinaryVerdict {
+    let name = per_node.first().map(|v| v.name.clone()).unwrap_or_default();
+    let exit = per_node
+        .iter()
+        .map(|v| v.exit)
+        .find(|e| !e.is_success())
+        .unwrap_or(Exit::Code(0));
+    let mut merged = BinaryVerdict {
+        name,
+        kind: Kind::Device,
+        exit,
+        passed: 0,
+        skipped: Vec::new(),
+        failed: Vec::new(),
+    };
+    if per_node.is_empty() {
+        merged.failed = expected
+            .iter()
+            .map(|test| (test.clone(), "ran on no node".to_string()))
+            .collect();
+        return merged;
+    }
+    let reasons = |pick: fn(&BinaryVerdict) -> &Vec<(String, String)>, test: &str| {
+        per_node
+            .iter()
+            .enumerate()
+            .filter_map(|(node, verdict)| {
+                pick(verdict)
+                    .iter()
+                    .find(|(t, _)| t == test)
+                    .map(|(_, why)| format!("node {node}: {why}"))
+            })
+            .collect::<Vec<_>>()
+    };
+    for test in expected {
+        let failed = reasons(|v| &v.failed, test);
+        let skipped = reasons(|v| &v.skipped, test);
+        if !failed.is_empty() {
+            merged.failed.push((test.clone(), failed.join("; ")));
+        } else if !skipped.is_empty() {
+            merged.skipped.push((test.clone(), skipped.join("; ")));
+        } else {
+            merged.passed += 1;
+        }
+    }
+    let listed: BTreeSet<&str> = expected.iter().map(String::as_str).collect();
+    for (node, verdict) in per_node.iter().enumerate() {
+        for (test, why) in &verdict.failed {
+            if !listed.contains(test.as_str()) {
+                merged
+                    .failed
+                    .push((test.clone(), format!("node {node}: {why}")));
+            }
+        }
+    }
+    merged
+}
+
 /// Judges a `cargo test --doc` run called `name`: there is no list before the run, so every
 /// test the doc-test runners announced (`running N tests`) must have printed `ok`, and at least
 /// `at_least` must have run (a step whose tests all vanished fails).
@@ -531,6 +593,54 @@ mod tests {
         assert!(output.unfinished.is_empty());
         assert_eq!(output.announced, 4);
         assert!(output.finished);
+    }
+
+    #[test]
+    fn a_multi_node_test_passes_only_if_it_passed_on_every_node() {
+        let expected = names(&["both_ok", "fails_on_one", "skipped_on_one", "gone_on_one"]);
+        let node0 = parse_libtest(
+            "running 4 tests\ntest both_ok ... ok\ntest fails_on_one ... ok\n\
+             test skipped_on_one ... ok\ntest gone_on_one ... ok\n",
+        );
+        let node1 = parse_libtest(
+            "running 4 tests\ntest both_ok ... ok\ntest fails_on_one ... FAILED\n\
+             test skipped_on_one ... ok\n",
+        );
+        let mut skips = Skips::new();
+        skips.insert(
+            ("bin".to_string(), "skipped_on_one".to_string()),
+            "no peer".to_string(),
+        );
+        let per_node = vec![
+            judge(
+                "p/bin",
+                Kind::Device,
+                &expected,
+                &node0,
+                Exit::Code(0),
+                &Skips::new(),
+            ),
+            judge(
+                "p/bin",
+                Kind::Device,
+                &expected,
+                &node1,
+                Exit::Code(134),
+                &skips,
+            ),
+        ];
+        let merged = merge_nodes(&expected, per_node);
+        assert_eq!(merged.passed, 1);
+        assert_eq!(merged.exit, Exit::Code(134));
+        let failed: Vec<&str> = merged.failed.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(failed, ["fails_on_one", "gone_on_one"]);
+        assert_eq!(merged.failed[0].1, "node 1: FAILED");
+        assert!(merged.failed[1].1.starts_with("node 1: did not run"));
+        assert_eq!(
+            merged.skipped,
+            vec![("skipped_on_one".to_string(), "node 1: no peer".to_string())]
+        );
+        assert_eq!(merge_nodes(&expected, Vec::new()).failed.len(), 4);
     }
 
     #[test]

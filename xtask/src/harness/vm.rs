@@ -149,24 +149,67 @@ pub(crate) fn boot_vm(
     marker: &str,
     timeout: Duration,
 ) -> Result<VmRun, String> {
+    boot_vm_with(root, script, marker, timeout, &VmSpec::single())
+}
+
+/// The shape of one VM: its label in the output, its size and extra QEMU options.
+#[derive(Clone, Debug)]
+pub(crate) struct VmSpec {
+    /// Prefixed to each line the VM prints (`[node1] `), when several run at once.
+    pub(crate) label: Option<String>,
+    pub(crate) cpus: u32,
+    pub(crate) memory: &'static str,
+    /// Added with `--qemu-opts` (a network device, for the multi-node mode).
+    pub(crate) qemu_opts: Option<String>,
+}
+
+impl VmSpec {
+    /// The single-node VM: 2 vCPUs, 4 GiB, no network device.
+    pub(crate) fn single() -> Self {
+        Self {
+            label: None,
+            cpus: 2,
+            memory: "4G",
+            qemu_opts: None,
+        }
+    }
+}
+
+/// [`boot_vm`] with a given VM shape.
+pub(crate) fn boot_vm_with(
+    root: &Path,
+    script: &Path,
+    marker: &str,
+    timeout: Duration,
+    spec: &VmSpec,
+) -> Result<VmRun, String> {
     let vng = find_vng().ok_or(
         "this host has no active RDMA device and `vng` (virtme-ng) is not installed; \
          run `cargo xtask setup`",
     )?;
     let kernel = find_kernel()?;
+    let prefix = spec
+        .label
+        .as_ref()
+        .map_or_else(String::new, |label| format!("[{label}] "));
     println!(
-        "harness: booting {} under QEMU with Soft-RoCE devices (watchdog: {} s)",
+        "{prefix}harness: booting {} under QEMU with Soft-RoCE devices (watchdog: {} s)",
         kernel.display(),
         timeout.as_secs()
     );
     let mut command = Command::new(&vng);
-    command.current_dir(root).arg("--run").arg(&kernel).args([
-        "--force-9p",
-        "--cpus",
-        "2",
-        "--memory",
-        "4G",
-    ]);
+    command
+        .current_dir(root)
+        .arg("--run")
+        .arg(&kernel)
+        .arg("--force-9p")
+        .arg("--cpus")
+        .arg(spec.cpus.to_string())
+        .arg("--memory")
+        .arg(spec.memory);
+    if let Some(options) = &spec.qemu_opts {
+        command.arg(format!("--qemu-opts={options}"));
+    }
     // KVM failed on these machines (QEMU dies setting an MSR); software emulation is the default.
     if std::env::var("RDMA_TEST_VM_KVM").as_deref() != Ok("1") {
         command.arg("--disable-kvm");
@@ -189,11 +232,12 @@ pub(crate) fn boot_vm(
     let leader = child.id();
     let guard = GroupGuard::new(leader);
     let stderr = child.stderr.take();
+    let err_prefix = prefix.clone();
     let stderr_thread = std::thread::spawn(move || {
         let mut text = String::new();
         if let Some(stderr) = stderr {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                eprintln!("{line}");
+                eprintln!("{err_prefix}{line}");
                 text.push_str(&line);
                 text.push('\n');
             }
@@ -201,10 +245,11 @@ pub(crate) fn boot_vm(
         text
     });
     let (done, finished) = mpsc::channel::<()>();
+    let watchdog_prefix = prefix.clone();
     let watchdog = std::thread::spawn(move || match finished.recv_timeout(timeout) {
         Err(RecvTimeoutError::Timeout) => {
             eprintln!(
-                "harness: watchdog: the VM is still running after {} s; stopping its process \
+                "{watchdog_prefix}harness: watchdog: the VM is still running after {} s; stopping its process \
                  group {leader} and every process below vng (SIGTERM, SIGKILL after {} s)",
                 timeout.as_secs(),
                 GRACE.as_secs()
@@ -222,11 +267,11 @@ pub(crate) fn boot_vm(
                 first_marker = Some(started.elapsed());
                 let _ = writeln!(
                     out,
-                    "harness: VM boot to first test: {:.1} s",
+                    "{prefix}harness: VM boot to first test: {:.1} s",
                     started.elapsed().as_secs_f64()
                 );
             }
-            let _ = writeln!(out, "{line}");
+            let _ = writeln!(out, "{prefix}{line}");
             let _ = out.flush();
             log.push_str(&line);
             log.push('\n');
@@ -295,13 +340,28 @@ pub(crate) fn guest_script(
     repeat: Option<u32>,
 ) -> String {
     let mut script = guest_prelude();
+    script.push_str(&format!("export RDMA_TEST_ADDR={GUEST_ADDR}\n"));
+    script.push_str(&test_runs(binaries, report, statuses, test_args, repeat));
+    script
+}
+
+/// The part of a guest script after the device set-up: run every test binary in turn, each
+/// bounded by `timeout 900`, appending `EXIT-CODE NAME` to `statuses` as each one ends, then
+/// print `guest: done`.
+pub(crate) fn test_runs(
+    binaries: &[TestBinary],
+    report: &Path,
+    statuses: &Path,
+    test_args: &[String],
+    repeat: Option<u32>,
+) -> String {
+    let mut script = String::new();
     if let Some(count) = repeat {
         script.push_str(&format!("export RDMA_TEST_REPEAT={count}\n"));
     }
     script.push_str(&format!(
         r#"export RDMA_TEST_REQUIRE_DEVICE=1
 export RDMA_TEST_REPORT={report}
-export RDMA_TEST_ADDR={GUEST_ADDR}
 export RUST_BACKTRACE=0
 run() {{
     name=$1; dir=$2; shift 2

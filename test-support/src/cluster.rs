@@ -1,0 +1,438 @@
+//! Multi-node tests: which node a test runs on, the nodes' addresses, barriers and a small
+//! exchange of values through a folder every node shares, and faults on the node's link.
+//!
+//! `cargo xtask test --nodes N` boots N VMs on one virtual Ethernet segment and runs every
+//! multi-node test binary (a test target named `multinode*`) on all of them, the same tests in
+//! the same order. Each test asks [`cluster`] for its role and meets the other nodes with
+//! [`Cluster::barrier`]; values (queue pair numbers, GIDs, keys, a peer's output) go through
+//! [`Cluster::publish`] and [`Cluster::fetch`]. Every wait is bounded
+//! (`RDMA_TEST_CLUSTER_WAIT` seconds, default 120), and a test that panics on one node marks the
+//! test as failed in the shared folder, so the other nodes fail at their next wait instead of
+//! waiting out the bound.
+//!
+//! ```no_run
+//! # fn main() {
+//! let Some(device) = rdma_test_support::device() else { return };
+//! let Some(cluster) = rdma_test_support::cluster() else { return };
+//! if cluster.node() == 0 {
+//!     cluster.publish("greeting", "hello from node 0");
+//! } else {
+//!     assert_eq!(cluster.fetch(0, "greeting"), "hello from node 0");
+//! }
+//! cluster.barrier("done");
+//! # let _ = device;
+//! # }
+//! ```
+//!
+//! Outside the harness the environment below describes the cluster (for real hosts with NICs:
+//! give each host its number, the same address list and a folder they share, NFS for example):
+//! [`ENV_NODE`], [`ENV_NODES`], [`ENV_NODE_ADDRS`], [`ENV_CLUSTER_DIR`], and for the fault
+//! helpers [`ENV_NETDEV`] (they need root, `tc` and `ip`).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::{skip, test_name};
+
+/// This node's number, from 0 (`cargo xtask test --nodes N` sets it).
+pub const ENV_NODE: &str = "RDMA_TEST_NODE";
+/// How many nodes there are.
+pub const ENV_NODES: &str = "RDMA_TEST_NODES";
+/// The nodes' IP addresses (on the interface their RDMA device sits on), comma-separated, in
+/// node order.
+pub const ENV_NODE_ADDRS: &str = "RDMA_TEST_NODE_ADDRS";
+/// A folder every node can read and write: the barriers and published values live there.
+pub const ENV_CLUSTER_DIR: &str = "RDMA_TEST_CLUSTER_DIR";
+/// The network interface the node's RDMA device sits on, for the fault helpers.
+pub const ENV_NETDEV: &str = "RDMA_TEST_NETDEV";
+/// The bound of every wait, in seconds (default 120).
+pub const ENV_CLUSTER_WAIT: &str = "RDMA_TEST_CLUSTER_WAIT";
+
+/// How often a wait looks at the shared folder.
+const POLL: Duration = Duration::from_millis(20);
+
+/// The cluster a multi-node test runs on, seen from one node. See the [module](self) docs.
+#[derive(Debug)]
+pub struct Cluster {
+    node: usize,
+    nodes: usize,
+    addrs: Vec<IpAddr>,
+    /// This test's (and this round's) folder inside the shared folder.
+    dir: PathBuf,
+    netdev: Option<String>,
+    wait: Duration,
+    barriers: AtomicU32,
+}
+
+/// The cluster this test runs on, or `None` (after a visible skip) outside a multi-node run
+/// when `RDMA_TEST_REQUIRE_DEVICE` is not `1`.
+///
+/// Each call starts a new round for the calling test: a test repeated in one process
+/// (`--repeat`) meets the other nodes in a fresh folder each time, as long as every node calls
+/// this the same number of times.
+///
+/// # Panics
+///
+/// When the environment describes no cluster (or a malformed one) and
+/// `RDMA_TEST_REQUIRE_DEVICE=1`: that is the test's failure.
+#[track_caller]
+pub fn cluster() -> Option<Cluster> {
+    match Cluster::from_env() {
+        Ok(cluster) => Some(cluster),
+        Err(reason) => {
+            skip(&reason);
+            None
+        }
+    }
+}
+
+impl Cluster {
+    fn from_env() -> Result<Self, String> {
+        let var = |name: &str| {
+            std::env::var(name).map_err(|_| {
+                format!(
+                    "{name} is not set: a multi-node test runs under `cargo xtask test --nodes N`"
+                )
+            })
+        };
+        let node: usize = var(ENV_NODE)?
+            .parse()
+            .map_err(|_| format!("{ENV_NODE} is not a number"))?;
+        let nodes: usize = var(ENV_NODES)?
+            .parse()
+            .map_err(|_| format!("{ENV_NODES} is not a number"))?;
+        let addrs = var(ENV_NODE_ADDRS)?
+            .split(',')
+            .map(|a| a.trim().parse::<IpAddr>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("{ENV_NODE_ADDRS}: {e}"))?;
+        if nodes < 2 || node >= nodes || addrs.len() != nodes {
+            return Err(format!(
+                "node {node} of {nodes} with {} addresses is no cluster",
+                addrs.len()
+            ));
+        }
+        let root = PathBuf::from(var(ENV_CLUSTER_DIR)?);
+        let wait = std::env::var(ENV_CLUSTER_WAIT)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .map_or(Duration::from_secs(120), Duration::from_secs);
+        let test = file_safe(&test_name());
+        let round = next_round(&test);
+        let dir = root.join(test).join(round.to_string());
+        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        Ok(Self {
+            node,
+            nodes,
+            addrs,
+            dir,
+            netdev: std::env::var(ENV_NETDEV).ok().filter(|s| !s.is_empty()),
+            wait,
+            barriers: AtomicU32::new(0),
+        })
+    }
+
+    /// This node's number, from 0.
+    pub fn node(&self) -> usize {
+        self.node
+    }
+
+    /// How many nodes there are (at least 2).
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+
+    /// Node `node`'s IP address (on its RDMA device's interface).
+    ///
+    /// # Panics
+    ///
+    /// When there is no node `node`.
+    pub fn addr(&self, node: usize) -> IpAddr {
+        self.addrs[node]
+    }
+
+    /// The next node after this one (the other one, on two nodes).
+    pub fn peer(&self) -> usize {
+        (self.node + 1) % self.nodes
+    }
+
+    /// Waits until every node has called `barrier` with this name, as its same-numbered barrier
+    /// of this round.
+    ///
+    /// # Panics
+    ///
+    /// When another node failed this test, or not every node arrived within the bound.
+    #[track_caller]
+    pub fn barrier(&self, name: &str) {
+        let seq = self.barriers.fetch_add(1, Ordering::Relaxed);
+        let stem = format!("barrier-{seq:03}-{}", file_safe(name));
+        write_atomically(&self.dir, &format!("{stem}.{}", self.node), "");
+        for node in 0..self.nodes {
+            self.wait_for(
+                &format!("{stem}.{node}"),
+                &format!("barrier `{name}`"),
+                node,
+            );
+        }
+    }
+
+    /// Makes `value` readable by every node under `key` (each node has its own `key`s).
+    ///
+    /// # Panics
+    ///
+    /// When the shared folder cannot be written.
+    #[track_caller]
+    pub fn publish(&self, key: &str, value: &str) {
+        write_atomically(
+            &self.dir,
+            &format!("value-{}.{}", file_safe(key), self.node),
+            value,
+        );
+    }
+
+    /// Waits for node `node`'s value under `key`, and returns it.
+    ///
+    /// # Panics
+    ///
+    /// When another node failed this test, or the value did not come within the bound.
+    #[track_caller]
+    pub fn fetch(&self, node: usize, key: &str) -> String {
+        let file = format!("value-{}.{node}", file_safe(key));
+        self.wait_for(&file, &format!("value `{key}`"), node);
+        std::fs::read_to_string(self.dir.join(&file))
+            .unwrap_or_else(|e| panic!("reading {}: {e}", self.dir.join(&file).display()))
+    }
+
+    /// Publishes `value` under `key` and returns every node's value under it, in node order.
+    #[track_caller]
+    pub fn exchange(&self, key: &str, value: &str) -> Vec<String> {
+        self.publish(key, value);
+        (0..self.nodes).map(|node| self.fetch(node, key)).collect()
+    }
+
+    /// Adds `tc netem` to this node's interface (egress): for example `"loss 3%"` or
+    /// `"delay 2ms 1ms reorder 25%"`. The returned guard removes it.
+    ///
+    /// # Panics
+    ///
+    /// When [`ENV_NETDEV`] is not set or `tc` fails (it needs root and the `sch_netem` module).
+    #[track_caller]
+    pub fn netem(&self, spec: &str) -> Netem {
+        let netdev = self.netdev();
+        let mut args = vec!["qdisc", "replace", "dev", &netdev, "root", "netem"];
+        args.extend(spec.split_whitespace());
+        run("tc", &args);
+        Netem { netdev }
+    }
+
+    /// Takes this node's interface down (`ip link set DEV down`). The returned guard brings it
+    /// up again and waits (bounded) until the RDMA port on it is active.
+    ///
+    /// # Panics
+    ///
+    /// When [`ENV_NETDEV`] is not set or `ip` fails.
+    #[track_caller]
+    pub fn link_down(&self) -> LinkDown {
+        let netdev = self.netdev();
+        run("ip", &["link", "set", &netdev, "down"]);
+        LinkDown { netdev }
+    }
+
+    #[track_caller]
+    fn netdev(&self) -> String {
+        self.netdev
+            .clone()
+            .unwrap_or_else(|| panic!("{ENV_NETDEV} names no interface for the fault helpers"))
+    }
+
+    /// Waits until `file` exists in this round's folder; fails fast when another node marked
+    /// the test failed.
+    #[track_caller]
+    fn wait_for(&self, file: &str, what: &str, from: usize) {
+        let deadline = Instant::now() + self.wait;
+        loop {
+            if self.dir.join(file).exists() {
+                return;
+            }
+            for node in (0..self.nodes).filter(|&n| n != self.node) {
+                if self.dir.join(format!("failed.{node}")).exists() {
+                    panic!(
+                        "node {node} failed this test (its output says why) while node {} \
+                         waited for {what} of node {from}",
+                        self.node
+                    );
+                }
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "node {} waited {:?} for {what} of node {from}: it never came ({})",
+                    self.node,
+                    self.wait,
+                    self.dir.display()
+                );
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // Let the other nodes fail now rather than at the end of their wait.
+            let _ = std::fs::write(self.dir.join(format!("failed.{}", self.node)), "");
+        }
+    }
+}
+
+/// A `tc netem` qdisc on the node's interface, removed on drop.
+#[derive(Debug)]
+#[must_use = "the netem qdisc is removed when this guard drops"]
+pub struct Netem {
+    netdev: String,
+}
+
+impl Drop for Netem {
+    fn drop(&mut self) {
+        let status = Command::new("tc")
+            .args(["qdisc", "del", "dev", &self.netdev, "root"])
+            .status();
+        if !status.is_ok_and(|s| s.success()) {
+            eprintln!("warning: removing netem from {} failed", self.netdev);
+        }
+    }
+}
+
+/// The node's interface taken down; on drop it comes up again and the guard waits (bounded, 30
+/// s) until an RDMA port on it is active.
+#[derive(Debug)]
+#[must_use = "the link comes up again when this guard drops"]
+pub struct LinkDown {
+    netdev: String,
+}
+
+impl LinkDown {
+    /// Brings the link up now and waits for the port (what dropping does).
+    pub fn restore(self) {}
+}
+
+impl Drop for LinkDown {
+    fn drop(&mut self) {
+        let up = Command::new("ip")
+            .args(["link", "set", &self.netdev, "up"])
+            .status();
+        if !up.is_ok_and(|s| s.success()) {
+            eprintln!("warning: `ip link set {} up` failed", self.netdev);
+            return;
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if port_active_on(&self.netdev) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!(
+            "warning: no RDMA port on {} became active within 30 s",
+            self.netdev
+        );
+    }
+}
+
+/// Whether an RDMA device on `netdev` has an active port (from sysfs).
+fn port_active_on(netdev: &str) -> bool {
+    let Ok(devices) = std::fs::read_dir("/sys/class/infiniband") else {
+        return false;
+    };
+    devices.flatten().any(|device| {
+        let ports = device.path().join("ports");
+        std::fs::read_dir(&ports).is_ok_and(|ports| {
+            ports.flatten().any(|port| {
+                let on_netdev =
+                    std::fs::read_dir(port.path().join("gid_attrs/ndevs")).is_ok_and(|entries| {
+                        entries.flatten().any(|entry| {
+                            std::fs::read_to_string(entry.path())
+                                .is_ok_and(|name| name.trim() == netdev)
+                        })
+                    });
+                on_netdev
+                    && std::fs::read_to_string(port.path().join("state"))
+                        .is_ok_and(|state| state.contains("ACTIVE"))
+            })
+        })
+    })
+}
+
+/// Runs a command; panics with its output unless it succeeds.
+#[track_caller]
+fn run(program: &str, args: &[&str]) {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {program}: {e}"));
+    assert!(
+        output.status.success(),
+        "`{program} {}` failed ({}): {}",
+        args.join(" "),
+        output.status,
+        String::from_utf8_lossy(&output.stderr).trim()
+    );
+}
+
+/// The next round number of `test` in this process.
+fn next_round(test: &str) -> u32 {
+    static ROUNDS: Mutex<Option<HashMap<String, u32>>> = Mutex::new(None);
+    let mut rounds = ROUNDS.lock().unwrap_or_else(|e| e.into_inner());
+    let round = rounds
+        .get_or_insert_with(HashMap::new)
+        .entry(test.to_string())
+        .or_insert(0);
+    *round += 1;
+    *round
+}
+
+/// `text` with every character but ASCII letters, digits, `_`, `-` and `.` replaced by `_`.
+fn file_safe(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Writes `name` in `dir` as a whole: to a temporary name first, then renamed, so that a reader
+/// on another node never sees it half written.
+#[track_caller]
+fn write_atomically(dir: &Path, name: &str, contents: &str) {
+    let temporary = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&temporary, contents)
+        .and_then(|()| std::fs::rename(&temporary, dir.join(name)))
+        .unwrap_or_else(|e| panic!("writing {name} in {}: {e}", dir.display()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_become_file_names() {
+        assert_eq!(file_safe("tests::rc write/read"), "tests__rc_write_read");
+        assert_eq!(file_safe("a-b.c_d"), "a-b.c_d");
+    }
+
+    #[test]
+    fn each_call_of_a_test_is_a_new_round() {
+        assert_eq!(next_round("x"), 1);
+        assert_eq!(next_round("x"), 2);
+        assert_eq!(next_round("y"), 1);
+    }
+}
