@@ -1,8 +1,53 @@
-//! Safe bindings to the RDMA connection manager (librdmacm).
+//! Safe bindings to the RDMA connection manager (librdmacm): IP addresses and ports instead of
+//! LIDs, GIDs and an out-of-band exchange; listen, accept, reject and connect with private
+//! data; the queue pairs are the typestate queue pairs of [`rdma_verbs`].
 //!
-//! This crate is being built; the connection manager API lands here after the verbs API of
-//! [`rdma_verbs`] it builds on.
+//! - [`EventChannel`]: where events are reported (a non-blocking descriptor, [`AsFd`](std::os::fd::AsFd)),
+//!   read as [`Event`]s, each acknowledged exactly once when dropped.
+//! - [`CmId`]: an identifier (the connection manager's socket): bind, resolve, listen,
+//!   connect, accept, reject, disconnect, migrate to another channel; its device's verbs
+//!   [`Context`](rdma_verbs::Context) and the queue pair attributes of its connection.
+//! - Blocking helpers for an identifier alone on its channel:
+//!   [`CmId::resolve`], [`CmId::connect_qp`], [`CmId::accept_qp`], [`CmId::wait_event`].
+//!
+//! A client:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use rdma_cm::{CmId, ConnParam, EventChannel, PortSpace};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let wait = Duration::from_secs(5);
+//! let channel = EventChannel::new()?;
+//! let id = CmId::new(&channel, PortSpace::Tcp)?;
+//! id.resolve("192.0.2.1:7174".parse()?, wait)?;
+//! let context = id.context()?;
+//! let pd = context.alloc_pd()?;
+//! let cq = context.create_cq(16)?;
+//! let qp = pd.qp_builder(&cq, &cq).build()?;
+//! let (qp, accepted_with) = id.connect_qp(qp, &ConnParam::new().private_data(b"hello")?, wait)?;
+//! // ... post on `qp` ...
+//! id.disconnect()?;
+//! # drop((qp, accepted_with));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The event model, the locking and why no drop order is unsafe: `docs/rdma-cm.md`.
 
 #![deny(missing_docs)]
 
+mod addr;
+mod blocking;
+mod channel;
+mod error;
+mod event;
+mod id;
+mod param;
+
+pub use channel::EventChannel;
+pub use error::{Error, Result};
+pub use event::{Event, EventKind};
+pub use id::{CmId, PortSpace};
+pub use param::{ConnParam, PeerParam};
 pub use rdma_verbs;

@@ -52,6 +52,9 @@ pub const ENV_CLUSTER_DIR: &str = "RDMA_TEST_CLUSTER_DIR";
 pub const ENV_NETDEV: &str = "RDMA_TEST_NETDEV";
 /// The bound of every wait, in seconds (default 120).
 pub const ENV_CLUSTER_WAIT: &str = "RDMA_TEST_CLUSTER_WAIT";
+/// The running test binary's name in the harness's `exit.<binary>.<node>` flags (set by
+/// `cargo xtask test --nodes`).
+pub const ENV_BINARY: &str = "RDMA_TEST_BINARY";
 
 /// How often a wait looks at the shared folder.
 const POLL: Duration = Duration::from_millis(20);
@@ -64,6 +67,10 @@ pub struct Cluster {
     addrs: Vec<IpAddr>,
     /// This test's (and this round's) folder inside the shared folder.
     dir: PathBuf,
+    /// The shared folder itself (the harness's `exit.<binary>.<node>` flags are there).
+    root: PathBuf,
+    /// This test binary's name, as the harness's flags name it.
+    binary: String,
     netdev: Option<String>,
     wait: Duration,
     barriers: AtomicU32,
@@ -125,12 +132,23 @@ impl Cluster {
         let test = file_safe(&test_name());
         let round = next_round(&test);
         let dir = root.join(test).join(round.to_string());
+        // The harness names each binary `package_target` in its flags (two packages may have a
+        // target of the same name); without it, the executable's name.
+        let binary = std::env::var(ENV_BINARY).unwrap_or_else(|_| {
+            test_name()
+                .split("::")
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        });
         std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
         Ok(Self {
             node,
             nodes,
             addrs,
             dir,
+            root,
+            binary,
             netdev: std::env::var(ENV_NETDEV).ok().filter(|s| !s.is_empty()),
             wait,
             barriers: AtomicU32::new(0),
@@ -166,17 +184,20 @@ impl Cluster {
     ///
     /// # Panics
     ///
-    /// When another node failed this test, or not every node arrived within the bound.
+    /// When another node failed this test or its test binary ended, or not every node arrived
+    /// within the bound.
     #[track_caller]
     pub fn barrier(&self, name: &str) {
         let seq = self.barriers.fetch_add(1, Ordering::Relaxed);
         let stem = format!("barrier-{seq:03}-{}", file_safe(name));
         write_atomically(&self.dir, &format!("{stem}.{}", self.node), "");
+        let deadline = Instant::now() + self.wait;
         for node in 0..self.nodes {
             self.wait_for(
                 &format!("{stem}.{node}"),
                 &format!("barrier `{name}`"),
                 node,
+                deadline,
             );
         }
     }
@@ -185,38 +206,54 @@ impl Cluster {
     ///
     /// # Panics
     ///
-    /// When the shared folder cannot be written.
+    /// When the shared folder cannot be written, or this node published `key` already in this
+    /// round (a second value would race with readers of the first).
     #[track_caller]
     pub fn publish(&self, key: &str, value: &str) {
-        write_atomically(
-            &self.dir,
-            &format!("value-{}.{}", file_safe(key), self.node),
-            value,
+        let file = format!("value-{}.{}", file_safe(key), self.node);
+        assert!(
+            !self.dir.join(&file).exists(),
+            "node {} published `{key}` twice in one round",
+            self.node
         );
+        write_atomically(&self.dir, &file, value);
     }
 
     /// Waits for node `node`'s value under `key`, and returns it.
     ///
     /// # Panics
     ///
-    /// When another node failed this test, or the value did not come within the bound.
+    /// When another node failed this test or its test binary ended, or the value did not come
+    /// within the bound.
     #[track_caller]
     pub fn fetch(&self, node: usize, key: &str) -> String {
+        self.fetch_by(node, key, Instant::now() + self.wait)
+    }
+
+    #[track_caller]
+    fn fetch_by(&self, node: usize, key: &str, deadline: Instant) -> String {
         let file = format!("value-{}.{node}", file_safe(key));
-        self.wait_for(&file, &format!("value `{key}`"), node);
+        self.wait_for(&file, &format!("value `{key}`"), node, deadline);
         std::fs::read_to_string(self.dir.join(&file))
             .unwrap_or_else(|e| panic!("reading {}: {e}", self.dir.join(&file).display()))
     }
 
-    /// Publishes `value` under `key` and returns every node's value under it, in node order.
+    /// Publishes `value` under `key` and returns every node's value under it, in node order
+    /// (all within one bound).
     #[track_caller]
     pub fn exchange(&self, key: &str, value: &str) -> Vec<String> {
         self.publish(key, value);
-        (0..self.nodes).map(|node| self.fetch(node, key)).collect()
+        let deadline = Instant::now() + self.wait;
+        (0..self.nodes)
+            .map(|node| self.fetch_by(node, key, deadline))
+            .collect()
     }
 
-    /// Adds `tc netem` to this node's interface (egress): for example `"loss 3%"` or
-    /// `"delay 2ms 1ms reorder 25%"`. The returned guard removes it.
+    /// Adds `tc netem` with `spec` (for example `"loss 3%"` or `"delay 2ms reorder 25% 50%"`)
+    /// to the RoCE v2 packets this node sends (UDP destination port 4791) and to nothing else,
+    /// so that address resolution is not disturbed and [`Netem::dropped`] counts RDMA packets
+    /// only: a `prio` qdisc at the root, the netem under its third band, and a `u32` filter
+    /// sending port 4791 there. The returned guard removes it all.
     ///
     /// # Panics
     ///
@@ -224,10 +261,28 @@ impl Cluster {
     #[track_caller]
     pub fn netem(&self, spec: &str) -> Netem {
         let netdev = self.netdev();
-        let mut args = vec!["qdisc", "replace", "dev", &netdev, "root", "netem"];
+        let dev = netdev.as_str();
+        run(
+            "tc",
+            &["qdisc", "add", "dev", dev, "root", "handle", "1:", "prio"],
+        );
+        let guard = Netem {
+            netdev: netdev.clone(),
+        };
+        let mut args = vec![
+            "qdisc", "add", "dev", dev, "parent", "1:3", "handle", "30:", "netem",
+        ];
         args.extend(spec.split_whitespace());
         run("tc", &args);
-        Netem { netdev }
+        run(
+            "tc",
+            &[
+                "filter", "add", "dev", dev, "protocol", "ip", "parent", "1:0", "prio", "1", "u32",
+                "match", "ip", "protocol", "17", "0xff", "match", "ip", "dport", "4791", "0xffff",
+                "flowid", "1:3",
+            ],
+        );
+        guard
     }
 
     /// Takes this node's interface down (`ip link set DEV down`). The returned guard brings it
@@ -250,11 +305,11 @@ impl Cluster {
             .unwrap_or_else(|| panic!("{ENV_NETDEV} names no interface for the fault helpers"))
     }
 
-    /// Waits until `file` exists in this round's folder; fails fast when another node marked
-    /// the test failed.
+    /// Waits until `file` exists in this round's folder, until `deadline`; fails fast when
+    /// another node marked the test failed or its test binary ended (the harness's
+    /// `exit.<binary>.<node>` flag: a crash, a kill, or a binary already past this test).
     #[track_caller]
-    fn wait_for(&self, file: &str, what: &str, from: usize) {
-        let deadline = Instant::now() + self.wait;
+    fn wait_for(&self, file: &str, what: &str, from: usize, deadline: Instant) {
         loop {
             if self.dir.join(file).exists() {
                 return;
@@ -264,6 +319,15 @@ impl Cluster {
                     panic!(
                         "node {node} failed this test (its output says why) while node {} \
                          waited for {what} of node {from}",
+                        self.node
+                    );
+                }
+                let ended = self.root.join(format!("exit.{}.{node}", self.binary));
+                if let Ok(code) = std::fs::read_to_string(&ended) {
+                    panic!(
+                        "node {node}'s test binary ended (exit {}) while node {} waited for \
+                         {what} of node {from}",
+                        code.trim(),
                         self.node
                     );
                 }
@@ -290,11 +354,34 @@ impl Drop for Cluster {
     }
 }
 
-/// A `tc netem` qdisc on the node's interface, removed on drop.
+/// `tc netem` on the node's RoCE v2 traffic, removed on drop.
 #[derive(Debug)]
 #[must_use = "the netem qdisc is removed when this guard drops"]
 pub struct Netem {
     netdev: String,
+}
+
+impl Netem {
+    /// Packets the netem qdisc dropped so far (its `tc -s` statistics): RoCE v2 packets only.
+    ///
+    /// # Panics
+    ///
+    /// When `tc` fails or prints no count for the qdisc.
+    #[track_caller]
+    pub fn dropped(&self) -> u64 {
+        let out = Command::new("tc")
+            .args(["-s", "qdisc", "show", "dev", &self.netdev])
+            .output()
+            .unwrap_or_else(|e| panic!("running tc: {e}"));
+        let text = String::from_utf8_lossy(&out.stdout);
+        // `qdisc netem 30: parent 1:3 limit ...` then ` Sent N bytes M pkt (dropped D, ...`.
+        text.split("qdisc ")
+            .find(|block| block.starts_with("netem 30:"))
+            .and_then(|block| block.split("dropped ").nth(1))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no drop count of the netem qdisc in:\n{text}"))
+    }
 }
 
 impl Drop for Netem {
@@ -302,8 +389,10 @@ impl Drop for Netem {
         let status = Command::new("tc")
             .args(["qdisc", "del", "dev", &self.netdev, "root"])
             .status();
-        if !status.is_ok_and(|s| s.success()) {
-            eprintln!("warning: removing netem from {} failed", self.netdev);
+        // A netem left behind would make the next test's link lossy: that must not pass
+        // unnoticed (unless this test is failing already).
+        if !status.is_ok_and(|s| s.success()) && !std::thread::panicking() {
+            panic!("removing netem from {} failed", self.netdev);
         }
     }
 }
@@ -326,21 +415,28 @@ impl Drop for LinkDown {
         let up = Command::new("ip")
             .args(["link", "set", &self.netdev, "up"])
             .status();
+        let mut failure = None;
         if !up.is_ok_and(|s| s.success()) {
-            eprintln!("warning: `ip link set {} up` failed", self.netdev);
-            return;
-        }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if port_active_on(&self.netdev) {
-                return;
+            failure = Some(format!("`ip link set {} up` failed", self.netdev));
+        } else {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !port_active_on(&self.netdev) {
+                if Instant::now() > deadline {
+                    failure = Some(format!(
+                        "no RDMA port on {} became active within 30 s",
+                        self.netdev
+                    ));
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
             }
-            std::thread::sleep(Duration::from_millis(100));
         }
-        eprintln!(
-            "warning: no RDMA port on {} became active within 30 s",
-            self.netdev
-        );
+        // A link left down would fail (or skew) the next tests: not silently.
+        if let Some(failure) = failure {
+            if !std::thread::panicking() {
+                panic!("{failure}");
+            }
+        }
     }
 }
 

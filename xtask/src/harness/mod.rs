@@ -170,7 +170,8 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
                     .and_then(|n| n.parse::<usize>().ok())
                     .filter(|n| (2..=nodes::MAX_NODES).contains(n))
                     .ok_or(format!(
-                        "--nodes takes a node count from 2 to {}",
+                        "--nodes takes a node count of 2 (up to {}: the suite's tests pair \
+                         node 0 with node 1)",
                         nodes::MAX_NODES
                     ))?;
                 options.nodes = Some(count);
@@ -480,8 +481,8 @@ mod tests {
         let options = parse_options(&strings(&["--vm", "--repeat", "5", "--", "rc_", "--exact"]))
             .expect("valid options");
         assert_eq!(options.nodes, None);
-        let nodes = parse_options(&strings(&["--nodes", "3"])).expect("--nodes");
-        assert_eq!(nodes.nodes, Some(3));
+        let nodes = parse_options(&strings(&["--nodes", "2"])).expect("--nodes");
+        assert_eq!(nodes.nodes, Some(2));
         assert!(options.force_vm && !options.force_host && !options.skip_doc);
         assert_eq!(options.repeat, Some(5));
         assert_eq!(options.test_args, strings(&["rc_", "--exact"]));
@@ -493,7 +494,7 @@ mod tests {
             &["--vm", "--host"],
             &["--nodes"],
             &["--nodes", "1"],
-            &["--nodes", "5"],
+            &["--nodes", "3"],
             &["--nodes", "2", "--host"],
             &["--bogus"],
         ] {

@@ -9,7 +9,10 @@
 //!   cannot check, `unsupported` of one the device has, a justified `unsupported`, a test that
 //!   aborts the process, and one that therefore never runs;
 //! - `hang`: one test that passes, then one that never ends, so the watchdog must stop the VM;
-//! - `after`: never starts.
+//! - `after`: never starts;
+//! - `multinode` (a second part, on two nodes): one test that passes on both, one that fails on
+//!   node 1 only, one during which node 1 aborts while node 0 waits at a barrier, one that
+//!   therefore never runs on node 1.
 //!
 //! It succeeds only if the harness judged every planted case as expected, failed the run for
 //! the watchdog, and left no process of the VM behind.
@@ -59,6 +62,21 @@ const EXPECTED: &[Expected] = &[
     },
 ];
 
+/// What the multi-node part must conclude about `fixture/multinode`, run on two nodes.
+const MULTINODE: Expected = Expected {
+    binary: "fixture/multinode",
+    passed: 1,
+    failed: &[
+        ("b_fails_on_node_1_only", "node 1: FAILED"),
+        (
+            "c_node_1_dies_while_node_0_waits",
+            "node 0: FAILED; node 1: started but never finished: the binary was killed by signal 6",
+        ),
+        ("d_never_runs_on_node_1", "node 1: did not run"),
+    ],
+    skipped: &[],
+};
+
 /// Test-support's own records of the two refused `unsupported` calls: `(test, phrase)`.
 const REFUSED: &[(&str, &str)] = &[
     (
@@ -83,6 +101,11 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
         &["--locked"],
         &[("CARGO_TARGET_DIR", &target.to_string_lossy())],
     )?;
+    let multinode = built
+        .iter()
+        .find(|b| b.name == MULTINODE.binary)
+        .cloned()
+        .ok_or_else(|| format!("the fixture has no test binary {}", MULTINODE.binary))?;
     let mut device = Vec::new();
     for wanted in EXPECTED {
         let binary = built
@@ -173,10 +196,13 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
         }
         None => wrong.push("the fixture did not run in a VM".to_string()),
     }
+    // Two VMs on two cores boot more slowly than one: a bound of its own.
+    multinode_part(root, multinode, Duration::from_secs(300), &mut wrong)?;
     if wrong.is_empty() {
         println!(
-            "harness-selftest: ok: the watchdog stopped the hung VM (process group {} gone) and \
-             the verdict caught every planted failure ({})",
+            "harness-selftest: ok: the watchdog stopped the hung VM (process group {} gone), \
+             the verdict caught every planted failure ({}), and the multi-node verdict caught a \
+             test failing on one node and a node dying mid-test",
             executed.vms.first().map_or(0, |vm| vm.leader),
             tally.line()
         );
@@ -187,6 +213,51 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
             wrong.join("\n  ")
         ))
     }
+}
+
+/// The multi-node part: `fixture/multinode` on two nodes. Node 1 fails one test and aborts in
+/// the next while node 0 waits for it at a barrier: node 0 must fail that test because node
+/// 1's binary ended (the harness's exit flag), not by waiting out its bound, and the merged
+/// verdict must name each node's reason.
+fn multinode_part(
+    root: &Path,
+    binary: super::build::TestBinary,
+    timeout: Duration,
+    wrong: &mut Vec<String>,
+) -> Result<(), String> {
+    let plan = Plan {
+        device: vec![binary],
+        host: Vec::new(),
+        doc: false,
+        test_args: Vec::new(),
+        repeat: None,
+        place: Place::Vm,
+        timeout,
+    };
+    println!("harness-selftest: running the planted multi-node failures on 2 nodes");
+    let started = Instant::now();
+    let executed = super::nodes::execute(root, &plan, 2)?;
+    print_summary(&executed, started.elapsed());
+    match executed
+        .verdict
+        .binaries
+        .iter()
+        .find(|b| b.name == MULTINODE.binary)
+    {
+        Some(got) => check_binary(&MULTINODE, got, wrong),
+        None => wrong.push(format!("{}: no verdict", MULTINODE.binary)),
+    }
+    let node0 = executed.vms.first().map_or("", |vm| vm.log.as_str());
+    if !node0.contains("node 1's test binary ended (exit 134)") {
+        wrong.push(
+            "node 0 did not fail c_node_1_dies_while_node_0_waits for node 1's exit flag"
+                .to_string(),
+        );
+    }
+    if executed.vms.len() != 2 || executed.vms.iter().any(|vm| vm.timed_out.is_some()) {
+        wrong.push("the two nodes' VMs did not both finish".to_string());
+    }
+    Ok(())
 }
 
 fn check_binary(wanted: &Expected, got: &BinaryVerdict, wrong: &mut Vec<String>) {

@@ -341,8 +341,24 @@ pub(crate) fn guest_script(
 ) -> String {
     let mut script = guest_prelude();
     script.push_str(&format!("export RDMA_TEST_ADDR={GUEST_ADDR}\n"));
-    script.push_str(&test_runs(binaries, report, statuses, test_args, repeat));
+    script.push_str(&test_runs(
+        binaries,
+        report,
+        statuses,
+        test_args,
+        repeat,
+        &RunHooks::default(),
+    ));
     script
+}
+
+/// Shell run inside the guest's `run` function around each test binary (the multi-node mode
+/// meets the other nodes before each binary and says when one ended): `before` runs after
+/// `name=` is set, `after` after `code=` is set.
+#[derive(Debug, Default)]
+pub(crate) struct RunHooks {
+    pub(crate) before: String,
+    pub(crate) after: String,
 }
 
 /// The part of a guest script after the device set-up: run every test binary in turn, each
@@ -354,6 +370,7 @@ pub(crate) fn test_runs(
     statuses: &Path,
     test_args: &[String],
     repeat: Option<u32>,
+    hooks: &RunHooks,
 ) -> String {
     let mut script = String::new();
     if let Some(count) = repeat {
@@ -365,10 +382,10 @@ export RDMA_TEST_REPORT={report}
 export RUST_BACKTRACE=0
 run() {{
     name=$1; dir=$2; shift 2
-    echo "guest: ==> $name"
+{before}    echo "guest: ==> $name"
     (cd "$dir" && CARGO_MANIFEST_DIR="$dir" timeout --kill-after=10 900 "$@")
     code=$?
-    echo "$code $name" >> {statuses}
+{after}    echo "$code $name" >> {statuses}
     # A binary that died mid-line leaves `test NAME ... ` unterminated.
     echo
     echo "guest: <== $name exit $code"
@@ -376,6 +393,8 @@ run() {{
 "#,
         report = shell_quote(&report.to_string_lossy()),
         statuses = shell_quote(&statuses.to_string_lossy()),
+        before = hooks.before,
+        after = hooks.after,
     ));
     let extra: Vec<String> = test_args.iter().map(|a| shell_quote(a)).collect();
     for binary in binaries {

@@ -1,0 +1,144 @@
+//! Blocking helpers for an identifier alone on its channel: resolve, connect and accept a
+//! typestate queue pair of `rdma-verbs`.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use rdma_verbs::{QpStateKind, QueuePair, Rc, Reset, Rts};
+
+use crate::error::{Error, Result};
+use crate::event::{Event, EventKind};
+use crate::id::CmId;
+use crate::param::ConnParam;
+
+impl CmId {
+    /// Waits (at most `timeout`) for the next event of this identifier's channel, which must
+    /// be a `kind` event about this identifier.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`]; [`Error::Event`] when another kind came (a rejection, an error:
+    /// its status and private data are in the error); [`Error::OtherIdentifier`] when the
+    /// event was about another identifier of the channel (it is acknowledged and lost: these
+    /// helpers are for an identifier alone on its channel).
+    pub fn wait_event(&self, kind: EventKind, timeout: Duration) -> Result<Event> {
+        let event = self
+            .channel()
+            .get_event(Some(timeout))?
+            .ok_or(Error::Timeout {
+                expected: kind,
+                waited: timeout,
+            })?;
+        if !event.is_for(self) {
+            return Err(Error::OtherIdentifier {
+                expected: kind,
+                event: event.kind(),
+            });
+        }
+        if event.kind() != kind {
+            return Err(event.into_error(kind));
+        }
+        Ok(event)
+    }
+
+    /// Resolves `dst`'s address and the route to it: [`resolve_addr`](Self::resolve_addr),
+    /// `AddrResolved`, [`resolve_route`](Self::resolve_route), `RouteResolved`, each bounded
+    /// by `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// As the calls and [`wait_event`](Self::wait_event) (an unreachable address is an
+    /// [`Error::Event`] with `AddrError` and a negative errno).
+    pub fn resolve(&self, dst: SocketAddr, timeout: Duration) -> Result<()> {
+        self.resolve_addr(None, dst, timeout)?;
+        // librdmacm's own timer ends the resolution; the wait allows it a margin.
+        let bound = timeout.saturating_add(MARGIN);
+        drop(self.wait_event(EventKind::AddrResolved, bound)?);
+        self.resolve_route(timeout)?;
+        drop(self.wait_event(EventKind::RouteResolved, bound)?);
+        Ok(())
+    }
+
+    /// Connects `qp` (an RC queue pair in RESET, made on this identifier's
+    /// [`context`](Self::context), after [`resolve`](Self::resolve)): INIT, `rdma_connect`
+    /// with `param`, the `ConnectResponse`, RTR and RTS with the connection's attributes, and
+    /// `rdma_establish`. Returns the queue pair in RTS and the private data of the peer's
+    /// accept.
+    ///
+    /// # Errors
+    ///
+    /// As the calls; a refusal is [`Error::Event`] (`Rejected` with the peer's private data,
+    /// `Unreachable`, `ConnectError`), within `timeout`. The queue pair is destroyed on
+    /// failure.
+    pub fn connect_qp(
+        &self,
+        qp: QueuePair<Rc, Reset>,
+        param: &ConnParam,
+        timeout: Duration,
+    ) -> Result<(QueuePair<Rc, Rts>, Vec<u8>)> {
+        let qp = qp
+            .into_init_with(&self.init_qp_attr(QpStateKind::Init)?)
+            .map_err(|e| e.into_parts().1)?;
+        self.connect(&param.clone().qp_num(qp.qp_num()))?;
+        let response = self.wait_event(EventKind::ConnectResponse, timeout)?;
+        let private_data = response.private_data().to_vec();
+        drop(response);
+        let ready = self.init_qp_attr(QpStateKind::Rtr).and_then(|rtr| {
+            let qp = qp.into_rtr_with(&rtr).map_err(|e| e.into_parts().1)?;
+            let rts = self.init_qp_attr(QpStateKind::Rts)?;
+            Ok(qp.into_rts_with(&rts).map_err(|e| e.into_parts().1)?)
+        });
+        match ready {
+            Ok(qp) => {
+                self.establish()?;
+                Ok((qp, private_data))
+            }
+            Err(error) => {
+                // The peer accepted and waits for the connection: refuse it rather than leave
+                // it waiting for its timeout (best effort: the error above is the one to report).
+                let _ = self.reject(&[]);
+                Err(error)
+            }
+        }
+    }
+
+    /// Accepts the connect request this identifier came with (from
+    /// [`Event::take_id`](crate::Event::take_id)) on `qp` (an RC queue pair in RESET, made on
+    /// this identifier's [`context`](Self::context)): INIT, RTR and RTS with the connection's
+    /// attributes, `rdma_accept` with `param`, then waits for `Established`.
+    ///
+    /// # Errors
+    ///
+    /// As the calls and [`wait_event`](Self::wait_event); the queue pair is destroyed on
+    /// failure.
+    pub fn accept_qp(
+        &self,
+        qp: QueuePair<Rc, Reset>,
+        param: &ConnParam,
+        timeout: Duration,
+    ) -> Result<QueuePair<Rc, Rts>> {
+        let qp = qp
+            .into_init_with(&self.init_qp_attr(QpStateKind::Init)?)
+            .map_err(|e| e.into_parts().1)?
+            .into_rtr_with(&self.init_qp_attr(QpStateKind::Rtr)?)
+            .map_err(|e| e.into_parts().1)?
+            .into_rts_with(&self.init_qp_attr(QpStateKind::Rts)?)
+            .map_err(|e| e.into_parts().1)?;
+        self.accept(&param.clone().qp_num(qp.qp_num()))?;
+        match self.wait_event(EventKind::Established, timeout) {
+            Ok(established) => {
+                drop(established);
+                Ok(qp)
+            }
+            Err(error) => {
+                // The queue pair goes with the error: end the connection too, should it still
+                // be completing (best effort).
+                let _ = self.disconnect();
+                Err(error)
+            }
+        }
+    }
+}
+
+/// What a wait allows beyond librdmacm's own timeout.
+const MARGIN: Duration = Duration::from_secs(5);

@@ -1,0 +1,95 @@
+//! Helpers shared by the connection-manager tests.
+
+#![allow(dead_code)] // each test binary uses a different part
+#![allow(unreachable_pub)]
+
+use std::time::{Duration, Instant};
+
+use rdma_cm::CmId;
+use rdma_cm::rdma_verbs::{
+    BufferPool, Completion, CompletionQueue, OwnedSend, QueuePair, Rc, Reset, Rts, WcOpcode,
+    WcStatus,
+};
+
+/// Bound of every wait for an event or a completion.
+pub const WAIT: Duration = Duration::from_secs(20);
+pub const SIZE: usize = 4096;
+
+pub fn pattern(seed: u8) -> Vec<u8> {
+    (0..SIZE)
+        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
+        .collect()
+}
+
+/// A queue pair on `id`'s device, with a completion queue and a pool of `SIZE` buffers.
+pub fn endpoint(id: &CmId) -> (QueuePair<Rc, Reset>, CompletionQueue, BufferPool) {
+    let context = id.context().expect("the identifier's device");
+    let pd = context.alloc_pd().expect("ibv_alloc_pd");
+    let cq = context.create_cq(16).expect("ibv_create_cq");
+    let qp = pd.qp_builder(&cq, &cq).build().expect("ibv_create_qp");
+    let pool = BufferPool::new(&pd, 4, SIZE).expect("buffers");
+    (qp, cq, pool)
+}
+
+pub fn reap(cq: &mut CompletionQueue, what: &str) -> Completion {
+    let deadline = Instant::now() + WAIT;
+    let mut got = None;
+    while got.is_none() {
+        cq.poll_each(1, |c| got = Some(c)).expect("ibv_poll_cq");
+        assert!(
+            Instant::now() < deadline,
+            "{what}: no completion in {WAIT:?}"
+        );
+    }
+    got.unwrap()
+}
+
+pub fn send(qp: &mut QueuePair<Rc, Rts>, pool: &BufferPool, seed: u8) {
+    let mut buf = pool.take().expect("a buffer");
+    buf.fill_from(&pattern(seed)).unwrap();
+    qp.post_send_owned(OwnedSend::send(buf).tag(u64::from(seed)))
+        .expect("post the send");
+}
+
+pub fn received(cq: &mut CompletionQueue, seed: u8, what: &str) {
+    let mut done = reap(cq, what);
+    assert_eq!(
+        (done.status(), done.wc().opcode()),
+        (WcStatus::Success, WcOpcode::Recv),
+        "{what}: {:?}",
+        done.wc()
+    );
+    assert_eq!(
+        &done.take_buf().unwrap()[..],
+        &pattern(seed)[..],
+        "{what}: the bytes"
+    );
+}
+
+pub fn sent(cq: &mut CompletionQueue, what: &str) {
+    let done = reap(cq, what);
+    assert_eq!(
+        (done.status(), done.wc().opcode()),
+        (WcStatus::Success, WcOpcode::Send),
+        "{what}: {:?}",
+        done.wc()
+    );
+}
+
+/// The private data an event carried: `sent` first, zeros after it.
+pub fn assert_private(got: &[u8], sent: &[u8], what: &str) {
+    assert!(
+        got.len() >= sent.len() && &got[..sent.len()] == sent,
+        "{what}: private data {got:?}"
+    );
+    assert!(
+        got[sent.len()..].iter().all(|&b| b == 0),
+        "{what}: padding {got:?}"
+    );
+}
+
+/// A line on the real stderr (libtest keeps a passing test's `eprintln!` to itself).
+pub fn note(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "NOTE: {line}");
+}

@@ -1,0 +1,391 @@
+//! The connection manager on the device: connect, exchange, disconnect; reject with private
+//! data; nothing listening; an address that does not resolve; migrating an identifier; drop
+//! orders. The server and the client run in two threads of one process, each with its own
+//! event channel, connecting through the test device's address (`RDMA_TEST_ADDR`, from its
+//! GID otherwise).
+
+mod common;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+use rdma_cm::rdma_verbs::{BufferPool, CompletionQueue, QpStateKind, QueuePair, Rc, Rts};
+use rdma_cm::{CmId, ConnParam, Error, Event, EventChannel, EventKind, PortSpace};
+
+fn device_addr() -> Option<IpAddr> {
+    let device = rdma_test_support::device()?;
+    Some(
+        device
+            .addr
+            .expect("the test device's interface has an IP address (RDMA_TEST_ADDR)"),
+    )
+}
+
+/// The connection manager identifiers of this process the kernel knows (`rdma resource show
+/// cm_id`): a count that does not depend on this crate's bookkeeping.
+fn kernel_cm_ids() -> usize {
+    let out = std::process::Command::new("rdma")
+        .args(["resource", "show", "cm_id"])
+        .output()
+        .expect("run `rdma resource show cm_id`");
+    assert!(out.status.success(), "{:?}", out);
+    let pid = format!("pid {} ", std::process::id());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|line| line.contains(&pid))
+        .count()
+}
+
+/// Waits (bounded) until the kernel's count of this process's identifiers is `want`.
+fn assert_cm_ids(want: usize, what: &str) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let got = kernel_cm_ids();
+        if got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the kernel still has {got} identifiers of this process, expected {want}"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A listener on the device's address, on a free port.
+fn listener(addr: IpAddr) -> (EventChannel, CmId, SocketAddr) {
+    let channel = EventChannel::new().expect("rdma_create_event_channel");
+    let id = CmId::new(&channel, PortSpace::Tcp).expect("rdma_create_id");
+    id.bind_addr(SocketAddr::new(addr, 0))
+        .expect("rdma_bind_addr");
+    id.listen(4).expect("rdma_listen");
+    let local = id.local_addr().expect("a bound address");
+    assert_eq!(local.ip(), addr);
+    assert_ne!(local.port(), 0, "a port was assigned");
+    (channel, id, local)
+}
+
+/// Waits on the server's listener for the next connect request.
+fn next_request(listener: &CmId) -> Event {
+    let event = listener
+        .wait_event(EventKind::ConnectRequest, WAIT)
+        .expect("a connect request");
+    assert!(event.is_for(listener));
+    assert!(event.listener().expect("a listener").same_as(listener));
+    event
+}
+
+/// A client connecting to `server` with `hello`; returns its identifier, queue pair, queue,
+/// pool and the accept's private data (or the error).
+type Connected = (
+    CmId,
+    QueuePair<Rc, Rts>,
+    CompletionQueue,
+    BufferPool,
+    Vec<u8>,
+);
+
+fn client(server: SocketAddr, hello: &[u8]) -> Result<Connected, Error> {
+    let channel = EventChannel::new()?;
+    let id = CmId::new(&channel, PortSpace::Tcp)?;
+    id.resolve(server, WAIT)?;
+    assert_eq!(id.peer_addr(), Some(server));
+    let (qp, cq, pool) = endpoint(&id);
+    let (qp, accepted) = id.connect_qp(qp, &ConnParam::new().private_data(hello)?, WAIT)?;
+    Ok((id, qp, cq, pool, accepted))
+}
+
+/// Connect with private data both ways, a SEND each way with every byte checked, then the
+/// client disconnects and both sides see `Disconnected`; afterwards the kernel holds no
+/// identifier of this process.
+#[test]
+fn connect_exchange_and_disconnect() {
+    let Some(addr) = device_addr() else { return };
+    let before = kernel_cm_ids();
+    let (_channel, listen_id, local) = listener(addr);
+    let (tx, rx) = mpsc::channel();
+    let server = thread::spawn(move || {
+        let mut request = next_request(&listen_id);
+        assert_private(
+            request.private_data(),
+            b"hello from the client",
+            "connect request",
+        );
+        assert_eq!(
+            request.private_data().len(),
+            56,
+            "a REQ's private data field"
+        );
+        let peer = request.peer_param().expect("connection parameters");
+        assert_ne!(peer.qp_num, 0, "the client's queue pair number");
+        let id = request.take_id().expect("the new identifier");
+        assert!(request.take_id().is_none(), "taken once");
+        drop(request);
+        assert_eq!(id.local_addr(), Some(local));
+        let (qp, mut cq, pool) = endpoint(&id);
+        let mut qp = id
+            .accept_qp(
+                qp,
+                &ConnParam::new().private_data(b"welcome").unwrap(),
+                WAIT,
+            )
+            .expect("accept");
+        // The client's SEND may come first: RNR retries (7, infinite) cover it.
+        qp.post_recv_buf(pool.take().unwrap(), 1).unwrap();
+        assert_eq!(qp.query_state().unwrap(), QpStateKind::Rts);
+        tx.send(peer.qp_num).unwrap();
+        received(&mut cq, 7, "server: the client's SEND");
+        send(&mut qp, &pool, 9);
+        sent(&mut cq, "server: its SEND");
+        let gone = id
+            .wait_event(EventKind::Disconnected, WAIT)
+            .expect("the client's disconnect");
+        assert_eq!(gone.status(), 0);
+    });
+    let (id, mut qp, mut cq, pool, accepted) =
+        client(local, b"hello from the client").expect("connect");
+    assert_private(&accepted, b"welcome", "accept");
+    assert_eq!(
+        rx.recv_timeout(WAIT).expect("the server accepted"),
+        qp.qp_num(),
+        "the server saw this queue pair's number"
+    );
+    qp.post_recv_buf(pool.take().unwrap(), 2).unwrap();
+    send(&mut qp, &pool, 7);
+    sent(&mut cq, "client: its SEND");
+    received(&mut cq, 9, "client: the server's SEND");
+    id.disconnect().expect("rdma_disconnect");
+    drop(
+        id.wait_event(EventKind::Disconnected, WAIT)
+            .expect("its own Disconnected"),
+    );
+    server.join().expect("the server thread");
+    drop((qp, cq, pool, id));
+    assert_cm_ids(before, "after both sides are gone");
+}
+
+/// The server rejects with private data: the client's connect fails with `Rejected`, status
+/// 28 (consumer defined), and carries the bytes.
+#[test]
+fn reject_carries_private_data_to_the_client() {
+    let Some(addr) = device_addr() else { return };
+    let before = kernel_cm_ids();
+    let (_channel, listen_id, local) = listener(addr);
+    let server = thread::spawn(move || {
+        let mut request = next_request(&listen_id);
+        let id = request.take_id().unwrap();
+        id.reject(b"not today: 42").expect("rdma_reject");
+    });
+    let error = client(local, b"let me in").expect_err("the connect fails");
+    match &error {
+        Error::Event {
+            expected,
+            event,
+            status,
+            private_data,
+        } => {
+            assert_eq!(*expected, EventKind::ConnectResponse);
+            assert_eq!(*event, EventKind::Rejected, "{error}");
+            assert_eq!(*status, 28, "IB_CM_REJ_CONSUMER_DEFINED");
+            assert_private(private_data, b"not today: 42", "reject");
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    server.join().unwrap();
+    assert_cm_ids(before, "after the rejection");
+    // Too much private data is refused before anything is sent.
+    assert!(matches!(
+        ConnParam::new().private_data(&[0; 256]),
+        Err(Error::PrivateDataTooLong { len: 256 })
+    ));
+}
+
+/// A connect to a port nobody listens on is refused by the peer's connection manager, within
+/// the bound.
+#[test]
+fn connect_to_a_port_nobody_listens_on_is_rejected() {
+    let Some(addr) = device_addr() else { return };
+    // A port that was free a moment ago: bound and released.
+    let (channel, id, local) = listener(addr);
+    drop((id, channel));
+    let started = Instant::now();
+    let error = client(local, b"anyone?").expect_err("the connect fails");
+    note(&format!(
+        "nothing listening: {error} after {:?}",
+        started.elapsed()
+    ));
+    assert_eq!(error.event(), Some(EventKind::Rejected), "{error}");
+    let Error::Event { status, .. } = error else {
+        unreachable!()
+    };
+    assert_eq!(status, 8, "IB_CM_REJ_INVALID_SERVICE_ID");
+}
+
+/// An address no interface has a route to (TEST-NET-1): `rdma_resolve_addr` itself fails with
+/// `ENETUNREACH`, at once. (An address on the device's subnet would resolve here: the dummy
+/// interface needs no ARP. The multi-node suite resolves a host that does not answer ARP.)
+#[test]
+fn an_address_without_a_route_does_not_resolve() {
+    let Some(_) = device_addr() else { return };
+    let channel = EventChannel::new().unwrap();
+    let id = CmId::new(&channel, PortSpace::Tcp).unwrap();
+    let nowhere: SocketAddr = "192.0.2.1:7174".parse().unwrap();
+    match id.resolve(nowhere, Duration::from_secs(2)) {
+        Err(Error::Call { call, errno }) => {
+            assert_eq!(call, "rdma_resolve_addr");
+            assert_eq!(errno.raw(), libc::ENETUNREACH, "{errno}");
+        }
+        other => panic!("expected rdma_resolve_addr to fail, got {other:?}"),
+    }
+    assert!(
+        channel.try_get_event().unwrap().is_none(),
+        "no event after a failed call"
+    );
+}
+
+/// An identifier migrated to another channel reports its later events there.
+#[test]
+fn migrated_identifier_reports_on_its_new_channel() {
+    let Some(addr) = device_addr() else { return };
+    let (listen_channel, listen_id, local) = listener(addr);
+    let (tx, rx) = mpsc::channel::<()>();
+    let server = thread::spawn(move || {
+        let mut request = next_request(&listen_id);
+        let id = request.take_id().unwrap();
+        drop(request);
+        let (qp, _cq, _pool) = endpoint(&id);
+        let qp = id.accept_qp(qp, &ConnParam::new(), WAIT).expect("accept");
+        // Now move the connection's identifier to a channel of its own.
+        let own = EventChannel::new().unwrap();
+        id.migrate(&own).expect("rdma_migrate_id");
+        assert!(id.channel().same_as(&own));
+        tx.send(()).unwrap();
+        let gone = own
+            .get_event(Some(WAIT))
+            .unwrap()
+            .expect("Disconnected on the new channel");
+        assert_eq!(gone.kind(), EventKind::Disconnected);
+        assert!(gone.is_for(&id));
+        drop(gone);
+        assert!(
+            listen_channel.try_get_event().unwrap().is_none(),
+            "nothing on the old channel"
+        );
+        drop(qp);
+    });
+    let (id, qp, _cq, _pool, _) = client(local, b"").expect("connect");
+    rx.recv_timeout(WAIT).expect("the server migrated");
+    id.disconnect().unwrap();
+    drop(id.wait_event(EventKind::Disconnected, WAIT).unwrap());
+    server.join().unwrap();
+    drop(qp);
+}
+
+/// Hostile drop orders: the listener's last handle dropped while a connect request to it is
+/// held (destroying it then would wait forever); the channel handle dropped before the
+/// identifiers; the identifier handle dropped before its queue pair, which still works. Each
+/// ends with no identifier left in the kernel.
+#[test]
+fn no_drop_order_hangs_or_leaks() {
+    let Some(addr) = device_addr() else { return };
+    let before = kernel_cm_ids();
+    let (channel, listen_id, local) = listener(addr);
+    let (tx, rx) = mpsc::channel();
+    let server = thread::spawn(move || {
+        let mut request = next_request(&listen_id);
+        // The last handles of the listener and its channel go; the held event keeps both.
+        drop(listen_id);
+        drop(channel);
+        assert_private(request.private_data(), b"order", "still readable");
+        let id = request.take_id().unwrap();
+        let (qp, cq, pool) = endpoint(&id);
+        // The identifier's last handle goes before its queue pair: the context keeps it.
+        let qp = id.accept_qp(qp, &ConnParam::new(), WAIT).expect("accept");
+        drop(request);
+        tx.send(()).unwrap();
+        (id, qp, cq, pool)
+    });
+    let (id, mut qp, mut cq, pool, _) = client(local, b"order").expect("connect");
+    rx.recv_timeout(WAIT).unwrap();
+    let (server_id, mut server_qp, mut server_cq, server_pool) = server.join().unwrap();
+    drop(server_id);
+    server_qp
+        .post_recv_buf(server_pool.take().unwrap(), 1)
+        .unwrap();
+    drop(id);
+    send(&mut qp, &pool, 3);
+    sent(&mut cq, "a SEND after both identifier handles are gone");
+    received(&mut server_cq, 3, "the server's receive");
+    drop((qp, cq, pool));
+    drop((server_qp, server_cq, server_pool));
+    assert_cm_ids(before, "after every handle, event and queue pair is gone");
+}
+
+/// Calls librdmacm would run into a null device with (`rdma_resolve_route`, `rdma_connect`,
+/// `rdma_accept` before the identifier is bound to one) are refused with `NoDevice`; a
+/// listener is not migrated, nor an identifier with an event held; a channel whose descriptor
+/// someone made blocking again through `AsFd` still waits only as long as asked.
+#[test]
+fn misuse_is_refused_not_crashed() {
+    use std::os::fd::AsRawFd;
+    let Some(addr) = device_addr() else { return };
+    let channel = EventChannel::new().unwrap();
+    let id = CmId::new(&channel, PortSpace::Tcp).unwrap();
+    assert!(matches!(
+        id.connect(&ConnParam::new()),
+        Err(Error::NoDevice)
+    ));
+    assert!(matches!(id.accept(&ConnParam::new()), Err(Error::NoDevice)));
+    assert!(matches!(id.resolve_route(WAIT), Err(Error::NoDevice)));
+    assert!(matches!(id.context(), Err(Error::NoDevice)));
+    assert!(id.local_addr().is_none() && id.peer_addr().is_none());
+
+    let (_listen_channel, listener, _) = listener(addr);
+    let other = EventChannel::new().unwrap();
+    assert!(matches!(
+        listener.migrate(&other),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(listener.channel().same_as(&_listen_channel));
+
+    // Clear O_NONBLOCK behind the crate's back (what any `AsFd` user could do).
+    let fd = channel.as_raw_fd();
+    // SAFETY: fcntl on a descriptor the channel keeps open.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        assert!(libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) == 0);
+    }
+    let started = Instant::now();
+    assert!(
+        channel
+            .get_event(Some(Duration::from_millis(200)))
+            .unwrap()
+            .is_none()
+    );
+    assert!(channel.try_get_event().unwrap().is_none());
+    assert!(started.elapsed() < WAIT, "it did not block");
+    // SAFETY: as above.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    assert_ne!(flags & libc::O_NONBLOCK, 0, "set again");
+    // A timeout too long to add to the clock is no timeout, not a panic.
+    id.resolve_addr(None, SocketAddr::new(addr, 7174), WAIT)
+        .unwrap();
+    let resolved = channel
+        .get_event(Some(Duration::MAX))
+        .unwrap()
+        .expect("an event");
+    assert_eq!(resolved.kind(), EventKind::AddrResolved);
+    assert!(resolved.is_for(&id));
+    // While the event is held, the identifier is not migrated (librdmacm would wait for its
+    // acknowledgement forever); once it is dropped, it is.
+    match id.migrate(&other) {
+        Err(Error::EventsHeld { count: 1, .. }) => {}
+        other => panic!("migrating with an event held: {other:?}"),
+    }
+    drop(resolved);
+    id.migrate(&other).expect("rdma_migrate_id");
+    assert!(id.channel().same_as(&other));
+}
