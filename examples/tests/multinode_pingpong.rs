@@ -12,7 +12,9 @@ use std::io::Write;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{finish_within, free_port, listening, safe_example};
+use common::{
+    cm_listening, finish_within, free_port, listening, rping_text, safe_example, show, text,
+};
 use matrix::{Config, DEADLINE, RC, SRQ, Side, UC, UD, check_results, program, qpn};
 use rdma_test_support::{Cluster, TestDevice};
 
@@ -23,19 +25,6 @@ fn setup() -> Option<(TestDevice, Cluster)> {
     let device = rdma_test_support::device()?;
     let cluster = rdma_test_support::cluster()?;
     Some((device, cluster))
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn show(out: &Output) -> String {
-    format!(
-        "({})\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    )
 }
 
 /// Starts `command` as the server on node 0 (on a port it picks and publishes), and as the
@@ -281,4 +270,85 @@ fn atomic_counter_across_hosts() {
         "lock taken, counter 500 -> 700, lock released"
     };
     assert!(text(&out.stdout).contains(expected), "{}", show(&out));
+}
+
+/// `rping` between hosts through the connection manager (address and route resolved across
+/// the segment): the server on node 0, the client on node 1, C and Rust both ways; every ping's
+/// data line checked on both sides, the client validating every byte (`-V`).
+fn rping_across(server: Side, client: Side) {
+    let Some((_device, c)) = setup() else { return };
+    let program = |side| match side {
+        Side::Rust => env!("CARGO_BIN_EXE_rping"),
+        Side::C => "rping",
+    };
+    let (size, count) = (4000, 5);
+    let what = format!("rping across hosts, server {server:?} on node 0, client {client:?}");
+    let out = if c.node() == SERVER {
+        let port = free_port();
+        let child = Command::new(program(server))
+            .args(["-s", "-v", "-a", &c.addr(SERVER).to_string()])
+            .args(["-p", &port.to_string(), "-S", &size.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{what}: start the server: {e}"));
+        let started = Instant::now();
+        while !cm_listening(port) {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{what}: never listened"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        c.publish("port", &port.to_string());
+        finish_within(child, DEADLINE, &format!("{what}: server"))
+    } else {
+        let port = c.fetch(SERVER, "port");
+        let child = Command::new(program(client))
+            .args([
+                "-c",
+                "-v",
+                "-V",
+                "-a",
+                &c.addr(SERVER).to_string(),
+                "-p",
+                &port,
+            ])
+            .args(["-S", &size.to_string(), "-C", &count.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{what}: start the client: {e}"));
+        finish_within(child, DEADLINE, &format!("{what}: client"))
+    };
+    assert!(
+        out.status.success(),
+        "{what}: node {} {}",
+        c.node(),
+        show(&out)
+    );
+    let prefix = if c.node() == SERVER {
+        "server ping data: "
+    } else {
+        "ping data: "
+    };
+    let lines: Vec<String> = text(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix(prefix).map(str::to_string))
+        .collect();
+    let expected: Vec<String> = (0..count).map(|i| rping_text(i, size)).collect();
+    assert_eq!(lines, expected, "{what}: node {}'s data lines", c.node());
+    c.barrier("done");
+}
+
+#[test]
+fn rping_across_rust_server_c_client() {
+    rping_across(Side::Rust, Side::C);
+}
+
+#[test]
+fn rping_across_c_server_rust_client() {
+    rping_across(Side::C, Side::Rust);
 }

@@ -61,7 +61,8 @@ impl CmId {
 
     /// Connects `qp` (an RC queue pair in RESET, made on this identifier's
     /// [`context`](Self::context), after [`resolve`](Self::resolve)): INIT, `rdma_connect`
-    /// with `param`, the `ConnectResponse`, RTR and RTS with the connection's attributes, and
+    /// with `param`, the `ConnectResponse`, INIT again (now with the remote access the
+    /// connection negotiated), RTR and RTS with the connection's attributes, and
     /// `rdma_establish`. Returns the queue pair in RTS and the private data of the peer's
     /// accept.
     ///
@@ -83,11 +84,20 @@ impl CmId {
         let response = self.wait_event(EventKind::ConnectResponse, timeout)?;
         let private_data = response.private_data().to_vec();
         drop(response);
-        let ready = self.init_qp_attr(QpStateKind::Rtr).and_then(|rtr| {
-            let qp = qp.into_rtr_with(&rtr).map_err(|e| e.into_parts().1)?;
-            let rts = self.init_qp_attr(QpStateKind::Rts)?;
-            Ok(qp.into_rts_with(&rts).map_err(|e| e.into_parts().1)?)
-        });
+        let mut qp = qp;
+        let ready = self
+            .init_qp_attr(QpStateKind::Init)
+            .and_then(|init| {
+                // INIT again: now that the connection is known, its attributes carry the
+                // remote access the connection negotiated (the first ones allow none).
+                qp.update_init_with(&init)?;
+                self.init_qp_attr(QpStateKind::Rtr)
+            })
+            .and_then(|rtr| {
+                let qp = qp.into_rtr_with(&rtr).map_err(|e| e.into_parts().1)?;
+                let rts = self.init_qp_attr(QpStateKind::Rts)?;
+                Ok(qp.into_rts_with(&rts).map_err(|e| e.into_parts().1)?)
+            });
         match ready {
             Ok(qp) => {
                 self.establish()?;

@@ -28,7 +28,7 @@ pub enum PortSpace {
 }
 
 impl PortSpace {
-    fn raw(self) -> ffi::rdma_port_space {
+    pub(crate) fn raw(self) -> ffi::rdma_port_space {
         match self {
             PortSpace::Tcp => ffi::RDMA_PS_TCP,
             PortSpace::Udp => ffi::RDMA_PS_UDP,
@@ -36,7 +36,7 @@ impl PortSpace {
         }
     }
 
-    fn qp_type(self) -> ffi::ibv_qp_type {
+    pub(crate) fn qp_type(self) -> ffi::ibv_qp_type {
         match self {
             PortSpace::Udp => ffi::IBV_QPT_UD,
             PortSpace::Tcp | PortSpace::Ib => ffi::IBV_QPT_RC,

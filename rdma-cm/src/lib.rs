@@ -7,6 +7,7 @@
 //! - [`CmId`]: an identifier (the connection manager's socket): bind, resolve, listen,
 //!   connect, accept, reject, disconnect, migrate to another channel; its device's verbs
 //!   [`Context`](rdma_verbs::Context) and the queue pair attributes of its connection.
+//! - [`getaddrinfo`]: names and services to addresses (`rdma_getaddrinfo`).
 //! - Blocking helpers for an identifier alone on its channel:
 //!   [`CmId::resolve`], [`CmId::connect_qp`], [`CmId::accept_qp`], [`CmId::wait_event`].
 //!
@@ -38,6 +39,7 @@
 #![deny(missing_docs)]
 
 mod addr;
+mod addrinfo;
 mod blocking;
 mod channel;
 mod error;
@@ -45,6 +47,7 @@ mod event;
 mod id;
 mod param;
 
+pub use addrinfo::{AddrHints, AddrInfo, getaddrinfo};
 pub use channel::EventChannel;
 pub use error::{Error, Result};
 pub use event::{Event, EventKind};

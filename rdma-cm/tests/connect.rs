@@ -389,3 +389,47 @@ fn misuse_is_refused_not_crashed() {
     id.migrate(&other).expect("rdma_migrate_id");
     assert!(id.channel().same_as(&other));
 }
+
+/// `rdma_getaddrinfo`: a numeric address and port give that destination (and, passive, that
+/// source to bind); something that is not an address and a name with a NUL byte are typed
+/// errors.
+#[test]
+fn getaddrinfo_gives_the_addresses_to_bind_and_resolve() {
+    use rdma_cm::{AddrHints, getaddrinfo};
+    let Some(addr) = device_addr() else { return };
+    let target = SocketAddr::new(addr, 7174);
+    let text = addr.to_string();
+    let active =
+        getaddrinfo(Some(&text), Some("7174"), &AddrHints::default()).expect("rdma_getaddrinfo");
+    assert!(
+        active.iter().any(|a| a.dst == Some(target)),
+        "no answer with destination {target}: {active:?}"
+    );
+    let passive = getaddrinfo(
+        Some(&text),
+        Some("7174"),
+        &AddrHints {
+            passive: true,
+            numeric_host: true,
+            ..AddrHints::default()
+        },
+    )
+    .expect("rdma_getaddrinfo, passive");
+    assert!(
+        passive.iter().any(|a| a.src == Some(target)),
+        "no answer with source {target}: {passive:?}"
+    );
+    // Not an address (numeric only: no name server is asked, so nothing waits on a network).
+    let numeric = AddrHints {
+        numeric_host: true,
+        ..AddrHints::default()
+    };
+    assert!(matches!(
+        getaddrinfo(Some("300.1.2.3"), Some("7174"), &numeric),
+        Err(Error::AddrInfo { .. })
+    ));
+    assert!(matches!(
+        getaddrinfo(Some("a\0b"), None, &AddrHints::default()),
+        Err(Error::InvalidArgument(_))
+    ));
+}

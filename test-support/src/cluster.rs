@@ -24,6 +24,12 @@
 //! # }
 //! ```
 //!
+//! A test sees two nodes, 0 and 1 ([`Cluster::nodes`] is 2). A run of 4 nodes forms two
+//! pairs, nodes 0 and 1, nodes 2 and 3, which run each test at the same time on the shared
+//! segment, each pair on its own: its barriers, values and failure marks are the pair's, and
+//! [`Cluster::node`] and [`Cluster::addr`] number within the pair ([`Cluster::cluster_node`]
+//! and [`Cluster::pair`] give the run's numbering).
+//!
 //! Outside the harness the environment below describes the cluster (for real hosts with NICs:
 //! give each host its number, the same address list and a folder they share, NFS for example):
 //! [`ENV_NODE`], [`ENV_NODES`], [`ENV_NODE_ADDRS`], [`ENV_CLUSTER_DIR`], and for the fault
@@ -62,9 +68,16 @@ const POLL: Duration = Duration::from_millis(20);
 /// The cluster a multi-node test runs on, seen from one node. See the [module](self) docs.
 #[derive(Debug)]
 pub struct Cluster {
+    /// This node's number in its pair (0 or 1).
     node: usize,
+    /// Nodes in the pair: 2.
     nodes: usize,
+    /// The pair's addresses.
     addrs: Vec<IpAddr>,
+    /// The run's numbers of the pair's nodes (for the harness's exit flags).
+    members: Vec<usize>,
+    /// Which pair.
+    pair: usize,
     /// This test's (and this round's) folder inside the shared folder.
     dir: PathBuf,
     /// The shared folder itself (the harness's `exit.<binary>.<node>` flags are there).
@@ -118,12 +131,15 @@ impl Cluster {
             .map(|a| a.trim().parse::<IpAddr>())
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("{ENV_NODE_ADDRS}: {e}"))?;
-        if nodes < 2 || node >= nodes || addrs.len() != nodes {
+        if nodes < 2 || nodes % 2 != 0 || node >= nodes || addrs.len() != nodes {
             return Err(format!(
-                "node {node} of {nodes} with {} addresses is no cluster",
+                "node {node} of {nodes} with {} addresses is no cluster of pairs",
                 addrs.len()
             ));
         }
+        let pair = node / 2;
+        let members = vec![2 * pair, 2 * pair + 1];
+        let addrs = members.iter().map(|&m| addrs[m]).collect();
         let root = PathBuf::from(var(ENV_CLUSTER_DIR)?);
         let wait = std::env::var(ENV_CLUSTER_WAIT)
             .ok()
@@ -131,7 +147,10 @@ impl Cluster {
             .map_or(Duration::from_secs(120), Duration::from_secs);
         let test = file_safe(&test_name());
         let round = next_round(&test);
-        let dir = root.join(test).join(round.to_string());
+        let dir = root
+            .join(test)
+            .join(round.to_string())
+            .join(format!("pair-{pair}"));
         // The harness names each binary `package_target` in its flags (two packages may have a
         // target of the same name); without it, the executable's name.
         let binary = std::env::var(ENV_BINARY).unwrap_or_else(|_| {
@@ -143,9 +162,11 @@ impl Cluster {
         });
         std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
         Ok(Self {
-            node,
-            nodes,
+            node: node % 2,
+            nodes: 2,
             addrs,
+            members,
+            pair,
             dir,
             root,
             binary,
@@ -155,17 +176,27 @@ impl Cluster {
         })
     }
 
-    /// This node's number, from 0.
+    /// This node's number in its pair: 0 or 1.
     pub fn node(&self) -> usize {
         self.node
     }
 
-    /// How many nodes there are (at least 2).
+    /// How many nodes a test sees: 2.
     pub fn nodes(&self) -> usize {
         self.nodes
     }
 
-    /// Node `node`'s IP address (on its RDMA device's interface).
+    /// This node's number in the run (`RDMA_TEST_NODE`).
+    pub fn cluster_node(&self) -> usize {
+        self.members[self.node]
+    }
+
+    /// Which pair of the run this node belongs to (0 with 2 nodes).
+    pub fn pair(&self) -> usize {
+        self.pair
+    }
+
+    /// Node `node`'s (of this pair) IP address (on its RDMA device's interface).
     ///
     /// # Panics
     ///
@@ -322,7 +353,9 @@ impl Cluster {
                         self.node
                     );
                 }
-                let ended = self.root.join(format!("exit.{}.{node}", self.binary));
+                let ended = self
+                    .root
+                    .join(format!("exit.{}.{}", self.binary, self.members[node]));
                 if let Ok(code) = std::fs::read_to_string(&ended) {
                     panic!(
                         "node {node}'s test binary ended (exit {}) while node {} waited for \

@@ -22,26 +22,63 @@ pub(crate) fn free_port() -> u16 {
 }
 
 /// Waits for `child` for at most `bound`; kills it and fails the test if it is still running,
-/// with what it printed.
+/// with what it printed. Its standard output and error (when piped) are read while it runs, so
+/// a child printing more than a pipe holds does not stall on a full pipe.
 pub(crate) fn finish_within(
     mut child: std::process::Child,
     bound: std::time::Duration,
     what: &str,
 ) -> std::process::Output {
+    use std::io::Read;
+    fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    }
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
     let deadline = std::time::Instant::now() + bound;
-    while child.try_wait().expect("try_wait").is_none() {
+    let mut timed_out = false;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
         if std::time::Instant::now() > deadline {
+            timed_out = true;
             let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!(
-                "{what}: still running after {bound:?}\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
+            break child.wait().expect("wait");
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let output = std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    };
+    if timed_out {
+        panic!(
+            "{what}: still running after {bound:?}\nstdout:\n{}\nstderr:\n{}",
+            shorten(&output.stdout),
+            shorten(&output.stderr)
+        );
     }
-    child.wait_with_output().expect("output")
+    output
+}
+
+/// `bytes` as text with every line cut to 200 characters, for failure messages.
+pub(crate) fn shorten(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .map(|line| match line.char_indices().nth(200) {
+            Some((cut, _)) => format!("{}... ({} more bytes)", &line[..cut], line.len() - cut),
+            None => line.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// A safe example (`rdma_rw`, `atomic_counter`) on `device` with TCP port `port`, its exchange
@@ -63,4 +100,45 @@ pub(crate) fn safe_example(
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     cmd
+}
+
+/// Whether an rdma_cm identifier of this host listens on `port` (`rdma resource show cm_id`;
+/// rdma_cm listeners are not in /proc/net/tcp).
+pub(crate) fn cm_listening(port: u16) -> bool {
+    std::process::Command::new("rdma")
+        .args(["resource", "show", "cm_id"])
+        .output()
+        .is_ok_and(|out| {
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .any(|l| l.contains("LISTEN") && l.contains(&format!(":{port} ")))
+        })
+}
+
+/// The text of `rping` ping `ping` of `size` bytes: `rdma-ping-N: ` and letters from `A` + N
+/// (mod 58) through `z`, wrapping to `A`, `size - 1` characters in all.
+pub(crate) fn rping_text(ping: usize, size: usize) -> String {
+    let mut text = format!("rdma-ping-{ping}: ");
+    text.truncate(size - 1);
+    let mut c = b'A' + (ping % 58) as u8;
+    while text.len() < size - 1 {
+        text.push(c as char);
+        c = if c >= b'z' { b'A' } else { c + 1 };
+    }
+    text
+}
+
+/// A process's exit and output (lines cut to 200 characters), for failure messages.
+pub(crate) fn show(out: &std::process::Output) -> String {
+    format!(
+        "({})\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        shorten(&out.stdout),
+        shorten(&out.stderr)
+    )
+}
+
+/// Bytes a process printed, as text.
+pub(crate) fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
 }

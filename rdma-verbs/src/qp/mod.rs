@@ -536,6 +536,30 @@ impl<T: Transport> QueuePair<T, Reset> {
 }
 
 impl<T: Transport> QueuePair<T, Init> {
+    /// `ibv_modify_qp` INIT → INIT with attributes prepared elsewhere: updates what INIT sets
+    /// (access flags, port, P_Key index) without leaving the state. The connection manager's
+    /// active side needs it: its INIT attributes before the connection is known allow no
+    /// remote access, the ones after the peer's response carry the access the connection
+    /// negotiated (librdmacm's own queue pairs take the same step).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if `attr` does not target INIT; [`Error::Verb`] with the
+    /// errno of `ibv_modify_qp` (the queue pair stays in INIT).
+    ///
+    /// # References
+    ///
+    /// [`ibv_modify_qp(3)`](https://man7.org/linux/man-pages/man3/ibv_modify_qp.3.html)
+    #[doc(alias = "ibv_modify_qp")]
+    pub fn update_init_with(&mut self, attr: &RawModifyAttr) -> Result<()> {
+        Self::check_target(attr, QpStateKind::Init)?;
+        // SAFETY: the attributes keep the queue pair in INIT (checked above), and a
+        // `RawModifyAttr` is valid for `ibv_modify_qp` by its construction contract.
+        unsafe { self.modify_raw_in_place(attr) }
+    }
+}
+
+impl<T: Transport> QueuePair<T, Init> {
     /// `ibv_modify_qp` INIT → RTR.
     ///
     /// # Errors

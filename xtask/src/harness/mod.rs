@@ -168,10 +168,10 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
                 let count = rest
                     .next()
                     .and_then(|n| n.parse::<usize>().ok())
-                    .filter(|n| (2..=nodes::MAX_NODES).contains(n))
+                    .filter(|n| (2..=nodes::MAX_NODES).contains(n) && n % 2 == 0)
                     .ok_or(format!(
-                        "--nodes takes a node count of 2 (up to {}: the suite's tests pair \
-                         node 0 with node 1)",
+                        "--nodes takes an even node count from 2 to {} (tests run on pairs \
+                         of nodes)",
                         nodes::MAX_NODES
                     ))?;
                 options.nodes = Some(count);
@@ -483,6 +483,8 @@ mod tests {
         assert_eq!(options.nodes, None);
         let nodes = parse_options(&strings(&["--nodes", "2"])).expect("--nodes");
         assert_eq!(nodes.nodes, Some(2));
+        let nodes = parse_options(&strings(&["--nodes", "4"])).expect("--nodes 4");
+        assert_eq!(nodes.nodes, Some(4));
         assert!(options.force_vm && !options.force_host && !options.skip_doc);
         assert_eq!(options.repeat, Some(5));
         assert_eq!(options.test_args, strings(&["rc_", "--exact"]));
@@ -495,6 +497,7 @@ mod tests {
             &["--nodes"],
             &["--nodes", "1"],
             &["--nodes", "3"],
+            &["--nodes", "6"],
             &["--nodes", "2", "--host"],
             &["--bogus"],
         ] {

@@ -24,9 +24,10 @@ use super::{Executed, Plan};
 /// them out, `cargo xtask test --nodes N` runs only them.
 pub(crate) const PREFIX: &str = "multinode";
 
-/// The most nodes a run may have. The suite's tests pair node 0 with node 1 and give no role to
-/// a third or fourth node yet, so more are refused rather than run into failures.
-pub(crate) const MAX_NODES: usize = 2;
+/// The most nodes a run may have. Tests see pairs: with 4 nodes, nodes 0 and 1 and nodes 2 and
+/// 3 run each test at the same time, each pair on its own (`rdma_test_support::Cluster`), so a
+/// run has an even number of nodes.
+pub(crate) const MAX_NODES: usize = 4;
 
 /// The segment's MTU: jumbo frames, so that rxe's active MTU is 4096.
 const NIC_MTU: u32 = 9000;
