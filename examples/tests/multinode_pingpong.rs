@@ -13,7 +13,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    cm_listening, finish_within, free_port, listening, rping_text, safe_example, show, text,
+    finish_within, free_port, listening, rping_text, safe_example, show, start_cm_server, text,
 };
 use matrix::{Config, DEADLINE, RC, SRQ, Side, UC, UD, check_results, program, qpn};
 use rdma_test_support::{Cluster, TestDevice};
@@ -285,24 +285,16 @@ fn rping_across(server: Side, client: Side) {
     let what = format!("rping across hosts, server {server:?} on node 0, client {client:?}");
     let out = if c.node() == SERVER {
         let port = free_port();
-        let child = Command::new(program(server))
-            .args(["-s", "-v", "-a", &c.addr(SERVER).to_string()])
-            .args(["-p", &port.to_string(), "-S", &size.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{what}: start the server: {e}"));
-        let started = Instant::now();
-        while !cm_listening(port) {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "{what}: never listened"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let server = start_cm_server(
+            Command::new(program(server))
+                .args(["-s", "-v", "-a", &c.addr(SERVER).to_string()])
+                .args(["-p", &port.to_string(), "-S", &size.to_string()]),
+            port,
+            DEADLINE,
+            &format!("{what}: server"),
+        );
         c.publish("port", &port.to_string());
-        finish_within(child, DEADLINE, &format!("{what}: server"))
+        server.join().expect("the server's output")
     } else {
         let port = c.fetch(SERVER, "port");
         let child = Command::new(program(client))

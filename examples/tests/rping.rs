@@ -4,10 +4,10 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{cm_listening, finish_within, rping_text, shorten, show, text};
+use common::{rping_text, run_against, shorten, show, start_cm_server, text};
 use rdma_test_support::TestDevice;
 
 const BOUND: Duration = Duration::from_secs(90);
@@ -37,54 +37,24 @@ fn pair(device: &TestDevice, server: Side, client: Side, size: usize, count: usi
     let addr = device.addr.expect("the device's address").to_string();
     let port = next_port().to_string();
     let what = format!("rping -S {size} -C {count}: server {server:?}, client {client:?}");
-    let server_child = Command::new(program(server))
-        // The C server reads the client's buffer into one of its own `-S` size: both sides
-        // get the same size.
-        .args([
-            "-s",
-            "-v",
-            "-a",
-            &addr,
-            "-p",
-            &port,
-            "-S",
-            &size.to_string(),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{what}: start the server: {e}"));
+    // The C server reads the client's buffer into one of its own `-S` size: both sides get
+    // the same size.
+    let server_thread = start_cm_server(
+        Command::new(program(server))
+            .args(["-s", "-v", "-a", &addr, "-p", &port])
+            .args(["-S", &size.to_string()]),
+        port.parse().unwrap(),
+        BOUND,
+        &format!("{what}: server"),
+    );
     let started = Instant::now();
-    while !cm_listening(port.parse().unwrap()) {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "{what}: the server never listened"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // Drained from now on: 64 KiB data lines would fill the pipe and stall the server.
-    let server_what = format!("{what}: server");
-    let server_thread =
-        std::thread::spawn(move || finish_within(server_child, BOUND, &server_what));
-    let client_out = finish_within(
+    let (server_out, client_out) = run_against(
         Command::new(program(client))
             .args(["-c", "-v", "-V", "-a", &addr, "-p", &port])
-            .args(["-S", &size.to_string(), "-C", &count.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{what}: start the client: {e}")),
+            .args(["-S", &size.to_string(), "-C", &count.to_string()]),
+        server_thread,
         BOUND,
-        &format!("{what}: client"),
-    );
-    let server_out = server_thread.join().expect("the server's output");
-    assert!(
-        client_out.status.success() && server_out.status.success(),
-        "{what}\nserver {}\nclient {}",
-        show(&server_out),
-        show(&client_out)
+        &what,
     );
     let expected: Vec<String> = (0..count).map(|i| rping_text(i, size)).collect();
     let client_lines: Vec<String> = text(&client_out.stdout)

@@ -132,7 +132,9 @@ impl Event {
 
     /// The status: 0 on success; a negative errno for errors (`AddrError`, `RouteError`,
     /// `Unreachable`, `ConnectError`: for example -110, `ETIMEDOUT`); for `Rejected` the
-    /// reject reason (28 when the peer's application rejected).
+    /// reject reason (28 when the peer's application rejected); for `Unreachable` of a UD
+    /// identifier the SIDR reply's status (1 when nothing listens on the port, 2 when the
+    /// server rejected).
     pub fn status(&self) -> i32 {
         self.status
     }
@@ -200,6 +202,12 @@ impl Event {
     /// Whether the event is about `id` (for a connect request: came to listener `id`).
     pub fn is_for(&self, id: &CmId) -> bool {
         Arc::ptr_eq(&self.owner, &id.0)
+    }
+
+    /// Whether the event is about an identifier of the UDP port space (its parameters are
+    /// the `ud` member).
+    pub(crate) fn is_ud(&self) -> bool {
+        self.ud
     }
 
     /// The raw event, valid until this is dropped.

@@ -442,6 +442,34 @@ impl CmId {
         })
     }
 
+    /// `rdma_set_option(RDMA_OPTION_ID, RDMA_OPTION_ID_TOS)`: the type of service of this
+    /// identifier's traffic (the IP traffic class on RoCE), before resolving the route.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Call`] with `rdma_set_option`.
+    ///
+    /// # References
+    ///
+    /// [`rdma_set_option(3)`](https://man7.org/linux/man-pages/man3/rdma_set_option.3.html)
+    #[doc(alias = "rdma_set_option")]
+    pub fn set_tos(&self, tos: u8) -> Result<()> {
+        let mut value = tos;
+        self.0.with(|raw| {
+            // SAFETY: a live identifier; the option's value is one readable byte, the size
+            // given, read during the call.
+            check("rdma_set_option", unsafe {
+                ffi::rdma_set_option(
+                    raw,
+                    ffi::RDMA_OPTION_ID as i32,
+                    ffi::RDMA_OPTION_ID_TOS as i32,
+                    (&raw mut value).cast(),
+                    std::mem::size_of::<u8>(),
+                )
+            })
+        })
+    }
+
     /// `rdma_disconnect`: ends the connection; both sides get `Disconnected`. The caller's
     /// queue pair should be moved to ERR (or destroyed) to flush what is outstanding.
     ///

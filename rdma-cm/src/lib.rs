@@ -10,6 +10,9 @@
 //! - [`getaddrinfo`]: names and services to addresses (`rdma_getaddrinfo`).
 //! - Blocking helpers for an identifier alone on its channel:
 //!   [`CmId::resolve`], [`CmId::connect_qp`], [`CmId::accept_qp`], [`CmId::wait_event`].
+//! - UD over the connection manager ([`PortSpace::Udp`]): [`CmId::ready_ud_qp`],
+//!   [`CmId::connect_ud`] (the server's queue pair, Q_Key and path as a [`UdParam`]),
+//!   [`CmId::accept_ud`].
 //!
 //! A client:
 //!
@@ -46,6 +49,7 @@ mod error;
 mod event;
 mod id;
 mod param;
+mod ud;
 
 pub use addrinfo::{AddrHints, AddrInfo, getaddrinfo};
 pub use channel::EventChannel;
@@ -54,3 +58,4 @@ pub use event::{Event, EventKind};
 pub use id::{CmId, PortSpace};
 pub use param::{ConnParam, PeerParam};
 pub use rdma_verbs;
+pub use ud::UdParam;

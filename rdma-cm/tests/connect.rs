@@ -15,46 +15,6 @@ use common::*;
 use rdma_cm::rdma_verbs::{BufferPool, CompletionQueue, QpStateKind, QueuePair, Rc, Rts};
 use rdma_cm::{CmId, ConnParam, Error, Event, EventChannel, EventKind, PortSpace};
 
-fn device_addr() -> Option<IpAddr> {
-    let device = rdma_test_support::device()?;
-    Some(
-        device
-            .addr
-            .expect("the test device's interface has an IP address (RDMA_TEST_ADDR)"),
-    )
-}
-
-/// The connection manager identifiers of this process the kernel knows (`rdma resource show
-/// cm_id`): a count that does not depend on this crate's bookkeeping.
-fn kernel_cm_ids() -> usize {
-    let out = std::process::Command::new("rdma")
-        .args(["resource", "show", "cm_id"])
-        .output()
-        .expect("run `rdma resource show cm_id`");
-    assert!(out.status.success(), "{:?}", out);
-    let pid = format!("pid {} ", std::process::id());
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|line| line.contains(&pid))
-        .count()
-}
-
-/// Waits (bounded) until the kernel's count of this process's identifiers is `want`.
-fn assert_cm_ids(want: usize, what: &str) {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let got = kernel_cm_ids();
-        if got == want {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: the kernel still has {got} identifiers of this process, expected {want}"
-        );
-        thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// A listener on the device's address, on a free port.
 fn listener(addr: IpAddr) -> (EventChannel, CmId, SocketAddr) {
     let channel = EventChannel::new().expect("rdma_create_event_channel");

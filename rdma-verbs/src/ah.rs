@@ -225,6 +225,25 @@ impl AddressVector {
         self
     }
 
+    /// The vector C structure `raw` describes (for example the address handle attributes of
+    /// a connection manager's UD event). Its GRH is kept only when `is_global` is set.
+    pub fn from_raw(raw: &ffi::ibv_ah_attr) -> Self {
+        Self {
+            dlid: raw.dlid,
+            sl: raw.sl,
+            src_path_bits: raw.src_path_bits,
+            static_rate: raw.static_rate,
+            port: raw.port_num,
+            grh: (raw.is_global != 0).then(|| GlobalRoute {
+                dgid: Gid::from_raw(&raw.grh.dgid),
+                flow_label: raw.grh.flow_label,
+                sgid_index: raw.grh.sgid_index,
+                hop_limit: raw.grh.hop_limit,
+                traffic_class: raw.grh.traffic_class,
+            }),
+        }
+    }
+
     pub(crate) fn to_raw(self) -> ffi::ibv_ah_attr {
         let mut raw = ffi::ibv_ah_attr {
             dlid: self.dlid,
@@ -282,6 +301,19 @@ impl GlobalRoute {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn from_raw_inverts_to_raw() {
+        let mut av = AddressVector::new(2).dlid(7).grh(Gid([9; 16]), 1);
+        av.sl = 3;
+        if let Some(grh) = av.grh.as_mut() {
+            grh.flow_label = 0x12345;
+            grh.traffic_class = 0x20;
+        }
+        assert_eq!(AddressVector::from_raw(&av.to_raw()), av);
+        let local = AddressVector::new(1).dlid(5);
+        assert_eq!(AddressVector::from_raw(&local.to_raw()), local);
+    }
 
     #[test]
     fn a_global_route_sets_the_grh_with_hop_limit_64() {

@@ -142,3 +142,73 @@ pub(crate) fn show(out: &std::process::Output) -> String {
 pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
+
+/// Starts `cmd` (a connection-manager server), piping its output; waits (at most 30 s) until
+/// an rdma_cm identifier of this host listens on `port` and then, in a thread, until the server
+/// ends (at most `bound`), reading its output meanwhile. Join the handle for that output. A
+/// server that exits before it listens fails the test with what it printed.
+pub(crate) fn start_cm_server(
+    cmd: &mut std::process::Command,
+    port: u16,
+    bound: std::time::Duration,
+    what: &str,
+) -> std::thread::JoinHandle<std::process::Output> {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: start the server: {e}"));
+    let started = std::time::Instant::now();
+    while !cm_listening(port) {
+        if child.try_wait().ok().flatten().is_some() {
+            let out = finish_within(child, bound, what);
+            panic!(
+                "{what}: the server ended before it listened: {}",
+                show(&out)
+            );
+        }
+        if started.elapsed() > std::time::Duration::from_secs(30) {
+            let _ = child.kill();
+            let out = finish_within(child, bound, what);
+            panic!(
+                "{what}: the server never listened on {port}: {}",
+                show(&out)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let what = what.to_string();
+    std::thread::spawn(move || finish_within(child, bound, &what))
+}
+
+/// Runs `client` (output piped, at most `bound`) against the server `start_cm_server` started,
+/// then waits for that server; fails the test unless both succeeded. Returns the server's and
+/// the client's output.
+pub(crate) fn run_against(
+    client: &mut std::process::Command,
+    server: std::thread::JoinHandle<std::process::Output>,
+    bound: std::time::Duration,
+    what: &str,
+) -> (std::process::Output, std::process::Output) {
+    use std::process::Stdio;
+    let client_out = finish_within(
+        client
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{what}: start the client: {e}")),
+        bound,
+        &format!("{what}: client"),
+    );
+    let server_out = server.join().expect("the server's output");
+    assert!(
+        client_out.status.success() && server_out.status.success(),
+        "{what}\nserver {}\nclient {}",
+        show(&server_out),
+        show(&client_out)
+    );
+    (server_out, client_out)
+}

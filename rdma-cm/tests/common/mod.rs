@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different part
 #![allow(unreachable_pub)]
 
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use rdma_cm::CmId;
@@ -92,4 +93,44 @@ pub fn assert_private(got: &[u8], sent: &[u8], what: &str) {
 pub fn note(line: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "NOTE: {line}");
+}
+
+pub fn device_addr() -> Option<IpAddr> {
+    let device = rdma_test_support::device()?;
+    Some(
+        device
+            .addr
+            .expect("the test device's interface has an IP address (RDMA_TEST_ADDR)"),
+    )
+}
+
+/// The connection manager identifiers of this process the kernel knows (`rdma resource show
+/// cm_id`): a count that does not depend on this crate's bookkeeping.
+pub fn kernel_cm_ids() -> usize {
+    let out = std::process::Command::new("rdma")
+        .args(["resource", "show", "cm_id"])
+        .output()
+        .expect("run `rdma resource show cm_id`");
+    assert!(out.status.success(), "{:?}", out);
+    let pid = format!("pid {} ", std::process::id());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|line| line.contains(&pid))
+        .count()
+}
+
+/// Waits (bounded) until the kernel's count of this process's identifiers is `want`.
+pub fn assert_cm_ids(want: usize, what: &str) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let got = kernel_cm_ids();
+        if got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the kernel still has {got} identifiers of this process, expected {want}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

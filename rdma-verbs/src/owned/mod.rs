@@ -709,6 +709,12 @@ impl Completion {
         self.owned.as_mut().and_then(|(_, buf)| buf.take())
     }
 
+    /// The buffer the completed owned request hands back, borrowed (as
+    /// [`take_buf`](Self::take_buf), which it stays available to).
+    pub fn buf(&self) -> Option<&Buf> {
+        self.owned.as_ref().and_then(|(_, buf)| buf.as_ref())
+    }
+
     /// The completion's status.
     pub fn status(&self) -> WcStatus {
         self.wc.status()

@@ -219,6 +219,17 @@ impl RawModifyAttr {
         super::QpStateKind::from_raw(self.attr.qp_state)
     }
 
+    /// The wrapped structure, to read a value the attributes carry (for example the Q_Key
+    /// of a UD queue pair's INIT attributes, when [`mask`](Self::mask) has `IBV_QP_QKEY`).
+    pub fn attr(&self) -> &ffi::ibv_qp_attr {
+        &self.attr
+    }
+
+    /// The `IBV_QP_*` mask saying which fields of [`attr`](Self::attr) are set.
+    pub fn mask(&self) -> u32 {
+        self.mask
+    }
+
     pub(crate) fn raw(&self) -> (ffi::ibv_qp_attr, u32) {
         (self.attr, self.mask)
     }
