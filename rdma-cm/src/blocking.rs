@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use rdma_verbs::{QpStateKind, QueuePair, Rc, Reset, Rts};
+use rdma_verbs::{Init, QpStateKind, QueuePair, Rc, Reset, Rts};
 
 use crate::error::{Error, Result};
 use crate::event::{Event, EventKind};
@@ -29,6 +29,12 @@ impl CmId {
                 expected: kind,
                 waited: timeout,
             })?;
+        self.expect_event(event, kind)
+    }
+
+    /// `event` if it is a `kind` event about this identifier; the error a wait reports
+    /// otherwise.
+    pub(crate) fn expect_event(&self, event: Event, kind: EventKind) -> Result<Event> {
         if !event.is_for(self) {
             return Err(Error::OtherIdentifier {
                 expected: kind,
@@ -77,14 +83,29 @@ impl CmId {
         param: &ConnParam,
         timeout: Duration,
     ) -> Result<(QueuePair<Rc, Rts>, Vec<u8>)> {
+        let qp = self.connect_start(qp, param)?;
+        let response = self.wait_event(EventKind::ConnectResponse, timeout)?;
+        let private_data = response.private_data().to_vec();
+        drop(response);
+        Ok((self.connect_finish(qp)?, private_data))
+    }
+
+    /// The active side's first steps: INIT, `rdma_connect` with `qp`'s number.
+    pub(crate) fn connect_start(
+        &self,
+        qp: QueuePair<Rc, Reset>,
+        param: &ConnParam,
+    ) -> Result<QueuePair<Rc, Init>> {
         let qp = qp
             .into_init_with(&self.init_qp_attr(QpStateKind::Init)?)
             .map_err(|e| e.into_parts().1)?;
         self.connect(&param.clone().qp_num(qp.qp_num()))?;
-        let response = self.wait_event(EventKind::ConnectResponse, timeout)?;
-        let private_data = response.private_data().to_vec();
-        drop(response);
-        let mut qp = qp;
+        Ok(qp)
+    }
+
+    /// The active side's steps after the `ConnectResponse`: INIT again, RTR, RTS,
+    /// `rdma_establish`; on failure the connection is refused.
+    pub(crate) fn connect_finish(&self, mut qp: QueuePair<Rc, Init>) -> Result<QueuePair<Rc, Rts>> {
         let ready = self
             .init_qp_attr(QpStateKind::Init)
             .and_then(|init| {
@@ -101,7 +122,7 @@ impl CmId {
         match ready {
             Ok(qp) => {
                 self.establish()?;
-                Ok((qp, private_data))
+                Ok(qp)
             }
             Err(error) => {
                 // The peer accepted and waits for the connection: refuse it rather than leave
@@ -127,13 +148,7 @@ impl CmId {
         param: &ConnParam,
         timeout: Duration,
     ) -> Result<QueuePair<Rc, Rts>> {
-        let qp = qp
-            .into_init_with(&self.init_qp_attr(QpStateKind::Init)?)
-            .map_err(|e| e.into_parts().1)?
-            .into_rtr_with(&self.init_qp_attr(QpStateKind::Rtr)?)
-            .map_err(|e| e.into_parts().1)?
-            .into_rts_with(&self.init_qp_attr(QpStateKind::Rts)?)
-            .map_err(|e| e.into_parts().1)?;
+        let qp = self.ready_rc_qp(qp)?;
         self.accept(&param.clone().qp_num(qp.qp_num()))?;
         match self.wait_event(EventKind::Established, timeout) {
             Ok(established) => {
@@ -147,6 +162,28 @@ impl CmId {
                 Err(error)
             }
         }
+    }
+
+    /// The passive side's queue pair: moves `qp` (RC, RESET, on this identifier's
+    /// [`context`](Self::context)) to INIT, RTR and RTS with the attributes of the connect
+    /// request this identifier came with. Post the first receives on it, then
+    /// [`accept`](Self::accept) with its number ([`ConnParam::qp_num`]) and wait for
+    /// `Established`: the client cannot send before the accept. [`accept_qp`](Self::accept_qp)
+    /// does it all, without the receives.
+    ///
+    /// # Errors
+    ///
+    /// As [`init_qp_attr`](Self::init_qp_attr) (`EINVAL` on an identifier that did not come
+    /// with a connect request) and the transitions; the queue pair is destroyed on failure.
+    pub fn ready_rc_qp(&self, qp: QueuePair<Rc, Reset>) -> Result<QueuePair<Rc, Rts>> {
+        let qp = qp
+            .into_init_with(&self.init_qp_attr(QpStateKind::Init)?)
+            .map_err(|e| e.into_parts().1)?
+            .into_rtr_with(&self.init_qp_attr(QpStateKind::Rtr)?)
+            .map_err(|e| e.into_parts().1)?
+            .into_rts_with(&self.init_qp_attr(QpStateKind::Rts)?)
+            .map_err(|e| e.into_parts().1)?;
+        Ok(qp)
     }
 }
 

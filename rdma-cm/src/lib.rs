@@ -10,6 +10,12 @@
 //! - [`getaddrinfo`]: names and services to addresses (`rdma_getaddrinfo`).
 //! - Blocking helpers for an identifier alone on its channel:
 //!   [`CmId::resolve`], [`CmId::connect_qp`], [`CmId::accept_qp`], [`CmId::wait_event`].
+//! - Servers: [`CmId::get_request`] takes a listener's next [`ConnectRequest`], its identifier
+//!   on a channel of its own; [`CmId::ready_rc_qp`] readies the queue pair before
+//!   [`CmId::accept`].
+//! - With the `tokio` feature, the async API: `AsyncEventChannel`, `AsyncCmId` (resolve,
+//!   connect, accept, disconnect) and `AsyncListener` (`accept()` and the `incoming()`
+//!   stream); every future cancel-safe.
 //! - UD over the connection manager ([`PortSpace::Udp`]): [`CmId::ready_ud_qp`],
 //!   [`CmId::connect_ud`] (the server's queue pair, Q_Key and path as a [`UdParam`]),
 //!   [`CmId::accept_ud`].
@@ -40,6 +46,7 @@
 //! The event model, the locking and why no drop order is unsafe: `docs/rdma-cm.md`.
 
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod addr;
 mod addrinfo;
@@ -49,6 +56,9 @@ mod error;
 mod event;
 mod id;
 mod param;
+mod request;
+#[cfg(feature = "tokio")]
+mod tokio_io;
 mod ud;
 
 pub use addrinfo::{AddrHints, AddrInfo, getaddrinfo};
@@ -58,4 +68,9 @@ pub use event::{Event, EventKind};
 pub use id::{CmId, PortSpace};
 pub use param::{ConnParam, PeerParam};
 pub use rdma_verbs;
+pub use request::ConnectRequest;
+#[cfg(feature = "tokio")]
+pub use tokio_io::{
+    AsyncCmId, AsyncConnectRequest, AsyncEventChannel, AsyncListener, Events, Incoming,
+};
 pub use ud::UdParam;

@@ -393,3 +393,93 @@ fn getaddrinfo_gives_the_addresses_to_bind_and_resolve() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+/// Sixteen clients (threads) connect at once to one listener. The server takes each request
+/// with `get_request` (its identifier moved to a channel of its own) and serves it in a thread
+/// of its own: its queue pair to RTS and a receive posted before the accept, the client's
+/// SEND checked byte for byte and echoed, the client's disconnect awaited. Every client checks
+/// the private data of its accept and every echoed byte. No identifier is left.
+#[test]
+fn sixteen_concurrent_clients_blocking() {
+    const CLIENTS: u8 = 16;
+    let Some(addr) = device_addr() else { return };
+    let before = kernel_cm_ids();
+    let channel = EventChannel::new().expect("rdma_create_event_channel");
+    let listen_id = CmId::new(&channel, PortSpace::Tcp).expect("rdma_create_id");
+    listen_id
+        .bind_addr(SocketAddr::new(addr, 0))
+        .expect("rdma_bind_addr");
+    listen_id.listen(32).expect("rdma_listen");
+    let local = listen_id.local_addr().expect("a bound address");
+    let listen_channel = channel.clone();
+    let server = thread::spawn(move || {
+        let mut served = Vec::new();
+        for _ in 0..CLIENTS {
+            let request = listen_id.get_request(WAIT).expect("a connect request");
+            assert!(
+                !request.id.channel().same_as(&listen_channel),
+                "the request's identifier has a channel of its own"
+            );
+            served.push(thread::spawn(move || {
+                let seed = request.private_data[0];
+                assert_private(&request.private_data, &[seed, 0xcc], "connect request");
+                assert!(request.peer.is_some(), "RC parameters");
+                let id = request.id;
+                let (qp, mut cq, pool) = endpoint(&id);
+                let mut qp = id.ready_rc_qp(qp).expect("the queue pair to RTS");
+                qp.post_recv_buf(pool.take().unwrap(), 1).unwrap();
+                id.accept(
+                    &ConnParam::new()
+                        .private_data(&[seed, 0xaa])
+                        .unwrap()
+                        .qp_num(qp.qp_num()),
+                )
+                .expect("rdma_accept");
+                drop(
+                    id.wait_event(EventKind::Established, WAIT)
+                        .expect("Established"),
+                );
+                let what = format!("server of client {seed}");
+                received(&mut cq, seed, &what);
+                send(&mut qp, &pool, seed);
+                sent(&mut cq, &what);
+                drop(
+                    id.wait_event(EventKind::Disconnected, WAIT)
+                        .expect("the client's disconnect"),
+                );
+            }));
+        }
+        for (i, thread) in served.into_iter().enumerate() {
+            thread
+                .join()
+                .unwrap_or_else(|_| panic!("server thread {i}'s checks"));
+        }
+    });
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|seed| {
+            thread::spawn(move || {
+                let what = format!("client {seed}");
+                let (id, mut qp, mut cq, pool, accepted) =
+                    client(local, &[seed, 0xcc]).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_private(&accepted, &[seed, 0xaa], &what);
+                qp.post_recv_buf(pool.take().unwrap(), 2).unwrap();
+                send(&mut qp, &pool, seed);
+                sent(&mut cq, &what);
+                received(&mut cq, seed, &what);
+                id.disconnect().expect("rdma_disconnect");
+                drop(
+                    id.wait_event(EventKind::Disconnected, WAIT)
+                        .expect("its own Disconnected"),
+                );
+            })
+        })
+        .collect();
+    for (i, thread) in clients.into_iter().enumerate() {
+        thread
+            .join()
+            .unwrap_or_else(|_| panic!("client {i}'s checks"));
+    }
+    server.join().expect("the server's checks");
+    drop(channel);
+    assert_cm_ids(before, "after sixteen connections");
+}

@@ -212,3 +212,9 @@ pub(crate) fn run_against(
     );
     (server_out, client_out)
 }
+
+/// A line on the real stderr (libtest keeps a passing test's `eprintln!` to itself).
+pub(crate) fn note(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "NOTE: {line}");
+}
