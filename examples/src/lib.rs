@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)] // the examples show the safe API: no `unsafe` anywhere
 
+pub mod cmtool;
 pub mod connect;
 pub mod exchange;
 pub mod pingpong;

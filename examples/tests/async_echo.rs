@@ -5,12 +5,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{finish_within, run_against, show, start_cm_server, text};
+use common::{
+    finish_within, run_against, show, spawn_reading, start_cm_server, text, wait_for_lines,
+};
 
 const PROGRAM: &str = env!("CARGO_BIN_EXE_async_echo");
 const BOUND: Duration = Duration::from_secs(120);
@@ -24,41 +24,6 @@ fn next_port() -> u16 {
 fn address() -> Option<String> {
     let device = rdma_test_support::device()?;
     Some(device.addr.expect("the device's address").to_string())
-}
-
-/// Starts a client whose standard output is read line by line into the returned receiver
-/// (standard error is piped).
-fn spawn_client(args: &[&str]) -> (Child, mpsc::Receiver<String>) {
-    let mut child = Command::new(PROGRAM)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the client");
-    let stdout = child.stdout.take().expect("piped");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    (child, rx)
-}
-
-/// Waits (bounded) until `connections` "connected" lines came.
-fn wait_connected(lines: &mpsc::Receiver<String>, connections: usize, what: &str) {
-    let mut connected = 0;
-    while connected < connections {
-        let line = lines
-            .recv_timeout(BOUND)
-            .unwrap_or_else(|_| panic!("{what}: {connected} of {connections} connected"));
-        if line.ends_with(": connected") {
-            connected += 1;
-        }
-    }
 }
 
 #[test]
@@ -131,22 +96,25 @@ fn async_echo_server_killed_while_clients_are_connected() {
         assert!(started.elapsed() < BOUND, "the server never listened");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let (client, lines) = spawn_client(&[
-        "-c",
-        "-a",
-        &addr,
-        "-p",
-        &port,
-        "-n",
-        "4",
-        "-C",
-        "100000000",
-        "-S",
-        "4096",
-        "--timeout",
-        "20",
-    ]);
-    wait_connected(&lines, 4, "server killed");
+    let (client, lines) = spawn_reading(
+        PROGRAM,
+        &[
+            "-c",
+            "-a",
+            &addr,
+            "-p",
+            &port,
+            "-n",
+            "4",
+            "-C",
+            "100000000",
+            "-S",
+            "4096",
+            "--timeout",
+            "20",
+        ],
+    );
+    wait_for_lines(&lines, ": connected", 4, BOUND, "server killed");
     // Let them exchange for a while (the checks do not depend on how long).
     std::thread::sleep(Duration::from_millis(500));
     server.kill().expect("kill the server");
@@ -175,18 +143,21 @@ fn async_echo_client_killed_mid_transfer() {
         BOUND,
         what,
     );
-    let (mut doomed, lines) = spawn_client(&[
-        "-c",
-        "-a",
-        &addr,
-        "-p",
-        &port.to_string(),
-        "-n",
-        "1",
-        "-C",
-        "100000000",
-    ]);
-    wait_connected(&lines, 1, what);
+    let (mut doomed, lines) = spawn_reading(
+        PROGRAM,
+        &[
+            "-c",
+            "-a",
+            &addr,
+            "-p",
+            &port.to_string(),
+            "-n",
+            "1",
+            "-C",
+            "100000000",
+        ],
+    );
+    wait_for_lines(&lines, ": connected", 1, BOUND, what);
     // Let it exchange for a while (the checks do not depend on how long).
     std::thread::sleep(Duration::from_millis(500));
     doomed.kill().expect("kill the client");

@@ -7,22 +7,13 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{rping_text, run_against, shorten, show, start_cm_server, text};
+use common::{Side, rping_text, run_against, shorten, show, start_cm_server, text};
 use rdma_test_support::TestDevice;
 
 const BOUND: Duration = Duration::from_secs(90);
 
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum Side {
-    Rust,
-    C,
-}
-
 fn program(side: Side) -> &'static str {
-    match side {
-        Side::Rust => env!("CARGO_BIN_EXE_rping"),
-        Side::C => "rping",
-    }
+    side.program(env!("CARGO_BIN_EXE_rping"), "rping")
 }
 
 fn next_port() -> u16 {

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::{finish_within, run_against, show, start_cm_server, text};
+use common::{Side, finish_within, run_against, show, start_cm_server, text};
 
 const BOUND: Duration = Duration::from_secs(90);
 /// The C program's port: it has no option for another.
@@ -18,17 +18,8 @@ const C_PORT: u16 = 7174;
 /// The tests that use port 7174 take turns.
 static PORT_7174: Mutex<()> = Mutex::new(());
 
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum Side {
-    Rust,
-    C,
-}
-
 fn program(side: Side) -> &'static str {
-    match side {
-        Side::Rust => env!("CARGO_BIN_EXE_udaddy"),
-        Side::C => "udaddy",
-    }
+    side.program(env!("CARGO_BIN_EXE_udaddy"), "udaddy")
 }
 
 const SERVER_LINES: [&str; 6] = [

@@ -32,6 +32,19 @@ impl CmId {
         self.expect_event(event, kind)
     }
 
+    /// Refuses a queue pair of another device than the identifier's: the connection manager
+    /// would announce a queue pair number that does not exist where the connection goes.
+    pub(crate) fn check_device(&self, qp_context: &rdma_verbs::Context) -> Result<()> {
+        let own = self.context()?;
+        if own.as_raw() == qp_context.as_raw() || own.device_name() == qp_context.device_name() {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(
+                "the queue pair is on another device than the identifier",
+            ))
+        }
+    }
+
     /// `event` if it is a `kind` event about this identifier; the error a wait reports
     /// otherwise.
     pub(crate) fn expect_event(&self, event: Event, kind: EventKind) -> Result<Event> {
@@ -83,24 +96,44 @@ impl CmId {
         param: &ConnParam,
         timeout: Duration,
     ) -> Result<(QueuePair<Rc, Rts>, Vec<u8>)> {
-        let qp = self.connect_start(qp, param)?;
+        self.connect_init_qp(self.init_rc_qp(qp)?, param, timeout)
+    }
+
+    /// The active side's queue pair to INIT with this identifier's port and partition (no
+    /// remote access yet): post the first receives on it, then
+    /// [`connect_init_qp`](Self::connect_init_qp), so that they are there before the peer
+    /// can send.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a queue pair of another device than the identifier's;
+    /// as [`init_qp_attr`](Self::init_qp_attr) (`EINVAL` before the route is resolved) and
+    /// the transition; the queue pair is destroyed on failure.
+    pub fn init_rc_qp(&self, qp: QueuePair<Rc, Reset>) -> Result<QueuePair<Rc, Init>> {
+        self.check_device(qp.pd().context())?;
+        Ok(qp
+            .into_init_with(&self.init_qp_attr(QpStateKind::Init)?)
+            .map_err(|e| e.into_parts().1)?)
+    }
+
+    /// [`connect_qp`](Self::connect_qp) for a queue pair in INIT already (from
+    /// [`init_rc_qp`](Self::init_rc_qp), its first receives posted).
+    ///
+    /// # Errors
+    ///
+    /// As [`connect_qp`](Self::connect_qp).
+    pub fn connect_init_qp(
+        &self,
+        qp: QueuePair<Rc, Init>,
+        param: &ConnParam,
+        timeout: Duration,
+    ) -> Result<(QueuePair<Rc, Rts>, Vec<u8>)> {
+        self.check_device(qp.pd().context())?;
+        self.connect(&param.clone().qp_num(qp.qp_num()))?;
         let response = self.wait_event(EventKind::ConnectResponse, timeout)?;
         let private_data = response.private_data().to_vec();
         drop(response);
         Ok((self.connect_finish(qp)?, private_data))
-    }
-
-    /// The active side's first steps: INIT, `rdma_connect` with `qp`'s number.
-    pub(crate) fn connect_start(
-        &self,
-        qp: QueuePair<Rc, Reset>,
-        param: &ConnParam,
-    ) -> Result<QueuePair<Rc, Init>> {
-        let qp = qp
-            .into_init_with(&self.init_qp_attr(QpStateKind::Init)?)
-            .map_err(|e| e.into_parts().1)?;
-        self.connect(&param.clone().qp_num(qp.qp_num()))?;
-        Ok(qp)
     }
 
     /// The active side's steps after the `ConnectResponse`: INIT again, RTR, RTS,
@@ -173,9 +206,11 @@ impl CmId {
     ///
     /// # Errors
     ///
-    /// As [`init_qp_attr`](Self::init_qp_attr) (`EINVAL` on an identifier that did not come
+    /// [`Error::InvalidArgument`] for a queue pair of another device than the identifier's;
+    /// as [`init_qp_attr`](Self::init_qp_attr) (`EINVAL` on an identifier that did not come
     /// with a connect request) and the transitions; the queue pair is destroyed on failure.
     pub fn ready_rc_qp(&self, qp: QueuePair<Rc, Reset>) -> Result<QueuePair<Rc, Rts>> {
+        self.check_device(qp.pd().context())?;
         let qp = qp
             .into_init_with(&self.init_qp_attr(QpStateKind::Init)?)
             .map_err(|e| e.into_parts().1)?

@@ -103,13 +103,8 @@ impl EventChannel {
             raw,
             lock: Mutex::new(()),
         };
-        let fd = inner.fd();
-        // SAFETY: fcntl on the channel's own descriptor.
-        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-        // SAFETY: as above.
-        if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
-            return Err(Error::last("fcntl"));
-        }
+        // On failure `inner` is dropped, destroying the channel.
+        inner.ensure_nonblocking()?;
         Ok(Self(Arc::new(inner)))
     }
 

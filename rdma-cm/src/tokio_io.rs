@@ -17,7 +17,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use futures_core::Stream;
-use rdma_verbs::{Errno, QueuePair, Rc, Reset, Rts};
+use rdma_verbs::{Errno, Init, QueuePair, Rc, Reset, Rts};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
@@ -218,7 +218,22 @@ impl AsyncCmId {
         qp: QueuePair<Rc, Reset>,
         param: &ConnParam,
     ) -> Result<(QueuePair<Rc, Rts>, Vec<u8>)> {
-        let qp = self.id.connect_start(qp, param)?;
+        self.connect_init_qp(self.id.init_rc_qp(qp)?, param).await
+    }
+
+    /// [`connect_qp`](Self::connect_qp) for a queue pair in INIT already (from
+    /// [`CmId::init_rc_qp`], its first receives posted).
+    ///
+    /// # Errors
+    ///
+    /// As [`connect_qp`](Self::connect_qp).
+    pub async fn connect_init_qp(
+        &self,
+        qp: QueuePair<Rc, Init>,
+        param: &ConnParam,
+    ) -> Result<(QueuePair<Rc, Rts>, Vec<u8>)> {
+        self.id.check_device(qp.pd().context())?;
+        self.id.connect(&param.clone().qp_num(qp.qp_num()))?;
         let response = self.wait_event(EventKind::ConnectResponse).await?;
         let private_data = response.private_data().to_vec();
         drop(response);

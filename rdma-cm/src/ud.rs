@@ -52,11 +52,12 @@ impl CmId {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for an identifier not of [`PortSpace::Udp`]; as
-    /// [`init_qp_attr`](Self::init_qp_attr) and the transitions (the queue pair is destroyed
-    /// on failure).
+    /// [`Error::InvalidArgument`] for an identifier not of [`PortSpace::Udp`] or a queue pair
+    /// of another device; as [`init_qp_attr`](Self::init_qp_attr) and the transitions (the
+    /// queue pair is destroyed on failure).
     pub fn ready_ud_qp(&self, qp: QueuePair<Ud, Reset>) -> Result<QueuePair<Ud, Rts>> {
         self.require_udp()?;
+        self.check_device(qp.pd().context())?;
         Ok(qp
             .into_init_with(&self.init_qp_attr(QpStateKind::Init)?)
             .map_err(|e| e.into_parts().1)?
@@ -92,8 +93,8 @@ impl CmId {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for an identifier not of [`PortSpace::Udp`]; as
-    /// [`connect`](Self::connect) and [`wait_event`](Self::wait_event): a refusal is
+    /// [`Error::InvalidArgument`] for an identifier not of [`PortSpace::Udp`] or a queue pair
+    /// of another device; as [`connect`](Self::connect) and [`wait_event`](Self::wait_event): a refusal is
     /// [`Error::Event`] (`Rejected`, `Unreachable` when no server answers).
     pub fn connect_ud(
         &self,
@@ -102,6 +103,7 @@ impl CmId {
         timeout: Duration,
     ) -> Result<(UdParam, Vec<u8>)> {
         self.require_udp()?;
+        self.check_device(qp.pd().context())?;
         self.connect(&param.clone().qp_num(qp.qp_num()))?;
         let established = self.wait_event(EventKind::Established, timeout)?;
         let peer = established.ud_param().ok_or(Error::InvalidArgument(
@@ -117,10 +119,11 @@ impl CmId {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for an identifier not of [`PortSpace::Udp`]; as
-    /// [`accept`](Self::accept).
+    /// [`Error::InvalidArgument`] for an identifier not of [`PortSpace::Udp`] or a queue pair
+    /// of another device; as [`accept`](Self::accept).
     pub fn accept_ud(&self, qp: &QueuePair<Ud, Rts>, param: &ConnParam) -> Result<()> {
         self.require_udp()?;
+        self.check_device(qp.pd().context())?;
         self.accept(&param.clone().qp_num(qp.qp_num()))
     }
 

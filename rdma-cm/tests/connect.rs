@@ -483,3 +483,70 @@ fn sixteen_concurrent_clients_blocking() {
     drop(channel);
     assert_cm_ids(before, "after sixteen connections");
 }
+
+/// A queue pair of another device than the identifier's is refused before anything is sent
+/// (the connection manager would announce a queue pair number that does not exist where the
+/// connection goes), on both sides; the server then accepts with the right one, and a second
+/// accept of the same request is refused by librdmacm.
+#[test]
+fn another_devices_queue_pair_and_a_second_accept_are_refused() {
+    let Some(addr) = device_addr() else { return };
+    let Some(other) = rdma_test_support::second_device() else {
+        return;
+    };
+    let other = rdma_cm::rdma_verbs::Context::open(&other).expect("open the second device");
+    let other_pd = other.alloc_pd().unwrap();
+    let other_cq = other.create_cq(4).unwrap();
+    let foreign = || other_pd.qp_builder(&other_cq, &other_cq).build().unwrap();
+    let before = kernel_cm_ids();
+    let (_channel, listen_id, local) = listener(addr);
+    let (tx, rx) = mpsc::channel();
+    let server_foreign = foreign();
+    let server = thread::spawn(move || {
+        let request = listen_id.get_request(WAIT).expect("a connect request");
+        let id = request.id;
+        match id.ready_rc_qp(server_foreign) {
+            Err(Error::InvalidArgument(why)) => assert!(why.contains("another device"), "{why}"),
+            other => panic!("a foreign queue pair on the passive side: {other:?}"),
+        }
+        let (qp, _cq, _pool) = endpoint(&id);
+        let qp = id.accept_qp(qp, &ConnParam::new(), WAIT).expect("accept");
+        match id.accept(&ConnParam::new().qp_num(qp.qp_num())) {
+            Err(Error::Call { call, errno }) => {
+                note(&format!("a second accept: {call}: {errno}"));
+                assert_eq!((call, errno.raw()), ("rdma_accept", libc::EINVAL));
+            }
+            other => panic!("a second accept: {other:?}"),
+        }
+        tx.send(()).unwrap();
+        drop(
+            id.wait_event(EventKind::Disconnected, WAIT)
+                .expect("Disconnected"),
+        );
+        drop(qp);
+    });
+    let channel = EventChannel::new().unwrap();
+    let id = CmId::new(&channel, PortSpace::Tcp).unwrap();
+    id.resolve(local, WAIT).expect("resolve");
+    match id.connect_qp(foreign(), &ConnParam::new(), WAIT) {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("another device"), "{why}"),
+        other => panic!("a foreign queue pair on the active side: {other:?}"),
+    }
+    let ud = other_pd
+        .qp_builder::<rdma_cm::rdma_verbs::Ud>(&other_cq, &other_cq)
+        .build()
+        .unwrap();
+    assert!(
+        matches!(id.ready_ud_qp(ud), Err(Error::InvalidArgument(_))),
+        "a UD queue pair on an RC identifier"
+    );
+    // Nothing was sent: the identifier still connects, with its own device's queue pair.
+    let (qp, _cq, _pool) = endpoint(&id);
+    let (qp, _) = id.connect_qp(qp, &ConnParam::new(), WAIT).expect("connect");
+    rx.recv_timeout(WAIT).expect("the server's checks");
+    id.disconnect().unwrap();
+    drop(id.wait_event(EventKind::Disconnected, WAIT).unwrap());
+    server.join().expect("the server's checks");
+    drop((qp, id, channel));
+    assert_cm_ids(before, "after the refusals");
+}

@@ -27,7 +27,7 @@ use rdma_cm::rdma_verbs::{
     WcOpcode, WcStatus,
 };
 use rdma_cm::{CmId, ConnParam, Event, EventChannel, EventKind, PortSpace};
-use rdma_examples::pingpong;
+use rdma_examples::cmtool::{self, lookup, parse_u8, parse_u32};
 
 const PROGRAM: &str = "udaddy";
 /// Bytes of the global routing header in front of every UD receive.
@@ -80,22 +80,6 @@ struct Args {
     timeout: u64,
 }
 
-fn parse_number(text: &str) -> Result<u64, String> {
-    let parsed = match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
-        Some(hex) => u64::from_str_radix(hex, 16),
-        None => text.parse(),
-    };
-    parsed.map_err(|e| format!("{text:?}: {e}"))
-}
-
-fn parse_u8(text: &str) -> Result<u8, String> {
-    u8::try_from(parse_number(text)?).map_err(|e| e.to_string())
-}
-
-fn parse_u32(text: &str) -> Result<u32, String> {
-    u32::try_from(parse_number(text)?).map_err(|e| e.to_string())
-}
-
 fn main() {
     let args = Args::parse();
     let result = check_args(&args).and_then(|()| {
@@ -105,13 +89,7 @@ fn main() {
             server(&args)
         }
     });
-    match result {
-        Ok(()) => {
-            println!("test complete");
-            println!("return status 0");
-        }
-        Err(message) => pingpong::fail(PROGRAM, message),
-    }
+    cmtool::finish(PROGRAM, result);
 }
 
 fn check_args(args: &Args) -> Result<(), String> {
@@ -126,31 +104,7 @@ fn check_args(args: &Args) -> Result<(), String> {
             return Err(format!("port space {name:?}: only udp is supported"));
         }
     }
-    if let Some(format) = &args.format {
-        let format = format.to_ascii_lowercase();
-        if !(format.starts_with("ip") || format.starts_with("name")) {
-            return Err(format!(
-                "address format {format:?}: only ip and name are supported"
-            ));
-        }
-    }
-    if args.connections == 0 {
-        return Err("-c: at least one connection".to_string());
-    }
-    Ok(())
-}
-
-/// `host` (a name or an address) and `port` as a socket address, through the resolver.
-fn lookup(host: &str, port: u16) -> Result<SocketAddr, String> {
-    if let Ok(ip) = host.parse::<IpAddr>() {
-        return Ok(SocketAddr::new(ip, port));
-    }
-    use std::net::ToSocketAddrs;
-    (host, port)
-        .to_socket_addrs()
-        .map_err(|e| format!("getaddrinfo error: {host}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("getaddrinfo error: {host}: no address"))
+    cmtool::check_format_and_count(args.format.as_deref(), args.connections)
 }
 
 /// The payload of datagram `message` of connection `connection`.

@@ -218,3 +218,71 @@ pub(crate) fn note(line: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "NOTE: {line}");
 }
+
+/// Starts `program` with `args` (standard error piped); its standard output is read line by
+/// line, as it comes, into the returned receiver.
+pub(crate) fn spawn_reading(
+    program: &str,
+    args: &[&str],
+) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let mut child = std::process::Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {program}: {e}"));
+    let stdout = child.stdout.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// Waits until `count` lines ending with `suffix` came from `lines`, each within `bound`.
+pub(crate) fn wait_for_lines(
+    lines: &std::sync::mpsc::Receiver<String>,
+    suffix: &str,
+    count: usize,
+    bound: std::time::Duration,
+    what: &str,
+) {
+    let mut seen = 0;
+    while seen < count {
+        let line = lines
+            .recv_timeout(bound)
+            .unwrap_or_else(|_| panic!("{what}: {seen} of {count} lines ending {suffix:?}"));
+        if line.ends_with(suffix) {
+            seen += 1;
+        }
+    }
+}
+
+/// Which implementation of a tool runs on one side of an interop test.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// Ours: the example binary `rust` (a `CARGO_BIN_EXE_*` path).
+    Rust,
+    /// rdma-core's program of that name, from `PATH`.
+    C,
+}
+
+impl Side {
+    /// The program to run for this side.
+    pub(crate) fn program(self, rust: &'static str, c: &'static str) -> &'static str {
+        match self {
+            Side::Rust => rust,
+            Side::C => c,
+        }
+    }
+}
