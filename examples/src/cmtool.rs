@@ -2,6 +2,25 @@
 //! checks and address lookup that the C programs do alike.
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use rdma_cm::{CmId, EventChannel, PortSpace};
+
+/// The C tools' address and route resolution timeout (2000 ms).
+pub const RESOLVE: Duration = Duration::from_millis(2000);
+
+/// `RDMA_PS_UDP`: the port space number of the UD tools' `-p`.
+pub const PS_UDP: u32 = 0x0111;
+
+/// Checks a UD tool's `-p` port space number: only [`PS_UDP`] is supported.
+pub fn check_udp_port_space(port_space: Option<u32>) -> Result<(), String> {
+    match port_space {
+        Some(ps) if ps != PS_UDP => Err(format!(
+            "port space {ps:#x}: only {PS_UDP:#x} (UDP) is supported"
+        )),
+        _ => Ok(()),
+    }
+}
 
 /// `host` (a name or an address) and `port` as a socket address, through the resolver, as
 /// the C tools' `getaddrinfo` call; the error reads like theirs.
@@ -64,4 +83,18 @@ pub fn finish(program: &str, result: Result<(), String>) {
         }
         Err(message) => crate::pingpong::fail(program, message),
     }
+}
+
+/// One event channel and `count` identifiers of `ps` on it, as the C tools make their
+/// "connections".
+pub fn ids_on_one_channel(
+    count: usize,
+    ps: PortSpace,
+) -> Result<(EventChannel, Vec<CmId>), String> {
+    let channel =
+        EventChannel::new().map_err(|e| format!("failed to create event channel: {e}"))?;
+    let ids = (0..count)
+        .map(|_| CmId::new(&channel, ps).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((channel, ids))
 }

@@ -6,3 +6,4 @@ pub mod cmtool;
 pub mod connect;
 pub mod exchange;
 pub mod pingpong;
+pub mod udnode;

@@ -5,11 +5,11 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::{Side, finish_within, run_against, show, start_cm_server, text};
+use common::{Side, assert_refused, run_against, start_cm_server, text};
 
 const BOUND: Duration = Duration::from_secs(90);
 /// The C program's port: it has no option for another.
@@ -126,20 +126,6 @@ fn udaddy_refuses_bad_input() {
         (&["-s", &addr], "udaddy: event: Unreachable, error: 1"),
     ];
     for (args, want) in cases {
-        let out = finish_within(
-            Command::new(program(Side::Rust))
-                .args(args)
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("run udaddy"),
-            BOUND,
-            &format!("udaddy {args:?}"),
-        );
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", show(&out));
-        let stderr = text(&out.stderr);
-        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
-        assert!(stderr.starts_with(want), "{args:?}: {stderr}");
+        assert_refused(program(Side::Rust), args, want, BOUND);
     }
 }

@@ -116,6 +116,8 @@ pub struct Event {
     owner: Arc<IdInner>,
     /// A connect request's new identifier, until taken.
     new_id: Option<CmId>,
+    /// For a multicast event, its group's token and address.
+    pub(crate) group: Option<(usize, std::net::IpAddr)>,
 }
 
 // SAFETY: the event's memory is librdmacm's until acknowledged and is only read here;
@@ -232,6 +234,10 @@ impl Drop for Event {
         // acknowledges it. The identifiers it names are alive (`owner`, `new_id`, dropped
         // only after this body).
         unsafe { ffi::rdma_ack_cm_event(self.raw.as_ptr()) };
+        if let Some((token, _)) = self.group {
+            let mut groups = self.owner.groups.lock().unwrap_or_else(|e| e.into_inner());
+            groups.event_done(token);
+        }
         self.owner.held.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -378,6 +384,15 @@ unsafe fn wrap(
     } else {
         None
     };
+    let group = if matches!(kind, EventKind::MulticastJoin | EventKind::MulticastError) {
+        // SAFETY: a multicast event: `ud` is the member, and its private-data pointer is the
+        // context of the join, a token of this crate (a number, not dereferenced).
+        let token = unsafe { ev.param.ud.private_data }.addr();
+        let mut groups = owner.groups.lock().unwrap_or_else(|e| e.into_inner());
+        groups.event_read(token).map(|addr| (token, addr))
+    } else {
+        None
+    };
     Some(Event {
         raw,
         kind,
@@ -385,5 +400,6 @@ unsafe fn wrap(
         ud: owner.ps == PortSpace::Udp,
         owner,
         new_id,
+        group,
     })
 }

@@ -13,6 +13,7 @@ use rdma_verbs_sys as ffi;
 use crate::addr;
 use crate::channel::EventChannel;
 use crate::error::{Error, Result};
+use crate::multicast::Groups;
 use crate::param::ConnParam;
 
 /// The port space of an identifier: what kind of service it connects to.
@@ -70,6 +71,8 @@ pub(crate) struct IdInner {
     /// Whether `rdma_listen` succeeded on it (a listener is not migrated).
     listening: std::sync::atomic::AtomicBool,
     pub(crate) ps: PortSpace,
+    /// The multicast groups it joined and not left yet.
+    pub(crate) groups: Mutex<Groups>,
 }
 
 // SAFETY: librdmacm's calls on an identifier may come from any thread; the ones that read or
@@ -98,6 +101,7 @@ impl IdInner {
             held: AtomicUsize::new(0),
             listening: std::sync::atomic::AtomicBool::new(false),
             ps,
+            groups: Mutex::new(Groups::default()),
         });
         let weak = Weak::into_raw(Arc::downgrade(&inner));
         // SAFETY: a live identifier; only this crate writes `context`, under the channel
@@ -198,6 +202,11 @@ impl Drop for IdInner {
             (*self.raw.as_ptr()).context = std::ptr::null_mut();
             context
         };
+        // Groups still joined are left first (librdmacm would leak their records otherwise).
+        let groups = self.groups.get_mut().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: a live identifier, its channel's lock held; no event about it is held (each
+        // holds this wrapper), so no group has one and no leave waits.
+        unsafe { groups.leave_all(self.raw.as_ptr()) };
         // SAFETY: no handle, event or verbs object holds the identifier any more (each holds
         // this wrapper), so every event read about it was acknowledged and rdma_destroy_id
         // does not wait; events not read yet are discarded by the kernel.
@@ -221,7 +230,7 @@ fn millis(timeout: Duration) -> i32 {
 }
 
 /// Maps a librdmacm return value (0, or -1 with errno) to a result.
-fn check(call: &'static str, ret: i32) -> Result<()> {
+pub(crate) fn check(call: &'static str, ret: i32) -> Result<()> {
     if ret == 0 {
         Ok(())
     } else {

@@ -18,7 +18,8 @@
 //!   stream); every future cancel-safe.
 //! - UD over the connection manager ([`PortSpace::Udp`]): [`CmId::ready_ud_qp`],
 //!   [`CmId::connect_ud`] (the server's queue pair, Q_Key and path as a [`UdParam`]),
-//!   [`CmId::accept_ud`].
+//!   [`CmId::accept_ud`]; multicast: [`CmId::join_multicast`] / [`CmId::join_group`],
+//!   [`UdParam::attach`], [`CmId::leave_multicast`].
 //!
 //! A client:
 //!
@@ -55,6 +56,7 @@ mod channel;
 mod error;
 mod event;
 mod id;
+mod multicast;
 mod param;
 mod request;
 #[cfg(feature = "tokio")]
@@ -66,6 +68,7 @@ pub use channel::EventChannel;
 pub use error::{Error, Result};
 pub use event::{Event, EventKind};
 pub use id::{CmId, PortSpace};
+pub use multicast::JoinKind;
 pub use param::{ConnParam, PeerParam};
 pub use rdma_verbs;
 pub use request::ConnectRequest;

@@ -10,7 +10,7 @@
 //! with it.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -25,8 +25,10 @@ use crate::channel::EventChannel;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventKind};
 use crate::id::{CmId, PortSpace};
+use crate::multicast::{JoinKind, NO_UD_PARAM};
 use crate::param::ConnParam;
 use crate::request::ConnectRequest;
+use crate::ud::UdParam;
 
 /// The channel's descriptor for the reactor; holds a handle, so the descriptor stays open
 /// (and the same) while it is registered.
@@ -289,6 +291,26 @@ impl AsyncCmId {
         self.id.disconnect()?;
         drop(self.wait_event(EventKind::Disconnected).await?);
         Ok(())
+    }
+
+    /// Joins multicast group `group` and waits for the `MulticastJoin` event, as
+    /// [`CmId::join_group`]. Cancelled after the join went out, the group stays joined
+    /// ([`CmId::multicast_groups`] lists it; leave it, or it is left when the identifier is
+    /// destroyed) and its event stays queued for the next wait.
+    ///
+    /// # Errors
+    ///
+    /// As [`CmId::join_group`].
+    pub async fn join_group(&self, group: IpAddr, kind: JoinKind) -> Result<UdParam> {
+        self.id.join_multicast(group, kind)?;
+        let joined = match self.wait_event(EventKind::MulticastJoin).await {
+            Ok(event) => event.ud_param().ok_or(NO_UD_PARAM),
+            Err(error) => Err(error),
+        };
+        if joined.is_err() {
+            let _ = self.id.leave_multicast(group);
+        }
+        joined
     }
 }
 

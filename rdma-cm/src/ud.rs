@@ -28,9 +28,12 @@ pub struct UdParam {
 
 impl Event {
     /// For an `Established` event of a [`PortSpace::Udp`] identifier, the peer's queue pair,
-    /// Q_Key and address vector; `None` for other events.
+    /// Q_Key and address vector; for a `MulticastJoin` event, the group's (queue pair
+    /// `0xFFFFFF`, the group's Q_Key, its GID as destination GID and its LID); `None` for
+    /// other events.
     pub fn ud_param(&self) -> Option<UdParam> {
-        if !self.is_ud() || self.kind() != EventKind::Established {
+        let kind = self.kind();
+        if !self.is_ud() || !matches!(kind, EventKind::Established | EventKind::MulticastJoin) {
             return None;
         }
         // SAFETY: an unacknowledged event of the UDP port space: `ud` is the member.
@@ -127,7 +130,7 @@ impl CmId {
         self.accept(&param.clone().qp_num(qp.qp_num()))
     }
 
-    fn require_udp(&self) -> Result<()> {
+    pub(crate) fn require_udp(&self) -> Result<()> {
         if self.port_space() == PortSpace::Udp {
             Ok(())
         } else {

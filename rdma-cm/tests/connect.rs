@@ -541,12 +541,12 @@ fn another_devices_queue_pair_and_a_second_accept_are_refused() {
         "a UD queue pair on an RC identifier"
     );
     // Nothing was sent: the identifier still connects, with its own device's queue pair.
-    let (qp, _cq, _pool) = endpoint(&id);
+    let (qp, cq, pool) = endpoint(&id);
     let (qp, _) = id.connect_qp(qp, &ConnParam::new(), WAIT).expect("connect");
     rx.recv_timeout(WAIT).expect("the server's checks");
     id.disconnect().unwrap();
     drop(id.wait_event(EventKind::Disconnected, WAIT).unwrap());
     server.join().expect("the server's checks");
-    drop((qp, id, channel));
+    drop((qp, cq, pool, id, channel));
     assert_cm_ids(before, "after the refusals");
 }

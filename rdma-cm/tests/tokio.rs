@@ -299,7 +299,7 @@ async fn tokio_cancelled_waits_lose_no_event() {
 
     let id = AsyncCmId::new(PortSpace::Tcp).expect("an identifier");
     id.resolve(server, WAIT).await.expect("resolve");
-    let (qp, _cq, _channel, _pool) = async_endpoint(id.id());
+    let (qp, cq, cq_channel, pool) = async_endpoint(id.id());
     // Polled once: INIT and rdma_connect happen, then the wait for the answer is cancelled.
     let cancelled = timeout(
         Duration::ZERO,
@@ -329,7 +329,7 @@ async fn tokio_cancelled_waits_lose_no_event() {
     assert_private(event.private_data(), b"later", "the reject");
     drop(event);
     drop(events);
-    drop((request, id, listener));
+    drop((request, id, listener, cq, cq_channel, pool));
     assert_cm_ids(before, "after the cancelled waits");
 }
 
@@ -367,4 +367,78 @@ async fn tokio_errors_are_typed() {
     }
     drop((id, lost, _cq, _channel, _pool));
     assert_cm_ids(before, "after the failed calls");
+}
+
+/// Multicast with the async API: `join_group` awaits the `MulticastJoin` event and gives the
+/// group's queue pair number, Q_Key and GID, and refuses a group joined already; the event of
+/// a join that does not wait comes as the async channel's next event and names its group;
+/// leaving both works, and no identifier is left.
+#[tokio::test(flavor = "current_thread")]
+async fn tokio_multicast_join_and_leave() {
+    use std::net::{IpAddr, Ipv4Addr};
+
+    use rdma_cm::JoinKind;
+    use rdma_cm::rdma_verbs::Gid;
+
+    let Some(addr) = device_addr() else { return };
+    let before = kernel_cm_ids();
+    let group = Ipv4Addr::new(239, 1, 2, 5);
+    let id = AsyncCmId::new(PortSpace::Udp).expect("a UDP identifier");
+    id.id()
+        .resolve_addr(
+            Some(SocketAddr::new(addr, 0)),
+            SocketAddr::new(IpAddr::V4(group), 0),
+            WAIT,
+        )
+        .expect("rdma_resolve_addr to the group");
+    drop(
+        timeout(WAIT, id.wait_event(EventKind::AddrResolved))
+            .await
+            .expect("in time")
+            .expect("AddrResolved"),
+    );
+    let param = timeout(WAIT, id.join_group(IpAddr::V4(group), JoinKind::FullMember))
+        .await
+        .expect("in time")
+        .expect("join_group");
+    assert_eq!(
+        (param.qp_num, param.qkey),
+        (0x00FF_FFFF, 0x0123_4567),
+        "{param:?}"
+    );
+    assert_eq!(
+        param.av.grh.map(|g| g.dgid),
+        Some(Gid(group.to_ipv6_mapped().octets())),
+        "{param:?}"
+    );
+
+    match timeout(WAIT, id.join_group(IpAddr::V4(group), JoinKind::FullMember)).await {
+        Ok(Err(Error::InvalidArgument(_))) => {}
+        other => panic!("a second join of the group: {other:?}"),
+    }
+
+    // The join that does not wait: its event comes through the async channel.
+    let other = Ipv4Addr::new(239, 1, 2, 6);
+    id.id()
+        .join_multicast(IpAddr::V4(other), JoinKind::FullMember)
+        .expect("rdma_join_multicast_ex");
+    assert_eq!(
+        id.id().multicast_groups(),
+        vec![IpAddr::V4(group), IpAddr::V4(other)]
+    );
+    let joined = timeout(WAIT, id.wait_event(EventKind::MulticastJoin))
+        .await
+        .expect("in time")
+        .expect("the cancelled join's event");
+    assert_eq!(joined.multicast_group(), Some(IpAddr::V4(other)));
+    drop(joined);
+    id.id()
+        .leave_multicast(IpAddr::V4(other))
+        .expect("leave the cancelled join's group");
+    id.id()
+        .leave_multicast(IpAddr::V4(group))
+        .expect("leave the group");
+    assert!(id.id().multicast_groups().is_empty());
+    drop(id);
+    assert_cm_ids(before, "after the async multicast");
 }

@@ -22,20 +22,11 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use rdma_cm::rdma_verbs::{
-    AddressHandle, BufferPool, Completion, CompletionQueue, OwnedSend, QueuePair, Rts, Ud,
-    WcOpcode, WcStatus,
-};
 use rdma_cm::{CmId, ConnParam, Event, EventChannel, EventKind, PortSpace};
 use rdma_examples::cmtool::{self, lookup, parse_u8, parse_u32};
+use rdma_examples::udnode::{GRH, UdNode};
 
 const PROGRAM: &str = "udaddy";
-/// Bytes of the global routing header in front of every UD receive.
-const GRH: usize = 40;
-/// `RDMA_PS_UDP`, the one port space this program takes (`-p`).
-const PS_UDP: u32 = 0x0111;
-/// The C program's address and route resolution timeout, in milliseconds.
-const RESOLVE_MS: u64 = 2000;
 
 /// UD datagrams over the connection manager.
 #[derive(Parser, Debug)]
@@ -93,12 +84,7 @@ fn main() {
 }
 
 fn check_args(args: &Args) -> Result<(), String> {
-    if args.port_space.is_some_and(|ps| ps != PS_UDP) {
-        return Err(format!(
-            "port space {:#x}: only {PS_UDP:#x} (UDP) is supported",
-            args.port_space.unwrap_or_default()
-        ));
-    }
+    cmtool::check_udp_port_space(args.port_space)?;
     if let Some(name) = &args.port_space_name {
         if !name.to_ascii_lowercase().starts_with("udp") {
             return Err(format!("port space {name:?}: only udp is supported"));
@@ -112,153 +98,6 @@ fn payload(connection: usize, message: usize, size: usize) -> Vec<u8> {
     (0..size)
         .map(|j| (j as u8).wrapping_mul(7) ^ (message as u8).wrapping_add(connection as u8 * 31))
         .collect()
-}
-
-/// One connection: its identifier, UD queue pair (RTS), queues and buffers, and where the
-/// peer's datagrams go once known.
-struct Node {
-    id: CmId,
-    qp: QueuePair<Ud, Rts>,
-    send_cq: CompletionQueue,
-    recv_cq: CompletionQueue,
-    pool: BufferPool,
-    peer: Option<(AddressHandle, u32, u32)>,
-}
-
-impl Node {
-    /// The queue pair and buffers on `id`'s device, receives posted: `count` datagrams of
-    /// `size` bytes fit (after checking `size` against the port's active MTU).
-    fn new(id: CmId, count: usize, size: usize) -> Result<Self, String> {
-        let context = id.context().map_err(|e| e.to_string())?;
-        let port = context
-            .query_port(id.port_num())
-            .map_err(|e| e.to_string())?;
-        let mtu = port.active_mtu.bytes().unwrap_or(256) as usize;
-        if count > 0 && size > mtu {
-            return Err(format!(
-                "message_size {size} is larger than active mtu {mtu}"
-            ));
-        }
-        let pd = context
-            .alloc_pd()
-            .map_err(|e| format!("unable to allocate PD: {e}"))?;
-        let depth = count.max(1);
-        let queue = u32::try_from(depth * 2).map_err(|e| e.to_string())?;
-        let send_cq = context
-            .create_cq(queue)
-            .map_err(|e| format!("unable to create CQ: {e}"))?;
-        let recv_cq = context
-            .create_cq(queue)
-            .map_err(|e| format!("unable to create CQ: {e}"))?;
-        let depth_u32 = u32::try_from(depth).map_err(|e| e.to_string())?;
-        let qp = pd
-            .qp_builder::<Ud>(&send_cq, &recv_cq)
-            .max_send_wr(depth_u32)
-            .max_recv_wr(depth_u32)
-            .build()
-            .map_err(|e| format!("unable to create QP: {e}"))?;
-        let qp = id.ready_ud_qp(qp).map_err(|e| e.to_string())?;
-        let pool = BufferPool::new(&pd, depth * 2, size + GRH)
-            .map_err(|e| format!("failed message allocation: {e}"))?;
-        let mut node = Self {
-            id,
-            qp,
-            send_cq,
-            recv_cq,
-            pool,
-            peer: None,
-        };
-        for i in 0..count {
-            let buf = node.pool.take().ok_or("out of buffers")?;
-            node.qp
-                .post_recv_buf(buf, i as u64)
-                .map_err(|e| format!("failed to post receives: {}", e.error()))?;
-        }
-        Ok(node)
-    }
-
-    /// Sends `payloads` to the peer, each with this queue pair's number as immediate data,
-    /// and reaps the sends.
-    fn send_all(&mut self, payloads: &[Vec<u8>], timeout: Duration) -> Result<(), String> {
-        let (ah, qpn, qkey) = self.peer.as_ref().ok_or("no peer")?;
-        let own = self.qp.qp_num();
-        for data in payloads {
-            let mut buf = self.pool.take().ok_or("out of buffers")?;
-            buf.fill_from(data).map_err(|e| e.to_string())?;
-            self.qp
-                .post_send_owned(OwnedSend::send(buf).with_imm(own).to(ah, *qpn, *qkey))
-                .map_err(|e| format!("failed to post sends: {}", e.error()))?;
-        }
-        for _ in payloads {
-            let done = next(&mut self.send_cq, timeout, "send")?;
-            expect(&done, WcOpcode::Send, "send")?;
-        }
-        Ok(())
-    }
-
-    /// Reaps `count` receives of `size` bytes each, checked: a `Recv` whose immediate data is
-    /// its source queue pair (`from`, when known). Returns the completions.
-    fn receive_all(
-        &mut self,
-        count: usize,
-        size: usize,
-        from: Option<u32>,
-        timeout: Duration,
-    ) -> Result<Vec<Completion>, String> {
-        let mut got = Vec::with_capacity(count);
-        for i in 0..count {
-            let done = next(&mut self.recv_cq, timeout, "receive")?;
-            expect(&done, WcOpcode::Recv, "receive")?;
-            let wc = done.wc();
-            let src = from.unwrap_or(wc.src_qp());
-            if wc.imm_data() != Some(src) || wc.src_qp() != src {
-                return Err(format!(
-                    "datagram {i}: immediate data {:?}, source queue pair {:#x}, expected {src:#x}",
-                    wc.imm_data(),
-                    wc.src_qp()
-                ));
-            }
-            if wc.byte_len() as usize != size + GRH {
-                return Err(format!(
-                    "datagram {i}: {} bytes, expected {} (GRH and {size})",
-                    wc.byte_len(),
-                    size + GRH
-                ));
-            }
-            got.push(done);
-        }
-        Ok(got)
-    }
-}
-
-/// The next completion of `cq` within `timeout`.
-fn next(cq: &mut CompletionQueue, timeout: Duration, what: &str) -> Result<Completion, String> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let mut got = None;
-        cq.poll_each(1, |c| got = Some(c))
-            .map_err(|e| format!("failed polling CQ: {e}"))?;
-        if let Some(done) = got {
-            return Ok(done);
-        }
-        if Instant::now() >= deadline {
-            return Err(format!("no {what} completion in {timeout:?}"));
-        }
-        std::thread::yield_now();
-    }
-}
-
-fn expect(done: &Completion, opcode: WcOpcode, what: &str) -> Result<(), String> {
-    let wc = done.wc();
-    if wc.status() != WcStatus::Success || wc.opcode() != opcode {
-        return Err(format!(
-            "{what} completion: {:?} {:?} (vendor error {:#x})",
-            wc.status(),
-            wc.opcode(),
-            wc.vendor_err()
-        ));
-    }
-    Ok(())
 }
 
 /// Whether to move on after `event`: the kinds that end a connection attempt are errors.
@@ -286,19 +125,14 @@ fn client(args: &Args) -> Result<(), String> {
         .as_deref()
         .map(|host| lookup(host, 0))
         .transpose()?;
-    let channel =
-        EventChannel::new().map_err(|e| format!("failed to create event channel: {e}"))?;
-    let mut ids = Vec::with_capacity(args.connections);
-    for _ in 0..args.connections {
-        ids.push(CmId::new(&channel, PortSpace::Udp).map_err(|e| e.to_string())?);
-    }
+    let (channel, ids) = cmtool::ids_on_one_channel(args.connections, PortSpace::Udp)?;
     println!("{PROGRAM}: connecting");
-    let resolve = Duration::from_millis(RESOLVE_MS);
+    let resolve = cmtool::RESOLVE;
     for id in &ids {
         id.resolve_addr(src, dst, resolve)
             .map_err(|e| format!("failure getting addr: {e}"))?;
     }
-    let mut nodes: Vec<Option<Node>> = (0..args.connections).map(|_| None).collect();
+    let mut nodes: Vec<Option<UdNode>> = (0..args.connections).map(|_| None).collect();
     let mut connected = 0;
     let deadline = Instant::now() + timeout;
     while connected < args.connections {
@@ -331,7 +165,7 @@ fn client(args: &Args) -> Result<(), String> {
             }
             EventKind::RouteResolved => {
                 drop(event);
-                let node = Node::new(id.clone(), args.count, args.size)?;
+                let node = UdNode::new(id.clone(), args.count, args.size)?;
                 node.id
                     .connect(&ConnParam::new().qp_num(node.qp.qp_num()))
                     .map_err(|e| format!("failure connecting: {e}"))?;
@@ -356,7 +190,7 @@ fn client(args: &Args) -> Result<(), String> {
             _ => {}
         }
     }
-    let mut nodes: Vec<Node> = nodes.into_iter().flatten().collect();
+    let mut nodes: Vec<UdNode> = nodes.into_iter().flatten().collect();
     if args.count == 0 || args.size == 0 {
         return Ok(());
     }
@@ -410,7 +244,7 @@ fn server(args: &Args) -> Result<(), String> {
             .take_id()
             .ok_or("a connect request without its identifier")?;
         drop(event);
-        let node = match Node::new(id.clone(), args.count, args.size) {
+        let node = match UdNode::new(id.clone(), args.count, args.size) {
             Ok(node) => node,
             Err(error) => {
                 let _ = id.reject(&[]);

@@ -213,6 +213,27 @@ pub(crate) fn run_against(
     (server_out, client_out)
 }
 
+/// Runs `program` with `args` (at most `bound`) and checks that it failed the examples' way:
+/// exit status 1 and one line on standard error, starting with `want`.
+pub(crate) fn assert_refused(program: &str, args: &[&str], want: &str, bound: std::time::Duration) {
+    use std::process::Stdio;
+    let out = finish_within(
+        std::process::Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("run {program}: {e}")),
+        bound,
+        &format!("{program} {args:?}"),
+    );
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {}", show(&out));
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    assert!(stderr.starts_with(want), "{args:?}: {stderr}");
+}
+
 /// A line on the real stderr (libtest keeps a passing test's `eprintln!` to itself).
 pub(crate) fn note(line: &str) {
     use std::io::Write;
@@ -247,6 +268,18 @@ pub(crate) fn spawn_reading(
         }
     });
     (child, rx)
+}
+
+/// [`spawn_reading`] with the program's standard output line-buffered (`stdbuf -oL`): a C
+/// program's `printf` to a pipe otherwise stays in its buffer until it exits, and a test that
+/// waits for a line in the middle would wait for nothing.
+pub(crate) fn spawn_line_buffered(
+    program: &str,
+    args: &[&str],
+) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    let mut all = vec!["-oL", program];
+    all.extend(args);
+    spawn_reading("stdbuf", &all)
 }
 
 /// Waits until `count` lines ending with `suffix` came from `lines`, each within `bound`.
@@ -285,4 +318,34 @@ impl Side {
             Side::C => c,
         }
     }
+}
+
+/// `mckey`'s report lines: of a receiver (`sender` false) or a sender with `connections` joins.
+pub(crate) fn mckey_lines(sender: bool, group: &str, connections: usize) -> Vec<String> {
+    let mut lines = vec![
+        format!(
+            "mckey: starting {}",
+            if sender { "client" } else { "server" }
+        ),
+        "mckey: joining".to_string(),
+    ];
+    for _ in 0..connections {
+        lines.push(format!("mckey: joined dgid: ::ffff:{group} mlid 0x0 sl 0"));
+    }
+    lines.push(
+        if sender {
+            "initiating data transfers"
+        } else {
+            "receiving data transfers"
+        }
+        .to_string(),
+    );
+    for line in [
+        "data transfers complete",
+        "test complete",
+        "return status 0",
+    ] {
+        lines.push(line.to_string());
+    }
+    lines
 }

@@ -3,6 +3,8 @@
 #![allow(dead_code)] // each test binary uses a different part
 #![allow(unreachable_pub)]
 
+pub mod ud;
+
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -104,18 +106,23 @@ pub fn device_addr() -> Option<IpAddr> {
     )
 }
 
-/// The connection manager identifiers of this process the kernel knows (`rdma resource show
-/// cm_id`): a count that does not depend on this crate's bookkeeping.
+/// The connection manager identifiers bound to a device that the kernel knows (`rdma resource
+/// show cm_id`): a count that does not depend on this crate's bookkeeping.
+///
+/// All of the system's, not this process's: the kernel records the creating thread's ID (the
+/// `pid` it prints), and libtest runs every test on a thread of its own, whose ID is not the
+/// process ID (and is gone, with a leaked identifier still listed, once the test ended). The
+/// harness runs one test at a time, so the other identifiers listed are the test's own
+/// helpers' (C tools), which `before` and `after` counts both see.
 pub fn kernel_cm_ids() -> usize {
     let out = std::process::Command::new("rdma")
         .args(["resource", "show", "cm_id"])
         .output()
         .expect("run `rdma resource show cm_id`");
     assert!(out.status.success(), "{:?}", out);
-    let pid = format!("pid {} ", std::process::id());
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter(|line| line.contains(&pid))
+        .filter(|line| line.contains(" cm-idn "))
         .count()
 }
 

@@ -24,6 +24,7 @@ mod attr;
 mod bind;
 mod builder;
 mod extended;
+mod mcast;
 mod post;
 mod state;
 
@@ -178,6 +179,9 @@ pub(crate) struct QpInner {
     pub(crate) tables: Arc<QpTables>,
     /// Set once `ibv_destroy_qp` succeeded (by [`QueuePair::close`] or `Drop`).
     pub(crate) destroyed: bool,
+    /// The multicast groups (GID, LID) it is attached to: detached before the destroy, which
+    /// the kernel refuses (`EBUSY`) while any is left.
+    pub(crate) mcast: Vec<(crate::device::Gid, u16)>,
 }
 
 // SAFETY: verbs on a queue pair may be called from any thread; posting takes `&mut`, which also
@@ -193,6 +197,13 @@ impl QpInner {
         if self.destroyed {
             return Ok(());
         }
+        // A detach that fails leaves the group attached: the destroy then fails and says so.
+        let raw_qp = self.raw.as_ptr();
+        self.mcast.retain(|&(gid, lid)| {
+            let raw = gid.to_raw();
+            // SAFETY: a live queue pair; the GID is read during the call.
+            unsafe { ffi::ibv_detach_mcast(raw_qp, &raw, lid) != 0 }
+        });
         // SAFETY: live queue pair (not yet destroyed), destroyed once, before the CQs, SRQ and
         // PD it holds.
         let ret = unsafe { ffi::ibv_destroy_qp(self.raw.as_ptr()) };
