@@ -6,6 +6,20 @@ use std::time::{Duration, Instant};
 
 use rdma_verbs::{AccessFlags, Completion, CompletionQueue, ConnectedInitAttr, QueuePair, Rc, Rts};
 
+/// The queue pair [`connect_shaped`] makes: its queue sizes, its inline size, and whether its
+/// receives complete on a queue of their own.
+#[derive(Debug, Clone, Copy)]
+pub struct QpShape {
+    /// Send queue size.
+    pub max_send_wr: u32,
+    /// Receive queue size.
+    pub max_recv_wr: u32,
+    /// Bytes of inline data per send.
+    pub max_inline_data: u32,
+    /// Receives complete on [`Pair::recv_cq`] instead of the setup's queue.
+    pub separate_recv_cq: bool,
+}
+
 use crate::exchange::{self, Dest, Link};
 use crate::pingpong::{self, Connected, Options, Setup};
 
@@ -50,12 +64,29 @@ pub struct Pair {
     pub qp: QueuePair<Rc, Rts>,
     /// The exchange's TCP connection, open for more records and the end handshake.
     pub link: Link,
+    /// The receive completion queue, when the shape asked for one of its own.
+    pub recv_cq: Option<CompletionQueue>,
 }
 
 /// Opens the device and connects one RC queue pair to the peer's (client with a server name,
 /// server without), letting the peer access this side's memory with `access`. Prints the two
 /// address lines as the pingpongs do.
 pub fn connect(args: &PairArgs, access: AccessFlags, max_send_wr: u32) -> Result<Pair, String> {
+    let shape = QpShape {
+        max_send_wr,
+        max_recv_wr: 1,
+        max_inline_data: 0,
+        separate_recv_cq: false,
+    };
+    connect_shaped(args, access, &shape)
+}
+
+/// [`connect`] with a queue pair of the given shape.
+pub fn connect_shaped(
+    args: &PairArgs,
+    access: AccessFlags,
+    shape: &QpShape,
+) -> Result<Pair, String> {
     // The pingpongs' set-up (device, port, GID, PD, CQ) takes their options.
     let options = Options {
         port: args.port,
@@ -65,12 +96,23 @@ pub fn connect(args: &PairArgs, access: AccessFlags, max_send_wr: u32) -> Result
         ..Options::for_device(args.ib_dev.clone(), args.ib_port, args.gid_idx)
     };
     let mtu = pingpong::mtu(&options)?;
-    let setup = pingpong::setup(&options, max_send_wr + 1)?;
+    let cq_size = shape.max_send_wr + shape.max_recv_wr;
+    let setup = pingpong::setup(&options, cq_size)?;
+    let recv_cq = match shape.separate_recv_cq {
+        true => Some(
+            setup
+                .context
+                .create_cq(shape.max_recv_wr)
+                .map_err(|e| format!("couldn't create CQ: {e}"))?,
+        ),
+        false => None,
+    };
     let qp = setup
         .pd
-        .qp_builder::<Rc>(&setup.cq, &setup.cq)
-        .max_send_wr(max_send_wr)
-        .max_recv_wr(1)
+        .qp_builder::<Rc>(&setup.cq, recv_cq.as_ref().unwrap_or(&setup.cq))
+        .max_send_wr(shape.max_send_wr)
+        .max_recv_wr(shape.max_recv_wr)
+        .max_inline_data(shape.max_inline_data)
         .build()
         .map_err(|e| format!("couldn't create QP: {e}"))?
         .into_init(&ConnectedInitAttr::new(args.ib_port).access(access))
@@ -106,7 +148,12 @@ pub fn connect(args: &PairArgs, access: AccessFlags, max_send_wr: u32) -> Result
         (None, Some(exchange)) => exchange.reply(&[mine])?,
         (None, None) => return Err("no connection to the peer".into()),
     };
-    Ok(Pair { setup, qp, link })
+    Ok(Pair {
+        setup,
+        qp,
+        link,
+        recv_cq,
+    })
 }
 
 /// Reaps the next completion from `cq` with `poll_each`. Fails on an error completion, on a

@@ -8,7 +8,7 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_port, listening};
+use common::free_port;
 use rdma_test_support::TestDevice;
 
 mod common;
@@ -182,11 +182,7 @@ fn pingpong_fault_peer_dies_mid_run() {
     let mut server_cmd = rc();
     base(&mut server_cmd, &device, port).args(["-n", "100000000", "-s", "64"]);
     let server = server_cmd.spawn().expect("spawn server");
-    let started = Instant::now();
-    while !listening(port) {
-        assert!(started.elapsed() < BOUND, "the server never listened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::await_listening(port, BOUND, "server");
     let mut client_cmd = rc();
     base(&mut client_cmd, &device, port)
         .args(["-n", "100000000", "-s", "64"])
@@ -294,14 +290,7 @@ fn pingpong_fault_missing_device_features_fail_like_c() {
 /// Starts `server` (listening on `port`), then `client`; returns both outputs.
 fn run_pair(mut server: Command, mut client: Command, port: u16, what: &str) -> (Output, Output) {
     let server = server.spawn().expect("spawn server");
-    let started = Instant::now();
-    while !listening(port) {
-        assert!(
-            started.elapsed() < BOUND,
-            "{what}: the server never listened"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::await_listening(port, BOUND, what);
     let client = client.spawn().expect("spawn client");
     let client_out = finish(client, &format!("{what}: client"));
     let server_out = finish(server, &format!("{what}: server"));

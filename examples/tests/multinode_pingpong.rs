@@ -12,9 +12,7 @@ use std::io::Write;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{
-    finish_within, free_port, listening, rping_text, safe_example, show, start_cm_server, text,
-};
+use common::{finish_within, free_port, rping_text, safe_example, show, start_cm_server, text};
 use matrix::{Config, DEADLINE, RC, SRQ, Side, UC, UD, check_results, program, qpn};
 use rdma_test_support::{Cluster, TestDevice};
 
@@ -65,15 +63,8 @@ fn across(
 }
 
 fn wait_listening(port: u16, server: &Child, what: &str) {
-    let started = Instant::now();
-    while !listening(port) {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "{what}: the server (pid {}) never listened",
-            server.id()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let what = format!("{what} (server pid {})", server.id());
+    common::await_listening(port, Duration::from_secs(30), &what);
 }
 
 /// Runs pingpong `name` across the two nodes, `server` on node 0 and `client` on node 1, in

@@ -11,9 +11,9 @@
 mod common;
 
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{free_port, listening};
+use common::free_port;
 use rdma_test_support::TestDevice;
 
 /// A generous bound on each process (the VM is emulated): past it the process is killed and
@@ -43,11 +43,7 @@ fn run(
     let server = program(path, device, port, server_args)
         .spawn()
         .expect("spawn server");
-    let started = Instant::now();
-    while !listening(port) {
-        assert!(started.elapsed() < BOUND, "the server never listened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::await_listening(port, BOUND, "server");
     let mut client_args = client_args.to_vec();
     client_args.push("127.0.0.1");
     let client = program(path, device, port, &client_args)

@@ -6,6 +6,7 @@
 //! - `harness-selftest`: proves that the test harness's verdict can fail (planted failures and
 //!   a hung VM).
 //! - `instructions`: counts the instructions of a post+poll round, `unsafe` vs owned.
+//! - `bench-compare`: the Rust `lat` tool against C perftest, alternately, in one run.
 //! - `modules`: prints the module graph of `rdma-verbs` and fails on a cycle.
 //! - `bindgen`: regenerates the checked-in raw bindings of `rdma-verbs-sys`.
 
@@ -29,6 +30,7 @@ fn main() -> ExitCode {
         Some("harness-selftest") => harness::selftest(&root, &args[1..]),
         Some("modules") => modules::run(&root),
         Some("instructions") => harness::instructions(&root, &args[1..]),
+        Some("bench-compare") => harness::bench_compare(&root, &args[1..]),
         Some("-h" | "--help") | None => {
             print!("{USAGE}");
             Ok(())
@@ -60,6 +62,11 @@ tasks:
   instructions      count the user-space instructions of a post+poll round with callgrind,
                     unsafe calls vs owned buffers (on the device; Soft-RoCE VM if none);
                     option: the round count (default 2000)
+  bench-compare     run the Rust `lat` tool and C perftest's ib_*_lat alternately on the
+                    device (Soft-RoCE VM if none) and print their latencies and ratios;
+                    options: --rounds N (5), --iters N (1000), --sizes a,b,.. (2,64,1024,4096),
+                    --write (the table into docs/benchmarks.md, the plot into docs/),
+                    --smoke (1 round, 100 iterations, 64 bytes)
   modules           print rdma-verbs's module graph; fail if it has a cycle
   bindgen           regenerate rdma-verbs-sys/src/bindings from the installed headers
 ";

@@ -15,6 +15,18 @@ pub(crate) fn listening(port: u16) -> bool {
     })
 }
 
+/// Waits until something listens on TCP `port`; fails the test, naming `what`, after `bound`.
+pub(crate) fn await_listening(port: u16, bound: std::time::Duration, what: &str) {
+    let started = std::time::Instant::now();
+    while !listening(port) {
+        assert!(
+            started.elapsed() < bound,
+            "{what}: the server never listened on {port}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// A free TCP port (bound, then released).
 pub(crate) fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");

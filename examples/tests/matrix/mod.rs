@@ -42,8 +42,6 @@ use std::time::{Duration, Instant};
 
 use rdma_test_support::TestDevice;
 
-use crate::common::listening;
-
 /// Exchanges per run: well above the `-r 4` of the replenishment runs, short enough that 50
 /// repeats of every pairing stay in the harness's time bound.
 pub(crate) const ITERS: u32 = 60;
@@ -215,13 +213,7 @@ fn pair(device: &TestDevice, name: &str, server: Side, client: Side, config: Con
         .spawn()
         .unwrap_or_else(|e| panic!("{what}: start server: {e}"));
     let started = Instant::now();
-    while !listening(port) {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "{what}: server never listened"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    crate::common::await_listening(port, Duration::from_secs(20), &what);
     let mut client_cmd = Command::new(program(client, name));
     common(&mut client_cmd);
     client_cmd.arg("127.0.0.1");

@@ -84,9 +84,27 @@ pub(crate) fn build_tests(root: &Path) -> Result<Vec<TestBinary>, String> {
     )
 }
 
-/// Whether an artifact line was built by the test profile (a test harness), as opposed to, say,
-/// a binary built for integration tests: its `"profile"` object says `"test":true`. (The
-/// `"target"` object has a `"test"` field of its own, meaning something else.)
+/// Builds binary `bin` of `package` with the release profile; returns its path.
+pub(crate) fn build_release_bin(root: &Path, package: &str, bin: &str) -> Result<String, String> {
+    let output = Command::new(env!("CARGO"))
+        .current_dir(root)
+        .args(["build", "--release", "--package", package, "--bin", bin])
+        .arg("--message-format=json-render-diagnostics")
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("running cargo: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("building {bin} failed"));
+    }
+    let suffix = format!("/{bin}");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|l| l.contains("\"reason\":\"compiler-artifact\""))
+        .filter_map(|l| json_string(l, "executable"))
+        .find(|p| p.ends_with(&suffix))
+        .ok_or_else(|| format!("cargo did not report the {bin} binary"))
+}
+
 /// A test binary's name in the harness: `package/target`, and for the unit tests of a
 /// program, `package/target-bin`, so that they differ from an integration test of the same
 /// name (`examples/src/bin/rdma_rw.rs` and `examples/tests/rdma_rw.rs`). Names carry no
@@ -99,6 +117,9 @@ fn binary_name(package: &str, target: &str, line: &str) -> String {
     }
 }
 
+/// Whether an artifact line was built by the test profile (a test harness), as opposed to, say,
+/// a binary built for integration tests: its `"profile"` object says `"test":true`. (The
+/// `"target"` object has a `"test"` field of its own, meaning something else.)
 pub(crate) fn profile_is_test(line: &str) -> bool {
     let Some(start) = line.find("\"profile\":{") else {
         return false;

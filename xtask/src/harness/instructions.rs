@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use super::build::json_string;
+use super::build::build_release_bin;
 use super::vm::{self, guest_prelude, shell_quote};
 
 /// The modes `instructions` measures, the reference first.
@@ -21,7 +21,7 @@ pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
     if rounds == 0 {
         return Err("the round count must be positive".into());
     }
-    let binary = build(root)?;
+    let binary = build_release_bin(root, "rdma-benches", "instructions")?;
     let work = root.join(".rdma-test").join(std::process::id().to_string());
     std::fs::create_dir_all(&work).map_err(|e| format!("creating {}: {e}", work.display()))?;
     let out = |mode: &str| work.join(format!("callgrind.{mode}.out"));
@@ -77,33 +77,6 @@ pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
     }
     println!("owned / unsafe: {:.3}", per_round[1] / per_round[0]);
     Ok(())
-}
-
-/// Builds the `instructions` program with the release profile; returns its path.
-fn build(root: &Path) -> Result<String, String> {
-    let output = Command::new(env!("CARGO"))
-        .current_dir(root)
-        .args([
-            "build",
-            "--release",
-            "--package",
-            "rdma-benches",
-            "--bin",
-            "instructions",
-            "--message-format=json-render-diagnostics",
-        ])
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("running cargo: {e}"))?;
-    if !output.status.success() {
-        return Err("building instructions failed".to_string());
-    }
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter(|l| l.contains("\"reason\":\"compiler-artifact\""))
-        .filter_map(|l| json_string(l, "executable"))
-        .find(|p| p.ends_with("/instructions"))
-        .ok_or_else(|| "cargo did not report the instructions binary".to_string())
 }
 
 /// The inclusive instruction count of each measured function in callgrind output `file`, as

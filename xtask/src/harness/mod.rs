@@ -14,6 +14,7 @@
 //!    last the line `N passed, N failed, N skipped`; the run is green only with 0 failed and 0
 //!    skipped.
 
+mod bench;
 mod build;
 mod instructions;
 mod nodes;
@@ -32,6 +33,7 @@ use std::time::{Duration, Instant};
 use build::TestBinary;
 use verdict::{DeviceReport, Exit, Kind, Skips, Verdict};
 
+pub(crate) use bench::bench_compare;
 pub(crate) use instructions::instructions;
 pub(crate) use pingpong::pingpong;
 pub(crate) use selftest::run as selftest;

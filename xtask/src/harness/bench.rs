@@ -1,0 +1,564 @@
+//! `cargo xtask bench-compare`: the Rust `lat` tool and C perftest's `ib_*_lat`, run
+//! alternately in one VM boot (or on the host's device), several rounds per test and size; a
+//! table of both tools' typical latency, their ratio and its spread across rounds; with
+//! `--write`, that table and a plot in `docs/`.
+//!
+//! Each round runs every (test, size) pair once with each tool, the order of the two tools
+//! alternating from round to round so that a drift of the emulated machine does not favour
+//! one. A ratio is taken within a round (Rust's `t_typical` over C's of the same round), so
+//! the rounds' ratios show how much of a difference is noise.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::build::build_release_bin;
+use super::vm::{self, GUEST_DEVICE, guest_prelude, shell_quote};
+
+/// The tests, as `lat` names them; perftest's program is `ib_<test>_lat`.
+const TESTS: [&str; 4] = ["send", "write", "read", "atomic"];
+/// The sizes of the full comparison (atomics are always 8 bytes).
+const SIZES: [usize; 4] = [2, 64, 1024, 4096];
+/// The table in `docs/benchmarks.md` sits between these lines.
+const BEGIN: &str = "<!-- bench-compare:begin -->";
+const END: &str = "<!-- bench-compare:end -->";
+/// The plot `--write` makes.
+const PLOT: &str = "docs/bench-latency.svg";
+
+/// What to run.
+#[derive(Debug, Clone, PartialEq)]
+struct Plan {
+    rounds: u32,
+    iters: u32,
+    sizes: Vec<usize>,
+    write: bool,
+}
+
+fn parse_args(args: &[String]) -> Result<Plan, String> {
+    let mut plan = Plan {
+        rounds: 5,
+        iters: 1000,
+        sizes: SIZES.to_vec(),
+        write: false,
+    };
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| {
+            args.next()
+                .ok_or_else(|| format!("{name} needs a value"))
+                .cloned()
+        };
+        match arg.as_str() {
+            "--rounds" => plan.rounds = number(&value("--rounds")?)?,
+            "--iters" => plan.iters = number(&value("--iters")?)?,
+            "--sizes" => {
+                plan.sizes = value("--sizes")?
+                    .split(',')
+                    .map(number::<usize>)
+                    .collect::<Result<_, _>>()?;
+            }
+            "--write" => plan.write = true,
+            // CI's smoke run: one size, few iterations, one round; nothing written.
+            "--smoke" => {
+                plan.rounds = 1;
+                plan.iters = 100;
+                plan.sizes = vec![64];
+            }
+            other => return Err(format!("unknown option {other}")),
+        }
+    }
+    if plan.rounds == 0 || plan.iters < 5 || plan.sizes.is_empty() {
+        return Err("need at least 1 round, 5 iterations and one size".into());
+    }
+    if plan.sizes.iter().any(|&s| s == 0 || s > 1 << 23) {
+        return Err("sizes must be 1..=8388608".into());
+    }
+    Ok(plan)
+}
+
+fn number<T: std::str::FromStr>(text: &str) -> Result<T, String> {
+    text.parse().map_err(|_| format!("not a number: {text}"))
+}
+
+/// One run of one tool: which, and the run's file name stem.
+#[derive(Debug, Clone, PartialEq)]
+struct Run {
+    round: u32,
+    tool: &'static str,
+    test: &'static str,
+    size: usize,
+}
+
+impl Run {
+    fn id(&self) -> String {
+        format!("{}-{}-{}-{}", self.round, self.tool, self.test, self.size)
+    }
+
+    /// The server's command line (the client adds the server's address).
+    fn command(&self, lat: &str, iters: u32, port: u16) -> String {
+        let common = format!(
+            "-d {GUEST_DEVICE} -x 1 -s {} -n {iters} -p {port}",
+            self.size
+        );
+        match self.tool {
+            "rust" => format!("{} {} {common}", shell_quote(lat), self.test),
+            // -F: no CPU-frequency warning (the VM's clock is what it is).
+            _ => format!("ib_{}_lat {common} -F", self.test),
+        }
+    }
+}
+
+/// Every run of `plan`, in the order they happen.
+fn runs(plan: &Plan) -> Vec<Run> {
+    let mut runs = Vec::new();
+    for round in 1..=plan.rounds {
+        for test in TESTS {
+            let sizes = if test == "atomic" {
+                vec![8]
+            } else {
+                plan.sizes.clone()
+            };
+            for size in sizes {
+                let tools = if round % 2 == 1 {
+                    ["rust", "c"]
+                } else {
+                    ["c", "rust"]
+                };
+                for tool in tools {
+                    runs.push(Run {
+                        round,
+                        tool,
+                        test,
+                        size,
+                    });
+                }
+            }
+        }
+    }
+    runs
+}
+
+/// `cargo xtask bench-compare [--rounds N] [--iters N] [--sizes a,b,..] [--write] [--smoke]`.
+pub(crate) fn bench_compare(root: &Path, args: &[String]) -> Result<(), String> {
+    let plan = parse_args(args)?;
+    let lat = build_release_bin(root, "rdma-benches", "lat")?;
+    let work = root
+        .join(".rdma-test")
+        .join(format!("{}-bench", std::process::id()));
+    std::fs::create_dir_all(&work).map_err(|e| format!("creating {}: {e}", work.display()))?;
+    let runs = runs(&plan);
+    let mut script = String::new();
+    script.push_str(&format!(
+        r#"work={work}
+uname -r > "$work/kernel"
+dpkg-query -W -f='${{Version}}' rdma-core > "$work/rdma-core" 2>/dev/null
+dpkg-query -W -f='${{Version}}' perftest > "$work/perftest" 2>/dev/null
+grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //' > "$work/cpu"
+nproc > "$work/cpus"
+# Server on CPU 0, client on CPU 1, as perftest's run_perftest_loopback runs them: two
+# spinning processes that share a CPU take turns only at the scheduler's tick (4 ms).
+pin0=; pin1=
+if [ "$(nproc)" -ge 2 ]; then pin0="taskset -c 0"; pin1="taskset -c 1"; fi
+pair() {{
+    id=$1; port=$2
+    timeout 300 $pin0 sh -c "$3" > "$work/$id.server" 2>&1 &
+    server=$!
+    i=0
+    until grep -q ":$(printf %04X "$port") .* 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null; do
+        i=$((i+1))
+        if [ $i -gt 600 ]; then echo "guest: $id: the server never listened"; kill $server; break; fi
+        sleep 0.05
+    done
+    timeout 300 $pin1 sh -c "$3 127.0.0.1" > "$work/$id.client" 2>&1
+    client=$?
+    wait $server
+    echo "$client $? $id" >> "$work/statuses"
+    echo "guest: $id client $client"
+}}
+"#,
+        work = shell_quote(&work.to_string_lossy())
+    ));
+    for (n, run) in runs.iter().enumerate() {
+        // A new port per run: no run waits for the previous one's socket to close.
+        let port = 20000 + n as u16;
+        script.push_str(&format!(
+            "pair {} {port} {}\n",
+            run.id(),
+            shell_quote(&run.command(&lat, plan.iters, port))
+        ));
+    }
+    script.push_str("echo \"guest: bench ok\"\necho \"guest: done\"\n");
+    if super::host_has_active_device() {
+        let status = Command::new("sh")
+            .args(["-c", &script])
+            .status()
+            .map_err(|e| format!("running the benchmarks: {e}"))?;
+        if !status.success() {
+            return Err("the benchmark script failed".into());
+        }
+    } else {
+        let path = work.join("bench.sh");
+        let mut text = guest_prelude();
+        text.push_str("echo \"guest: ==> lat and perftest, alternately\"\n");
+        text.push_str(&script);
+        std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        let run = vm::boot_vm(root, &path, "guest: ==>", vm::timeout_from_env())?;
+        let problems = run.problems();
+        if !problems.is_empty() {
+            return Err(problems.join("; "));
+        }
+        if !run.log.lines().any(|l| l == "guest: bench ok") {
+            return Err("the benchmarks did not finish in the VM".into());
+        }
+    }
+    let results = collect(&work, &runs)?;
+    let machine = Machine::read(&work);
+    let table = table(&plan, &results, &machine);
+    print!("{table}");
+    if plan.write {
+        let doc = root.join("docs/benchmarks.md");
+        write_section(&doc, &table)?;
+        plot(&root.join(PLOT), &results)?;
+        println!("wrote {} and {PLOT}", doc.display());
+    }
+    Ok(())
+}
+
+/// Typical latencies (µs) per (test, size, tool), one per round, in round order; `None` for a
+/// round whose report has no finite number (perftest prints `inf` when it fails to measure
+/// its CPU's clock rate, which happens in the emulated VM).
+type Results = BTreeMap<(&'static str, usize), BTreeMap<&'static str, Vec<Option<f64>>>>;
+
+/// Reads every run's client report; fails on a run that failed or printed no result row.
+fn collect(work: &Path, runs: &[Run]) -> Result<Results, String> {
+    let statuses = std::fs::read_to_string(work.join("statuses")).unwrap_or_default();
+    let mut results = Results::new();
+    for run in runs {
+        let id = run.id();
+        let status = statuses
+            .lines()
+            .find(|l| l.split_whitespace().nth(2) == Some(&id))
+            .ok_or_else(|| format!("{id}: never ran"))?;
+        if !status.starts_with("0 0 ") {
+            let client =
+                std::fs::read_to_string(work.join(format!("{id}.client"))).unwrap_or_default();
+            let server =
+                std::fs::read_to_string(work.join(format!("{id}.server"))).unwrap_or_default();
+            return Err(format!(
+                "{id}: exit codes (client, server) {status}\nclient:\n{client}\nserver:\n{server}"
+            ));
+        }
+        let client = std::fs::read_to_string(work.join(format!("{id}.client")))
+            .map_err(|e| format!("{id}: {e}"))?;
+        let typical = typical_of(&client, run.size)
+            .ok_or_else(|| format!("{id}: no result row for {} bytes:\n{client}", run.size))?;
+        let typical = typical.is_finite().then_some(typical);
+        results
+            .entry((run.test, run.size))
+            .or_default()
+            .entry(run.tool)
+            .or_default()
+            .push(typical);
+    }
+    Ok(results)
+}
+
+/// `t_typical` of the result row for `size` in a perftest-shaped latency report: the fifth of
+/// nine numbers.
+fn typical_of(report: &str, size: usize) -> Option<f64> {
+    report.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() != 9 || fields[0].parse::<usize>().ok()? != size {
+            return None;
+        }
+        let numbers: Option<Vec<f64>> = fields[2..].iter().map(|f| f.parse().ok()).collect();
+        numbers.map(|n| n[2])
+    })
+}
+
+/// Facts of the machine the run was on, as the guest recorded them.
+#[derive(Debug, Default)]
+struct Machine {
+    kernel: String,
+    rdma_core: String,
+    perftest: String,
+    cpu: String,
+    cpus: String,
+}
+
+impl Machine {
+    fn read(work: &Path) -> Self {
+        let read = |name: &str| {
+            std::fs::read_to_string(work.join(name))
+                .map(|s| s.trim().to_string())
+                .unwrap_or_else(|_| "?".into())
+        };
+        Self {
+            kernel: read("kernel"),
+            rdma_core: read("rdma-core"),
+            perftest: read("perftest"),
+            cpu: read("cpu"),
+            cpus: read("cpus"),
+        }
+    }
+}
+
+/// The finite values of `values`.
+fn measured(values: &[Option<f64>]) -> Vec<f64> {
+    values.iter().flatten().copied().collect()
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Each round's ratio of Rust's typical latency to C's, for the rounds where both measured.
+fn ratios(tools: &BTreeMap<&'static str, Vec<Option<f64>>>) -> Vec<f64> {
+    match (tools.get("rust"), tools.get("c")) {
+        (Some(rust), Some(c)) => rust
+            .iter()
+            .zip(c)
+            .filter_map(|(r, c)| Some((*r)? / (*c)?))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The result table in Markdown, with how it was made.
+fn table(plan: &Plan, results: &Results, machine: &Machine) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Run of {} ({} rounds × {} iterations; {} on {} vCPUs, kernel {}, rdma-core {}, \
+         perftest {}; Soft-RoCE in QEMU unless the host has a device). Latency is perftest's \
+         `t_typical` (median) in µs: half the round trip for send and write, the whole one for \
+         read and atomic. Reproduce: `cargo xtask bench-compare --rounds {} --iters {}`.\n",
+        today(),
+        plan.rounds,
+        plan.iters,
+        machine.cpu,
+        machine.cpus,
+        machine.kernel,
+        machine.rdma_core,
+        machine.perftest,
+        plan.rounds,
+        plan.iters
+    );
+    let _ = writeln!(
+        out,
+        "| test | bytes | Rust `lat` (µs) | C perftest (µs) | Rust / C (median) | Rust / C (range over rounds) | rounds |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---|---:|");
+    let mut all = Vec::new();
+    let runs: usize = results
+        .values()
+        .flat_map(|t| t.values())
+        .map(Vec::len)
+        .sum();
+    let unmeasured: usize = results
+        .values()
+        .flat_map(|t| t.values())
+        .flatten()
+        .filter(|v| v.is_none())
+        .count();
+    for ((test, size), tools) in results {
+        let r = ratios(tools);
+        all.extend_from_slice(&r);
+        let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let _ = writeln!(
+            out,
+            "| {test} | {size} | {:.2} | {:.2} | {:.3} | {lo:.3} – {hi:.3} | {} |",
+            median(&measured(tools.get("rust").map_or(&[][..], Vec::as_slice))),
+            median(&measured(tools.get("c").map_or(&[][..], Vec::as_slice))),
+            median(&r),
+            r.len(),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nMedian of all {} per-round ratios: {:.3}. A round counts where both tools measured \
+         (perftest prints `inf` when it fails to measure its CPU's clock rate; {} of {} runs \
+         here).",
+        all.len(),
+        median(&all),
+        unmeasured,
+        runs
+    );
+    out
+}
+
+/// Today's date (UTC), from `date`, for the record.
+fn today() -> String {
+    Command::new("date")
+        .args(["-u", "+%Y-%m-%d"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "?".into())
+}
+
+/// Replaces the text between [`BEGIN`] and [`END`] in `doc` with `table`.
+fn write_section(doc: &Path, table: &str) -> Result<(), String> {
+    let text = std::fs::read_to_string(doc).map_err(|e| format!("{}: {e}", doc.display()))?;
+    let (Some(begin), Some(end)) = (text.find(BEGIN), text.find(END)) else {
+        return Err(format!("{} lacks the {BEGIN} … {END} lines", doc.display()));
+    };
+    let new = format!("{}{BEGIN}\n{table}{}", &text[..begin], &text[end..]);
+    std::fs::write(doc, new).map_err(|e| format!("{}: {e}", doc.display()))
+}
+
+/// Latency against message size, Rust and C, one panel per test, as SVG.
+fn plot(path: &PathBuf, results: &Results) -> Result<(), String> {
+    use plotters::prelude::*;
+    let err = |e: &dyn std::fmt::Display| format!("plotting {}: {e}", path.display());
+    let root = SVGBackend::new(path, (1000, 720)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let panels = root.split_evenly((2, 2));
+    for (panel, test) in panels.iter().zip(TESTS) {
+        let series: Vec<(&str, Vec<(f64, f64)>)> = ["rust", "c"]
+            .into_iter()
+            .map(|tool| {
+                let points = results
+                    .iter()
+                    .filter(|((t, _), _)| *t == test)
+                    .filter_map(|((_, size), tools)| {
+                        let values = measured(tools.get(tool)?);
+                        (!values.is_empty()).then(|| (*size as f64, median(&values)))
+                    })
+                    .collect();
+                (tool, points)
+            })
+            .collect();
+        let ys = series.iter().flat_map(|(_, p)| p.iter().map(|(_, y)| *y));
+        let top = ys.fold(1.0f64, f64::max) * 1.15;
+        let xs: Vec<f64> = series[0].1.iter().map(|(x, _)| *x).collect();
+        let (lo, hi) = (
+            xs.iter().copied().fold(f64::INFINITY, f64::min).min(2.0) / 1.5,
+            xs.iter().copied().fold(1.0f64, f64::max).max(8.0) * 1.5,
+        );
+        let mut chart = ChartBuilder::on(panel)
+            .caption(format!("{test}: t_typical (µs)"), ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(30)
+            .y_label_area_size(50)
+            .build_cartesian_2d((lo..hi).log_scale(), 0.0..top)
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .x_desc("message size (bytes)")
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .draw()
+            .map_err(|e| err(&e))?;
+        for ((tool, points), color) in series.into_iter().zip([RED, BLUE]) {
+            let label = if tool == "rust" {
+                "Rust lat"
+            } else {
+                "C perftest"
+            };
+            chart
+                .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+                .map_err(|e| err(&e))?
+                .label(label)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+            chart
+                .draw_series(
+                    points
+                        .into_iter()
+                        .map(|p| Circle::new(p, 3, color.filled())),
+                )
+                .map_err(|e| err(&e))?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| err(&e))?;
+    }
+    root.present().map_err(|e| err(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_and_the_smoke_plan() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let plan = parse_args(&args(&["--rounds", "3", "--sizes", "2,4096", "--write"])).unwrap();
+        assert_eq!(
+            plan,
+            Plan {
+                rounds: 3,
+                iters: 1000,
+                sizes: vec![2, 4096],
+                write: true
+            }
+        );
+        let smoke = parse_args(&args(&["--smoke"])).unwrap();
+        assert_eq!((smoke.rounds, smoke.iters, smoke.sizes), (1, 100, vec![64]));
+        assert!(parse_args(&args(&["--iters", "4"])).is_err());
+        assert!(parse_args(&args(&["--sizes", "0"])).is_err());
+        assert!(parse_args(&args(&["--rounds"])).is_err());
+        assert!(parse_args(&args(&["--bogus"])).is_err());
+    }
+
+    #[test]
+    fn runs_alternate_the_tools_and_atomics_are_8_bytes() {
+        let plan = parse_args(&[
+            "--rounds".into(),
+            "2".into(),
+            "--sizes".into(),
+            "2,64".into(),
+        ])
+        .unwrap();
+        let runs = runs(&plan);
+        // 2 rounds × (3 tests × 2 sizes + atomic) × 2 tools.
+        assert_eq!(runs.len(), 28);
+        assert_eq!((runs[0].tool, runs[1].tool), ("rust", "c"));
+        assert_eq!((runs[14].tool, runs[15].tool), ("c", "rust"));
+        assert!(
+            runs.iter()
+                .filter(|r| r.test == "atomic")
+                .all(|r| r.size == 8)
+        );
+        assert_eq!(
+            runs[1].command("/x/lat", 100, 20001),
+            "ib_send_lat -d rxe0 -x 1 -s 2 -n 100 -p 20001 -F"
+        );
+        assert_eq!(
+            runs[0].command("/x/lat", 100, 20000),
+            "'/x/lat' send -d rxe0 -x 1 -s 2 -n 100 -p 20000"
+        );
+    }
+
+    #[test]
+    fn typical_is_read_from_either_tool_s_row() {
+        let c = " #bytes #iterations    t_min[usec] ...\n 64      1000          0.76           0.95         0.78     \t       0.79        \t0.01   \t\t0.83    \t\t0.95   \n";
+        assert_eq!(typical_of(c, 64), Some(0.78));
+        let failed = " 2       1000          inf            inf          inf      \t       inf         \t-nan   \t\tinf     \t\tinf    ";
+        assert_eq!(typical_of(failed, 2).map(f64::is_finite), Some(false));
+        assert_eq!(typical_of(c, 2), None);
+        assert_eq!(typical_of(" local address: LID 0x00", 64), None);
+    }
+
+    #[test]
+    fn ratios_are_taken_within_rounds() {
+        let mut tools = BTreeMap::new();
+        tools.insert("rust", vec![Some(10.0), Some(12.0), Some(9.0), Some(5.0)]);
+        tools.insert("c", vec![Some(10.0), Some(10.0), Some(10.0), None]);
+        // The last round has no C value: it does not count.
+        assert_eq!(ratios(&tools), vec![1.0, 1.2, 0.9]);
+        assert_eq!(median(&ratios(&tools)), 1.0);
+        assert_eq!(median(&[1.0, 2.0]), 1.5);
+    }
+}
