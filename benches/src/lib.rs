@@ -1,6 +1,9 @@
-//! Shared code of the benchmarks: perftest's latency statistics and the latency tests of the
-//! `lat` tool.
+//! Shared code of the benchmarks: the `lat` and `bw` tools' tests (perftest's latency,
+//! bandwidth and message-rate tests on rdma-verbs), perftest's statistics, and the stamp
+//! clock.
 
+pub mod bw;
 pub mod clock;
+pub mod conn;
 pub mod lat;
 pub mod stats;

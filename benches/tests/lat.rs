@@ -6,64 +6,28 @@
 
 #[path = "../../examples/tests/common/mod.rs"]
 mod common;
+mod tool;
 
-use std::process::{Command, Output};
-use std::time::Duration;
+use std::process::Output;
 
-use common::{free_port, text};
-use rdma_benches::stats::{LAT_HEADER, RULE, Row};
+use common::text;
+use rdma_benches::stats::{LAT_HEADER, Row};
 use rdma_test_support::TestDevice;
 
 const LAT: &str = env!("CARGO_BIN_EXE_lat");
-/// A generous bound on each process (the VM is emulated).
-const BOUND: Duration = Duration::from_secs(120);
 
-fn lat(device: &TestDevice, port: u16, args: &[&str]) -> Command {
-    let mut cmd = Command::new(LAT);
-    cmd.args(args)
-        .args(["-d", &device.name])
-        .args(["-x", &device.gid_index.to_string()])
-        .args(["-p", &port.to_string()])
-        .args(["--timeout", "20"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    cmd
-}
-
-/// Runs a server with `server_args` and a client with `client_args`; both outputs.
 fn run(device: &TestDevice, server_args: &[&str], client_args: &[&str]) -> (Output, Output) {
-    let port = free_port();
-    let server = lat(device, port, server_args)
-        .spawn()
-        .expect("spawn server");
-    common::await_listening(port, BOUND, "lat server");
-    let client = lat(device, port, client_args)
-        .arg("127.0.0.1")
-        .spawn()
-        .expect("spawn client");
-    let client = common::finish_within(client, BOUND, "client");
-    let server = common::finish_within(server, BOUND, "server");
-    (server, client)
+    tool::run(LAT, device, server_args, client_args)
 }
 
 /// The report's result rows, after checking its frame: the rulers, the title, and the header
 /// line right before the rows (when there are rows).
 fn rows(out: &Output, title: &str) -> Vec<Row> {
-    let stdout = text(&out.stdout);
-    assert!(
-        out.status.success(),
-        "lat failed: {}\n{stdout}",
-        text(&out.stderr)
-    );
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.first(), Some(&RULE), "{stdout}");
-    assert_eq!(lines.get(1).map(|l| l.trim()), Some(title), "{stdout}");
-    assert_eq!(lines.last(), Some(&RULE), "{stdout}");
-    let rows = Row::parse_all(&stdout);
+    let lines = tool::report(out, title);
+    let rows: Vec<Row> = lines.iter().filter_map(|l| Row::parse(l)).collect();
     if !rows.is_empty() {
-        let header = lines.iter().position(|l| *l == LAT_HEADER).expect("header");
-        assert!(Row::parse(lines[header + 1]).is_some(), "{stdout}");
+        let header = lines.iter().position(|l| l == LAT_HEADER).expect("header");
+        assert!(Row::parse(&lines[header + 1]).is_some(), "{lines:?}");
     }
     rows
 }
@@ -180,13 +144,6 @@ fn bad_input_is_refused_with_one_line() {
             "lat: message size 8388609 is outside 1..=8388608",
         ),
     ] {
-        let out = Command::new(LAT).args(args).output().expect("run lat");
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
-        assert_eq!(text(&out.stderr).trim(), want, "{args:?}");
-        assert_eq!(
-            text(&out.stdout),
-            "",
-            "{args:?}: nothing before the refusal"
-        );
+        tool::assert_refused(LAT, args, want);
     }
 }

@@ -40,18 +40,14 @@ fn run(
     client_args: &[&str],
 ) -> (Output, Output) {
     let port = free_port();
-    let server = program(path, device, port, server_args)
-        .spawn()
-        .expect("spawn server");
-    common::await_listening(port, BOUND, "server");
     let mut client_args = client_args.to_vec();
     client_args.push("127.0.0.1");
-    let client = program(path, device, port, &client_args)
-        .spawn()
-        .expect("spawn client");
-    let client = finish(client, "client");
-    let server = finish(server, "server");
-    (server, client)
+    common::run_server_client(
+        &mut program(path, device, port, server_args),
+        &mut program(path, device, port, &client_args),
+        port,
+        BOUND,
+    )
 }
 
 fn text(bytes: &[u8]) -> String {

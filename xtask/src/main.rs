@@ -6,7 +6,8 @@
 //! - `harness-selftest`: proves that the test harness's verdict can fail (planted failures and
 //!   a hung VM).
 //! - `instructions`: counts the instructions of a post+poll round, `unsafe` vs owned.
-//! - `bench-compare`: the Rust `lat` tool against C perftest, alternately, in one run.
+//! - `bench-compare`: the Rust `lat` and `bw` tools against C perftest, alternately, in one
+//!   run.
 //! - `modules`: prints the module graph of `rdma-verbs` and fails on a cycle.
 //! - `bindgen`: regenerates the checked-in raw bindings of `rdma-verbs-sys`.
 
@@ -62,8 +63,9 @@ tasks:
   instructions      count the user-space instructions of a post+poll round with callgrind,
                     unsafe calls vs owned buffers (on the device; Soft-RoCE VM if none);
                     option: the round count (default 2000)
-  bench-compare     run the Rust `lat` tool and C perftest's ib_*_lat alternately on the
-                    device (Soft-RoCE VM if none) and print their latencies and ratios;
+  bench-compare     run the Rust `lat`/`bw` tools and C perftest's ib_*_lat/ib_send_bw
+                    alternately on the device (Soft-RoCE VM if none) and print their
+                    latencies, message rates and ratios;
                     options: --rounds N (5), --iters N (1000), --sizes a,b,.. (2,64,1024,4096),
                     --write (the table into docs/benchmarks.md, the plot into docs/),
                     --smoke (1 round, 100 iterations, 64 bytes)

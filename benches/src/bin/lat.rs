@@ -15,8 +15,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use rdma_benches::conn::ConnArgs;
 use rdma_benches::lat::{self, Config, Test};
-use rdma_examples::connect::PairArgs;
 
 /// perftest's latency flags (a subset), with its letters.
 #[derive(Parser, Debug)]
@@ -38,27 +38,9 @@ struct Args {
     /// Largest message sent inline (perftest gives rxe 0).
     #[arg(short = 'I', long = "inline_size", default_value_t = 0)]
     inline: u32,
-    /// Listen on / connect to TCP port.
-    #[arg(short = 'p', long = "port", default_value_t = 18515)]
-    port: u16,
-    /// RDMA device (default: the first one).
-    #[arg(short = 'd', long = "ib-dev")]
-    ib_dev: Option<String>,
-    /// Port of the device.
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
-    ib_port: u8,
-    /// GID index (needed on RoCE).
-    #[arg(short = 'x', long = "gid-index")]
-    gid_index: Option<u32>,
-    /// Path MTU (256, 512, 1024, 2048 or 4096).
-    #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
-    mtu: u32,
-    /// Seed of the data checks' pattern (both sides must agree; a different one must fail).
-    #[arg(long = "seed", default_value_t = 0)]
-    seed: u8,
-    /// Give up when the peer or a completion takes longer than this many seconds.
-    #[arg(long = "timeout", default_value_t = 30)]
-    timeout: u64,
+    /// Connection flags.
+    #[command(flatten)]
+    conn: ConnArgs,
 }
 
 fn main() -> ExitCode {
@@ -74,16 +56,8 @@ fn main() -> ExitCode {
         sizes,
         iters: args.iters,
         inline: args.inline,
-        seed: args.seed,
-        pair: PairArgs {
-            port: args.port,
-            ib_dev: args.ib_dev,
-            ib_port: args.ib_port,
-            gid_idx: args.gid_index,
-            mtu: args.mtu,
-            timeout: args.timeout,
-            servername: args.servername,
-        },
+        seed: args.conn.seed,
+        pair: args.conn.pair(args.servername),
     };
     match lat::run(&config) {
         Ok(()) => ExitCode::SUCCESS,

@@ -27,6 +27,22 @@ pub(crate) fn await_listening(port: u16, bound: std::time::Duration, what: &str)
     }
 }
 
+/// Starts `server`, waits until it listens on TCP `port`, runs `client` against it, and
+/// waits for both (each at most `bound`); both outputs, the server's first.
+pub(crate) fn run_server_client(
+    server: &mut std::process::Command,
+    client: &mut std::process::Command,
+    port: u16,
+    bound: std::time::Duration,
+) -> (std::process::Output, std::process::Output) {
+    let server = server.spawn().expect("spawn server");
+    await_listening(port, bound, "server");
+    let client = client.spawn().expect("spawn client");
+    let client = finish_within(client, bound, "client");
+    let server = finish_within(server, bound, "server");
+    (server, client)
+}
+
 /// A free TCP port (bound, then released).
 pub(crate) fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");

@@ -1,7 +1,8 @@
-//! `cargo xtask bench-compare`: the Rust `lat` tool and C perftest's `ib_*_lat`, run
-//! alternately in one VM boot (or on the host's device), several rounds per test and size; a
-//! table of both tools' typical latency, their ratio and its spread across rounds; with
-//! `--write`, that table and a plot in `docs/`.
+//! `cargo xtask bench-compare`: the Rust `lat` and `bw` tools and C perftest's `ib_*_lat` and
+//! `ib_send_bw`, run alternately in one VM boot (or on the host's device), several rounds per
+//! test and size; tables of both tools' typical latency and 64-byte message rate by post-list
+//! length, their ratio and its spread across rounds; with `--write`, those tables and plots in
+//! `docs/`.
 //!
 //! Each round runs every (test, size) pair once with each tool, the order of the two tools
 //! alternating from round to round so that a drift of the emulated machine does not favour
@@ -23,14 +24,22 @@ const SIZES: [usize; 4] = [2, 64, 1024, 4096];
 /// The table in `docs/benchmarks.md` sits between these lines.
 const BEGIN: &str = "<!-- bench-compare:begin -->";
 const END: &str = "<!-- bench-compare:end -->";
-/// The plot `--write` makes.
+/// The plots `--write` makes.
 const PLOT: &str = "docs/bench-latency.svg";
+const RATE_PLOT: &str = "docs/bench-rate.svg";
+/// The message-rate runs: 64-byte SENDs, this many per post.
+const RATE_SIZE: usize = 64;
+const POST_LISTS: [u32; 3] = [1, 8, 32];
+/// The message-rate runs' name among the tests.
+const RATE: &str = "send_bw";
 
 /// What to run.
 #[derive(Debug, Clone, PartialEq)]
 struct Plan {
     rounds: u32,
     iters: u32,
+    /// Messages per message-rate run (a multiple of every post list).
+    rate_iters: u32,
     sizes: Vec<usize>,
     write: bool,
 }
@@ -39,6 +48,7 @@ fn parse_args(args: &[String]) -> Result<Plan, String> {
     let mut plan = Plan {
         rounds: 5,
         iters: 1000,
+        rate_iters: 8192,
         sizes: SIZES.to_vec(),
         write: false,
     };
@@ -63,6 +73,7 @@ fn parse_args(args: &[String]) -> Result<Plan, String> {
             "--smoke" => {
                 plan.rounds = 1;
                 plan.iters = 100;
+                plan.rate_iters = 1024;
                 plan.sizes = vec![64];
             }
             other => return Err(format!("unknown option {other}")),
@@ -88,24 +99,59 @@ struct Run {
     tool: &'static str,
     test: &'static str,
     size: usize,
+    /// Requests per post, for the message-rate runs (0 for latency).
+    list: u32,
+}
+
+/// The Rust tools' paths.
+#[derive(Debug, Clone, Copy)]
+struct Tools<'a> {
+    lat: &'a str,
+    bw: &'a str,
 }
 
 impl Run {
     fn id(&self) -> String {
-        format!("{}-{}-{}-{}", self.round, self.tool, self.test, self.size)
+        match self.list {
+            0 => format!("{}-{}-{}-{}", self.round, self.tool, self.test, self.size),
+            l => format!(
+                "{}-{}-{}-{}-l{l}",
+                self.round, self.tool, self.test, self.size
+            ),
+        }
     }
 
     /// The server's command line (the client adds the server's address).
-    fn command(&self, lat: &str, iters: u32, port: u16) -> String {
-        let common = format!(
+    fn command(&self, tools: Tools<'_>, plan: &Plan, port: u16) -> String {
+        let iters = if self.list == 0 {
+            plan.iters
+        } else {
+            plan.rate_iters
+        };
+        let mut common = format!(
             "-d {GUEST_DEVICE} -x 1 -s {} -n {iters} -p {port}",
             self.size
         );
-        match self.tool {
-            "rust" => format!("{} {} {common}", shell_quote(lat), self.test),
-            // -F: no CPU-frequency warning (the VM's clock is what it is).
-            _ => format!("ib_{}_lat {common} -F", self.test),
+        if self.list > 0 {
+            common.push_str(&format!(" -l {}", self.list));
         }
+        match (self.tool, self.list) {
+            ("rust", 0) => format!("{} {} {common}", shell_quote(tools.lat), self.test),
+            ("rust", _) => format!("{} send {common}", shell_quote(tools.bw)),
+            // -F: no CPU-frequency warning (the VM's clock is what it is).
+            (_, 0) => format!("ib_{}_lat {common} -F", self.test),
+            (_, _) => format!("ib_send_bw {common} -F"),
+        }
+    }
+}
+
+/// The tools in the order round `round` runs them: alternating, so that a drift of the
+/// machine's speed during the run favours neither.
+fn order(round: u32) -> [&'static str; 2] {
+    if round % 2 == 1 {
+        ["rust", "c"]
+    } else {
+        ["c", "rust"]
     }
 }
 
@@ -120,19 +166,26 @@ fn runs(plan: &Plan) -> Vec<Run> {
                 plan.sizes.clone()
             };
             for size in sizes {
-                let tools = if round % 2 == 1 {
-                    ["rust", "c"]
-                } else {
-                    ["c", "rust"]
-                };
-                for tool in tools {
+                for tool in order(round) {
                     runs.push(Run {
                         round,
                         tool,
                         test,
                         size,
+                        list: 0,
                     });
                 }
+            }
+        }
+        for list in POST_LISTS {
+            for tool in order(round) {
+                runs.push(Run {
+                    round,
+                    tool,
+                    test: RATE,
+                    size: RATE_SIZE,
+                    list,
+                });
             }
         }
     }
@@ -143,6 +196,8 @@ fn runs(plan: &Plan) -> Vec<Run> {
 pub(crate) fn bench_compare(root: &Path, args: &[String]) -> Result<(), String> {
     let plan = parse_args(args)?;
     let lat = build_release_bin(root, "rdma-benches", "lat")?;
+    let bw = build_release_bin(root, "rdma-benches", "bw")?;
+    let tools = Tools { lat: &lat, bw: &bw };
     let work = root
         .join(".rdma-test")
         .join(format!("{}-bench", std::process::id()));
@@ -185,7 +240,7 @@ pair() {{
         script.push_str(&format!(
             "pair {} {port} {}\n",
             run.id(),
-            shell_quote(&run.command(&lat, plan.iters, port))
+            shell_quote(&run.command(tools, &plan, port))
         ));
     }
     script.push_str("echo \"guest: bench ok\"\necho \"guest: done\"\n");
@@ -214,21 +269,25 @@ pair() {{
     }
     let results = collect(&work, &runs)?;
     let machine = Machine::read(&work);
-    let table = table(&plan, &results, &machine);
+    let mut table = table(&plan, &results, &machine);
+    table.push('\n');
+    table.push_str(&rate_table(&plan, &results));
     print!("{table}");
     if plan.write {
         let doc = root.join("docs/benchmarks.md");
         write_section(&doc, &table)?;
         plot(&root.join(PLOT), &results)?;
-        println!("wrote {} and {PLOT}", doc.display());
+        rate_plot(&root.join(RATE_PLOT), &results)?;
+        println!("wrote {}, {PLOT} and {RATE_PLOT}", doc.display());
     }
     Ok(())
 }
 
-/// Typical latencies (µs) per (test, size, tool), one per round, in round order; `None` for a
-/// round whose report has no finite number (perftest prints `inf` when it fails to measure
-/// its CPU's clock rate, which happens in the emulated VM).
-type Results = BTreeMap<(&'static str, usize), BTreeMap<&'static str, Vec<Option<f64>>>>;
+/// Per (test, size, post list) and tool, one value per round in round order: the typical
+/// latency (µs) of a latency run, the message rate (millions per second) of a message-rate
+/// run; `None` for a round whose report has no finite number (perftest prints `inf` when it
+/// fails to measure its CPU's clock rate, which happens in the emulated VM).
+type Results = BTreeMap<(&'static str, usize, u32), BTreeMap<&'static str, Vec<Option<f64>>>>;
 
 /// Reads every run's client report; fails on a run that failed or printed no result row.
 fn collect(work: &Path, runs: &[Run]) -> Result<Results, String> {
@@ -251,11 +310,15 @@ fn collect(work: &Path, runs: &[Run]) -> Result<Results, String> {
         }
         let client = std::fs::read_to_string(work.join(format!("{id}.client")))
             .map_err(|e| format!("{id}: {e}"))?;
-        let typical = typical_of(&client, run.size)
+        let value = match run.list {
+            0 => typical_of(&client, run.size),
+            _ => msg_rate_of(&client, run.size),
+        };
+        let value = value
             .ok_or_else(|| format!("{id}: no result row for {} bytes:\n{client}", run.size))?;
-        let typical = typical.is_finite().then_some(typical);
+        let typical = value.is_finite().then_some(value);
         results
-            .entry((run.test, run.size))
+            .entry((run.test, run.size, run.list))
             .or_default()
             .entry(run.tool)
             .or_default()
@@ -270,6 +333,19 @@ fn typical_of(report: &str, size: usize) -> Option<f64> {
     report.lines().find_map(|line| {
         let fields: Vec<&str> = line.split_whitespace().collect();
         if fields.len() != 9 || fields[0].parse::<usize>().ok()? != size {
+            return None;
+        }
+        let numbers: Option<Vec<f64>> = fields[2..].iter().map(|f| f.parse().ok()).collect();
+        numbers.map(|n| n[2])
+    })
+}
+
+/// The message rate (the last of five numbers) of the result row for `size` in a
+/// perftest-shaped bandwidth report.
+fn msg_rate_of(report: &str, size: usize) -> Option<f64> {
+    report.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() != 5 || fields[0].parse::<usize>().ok()? != size {
             return None;
         }
         let numbers: Option<Vec<f64>> = fields[2..].iter().map(|f| f.parse().ok()).collect();
@@ -340,7 +416,8 @@ fn table(plan: &Plan, results: &Results, machine: &Machine) -> String {
         "Run of {} ({} rounds × {} iterations; {} on {} vCPUs, kernel {}, rdma-core {}, \
          perftest {}; Soft-RoCE in QEMU unless the host has a device). Latency is perftest's \
          `t_typical` (median) in µs: half the round trip for send and write, the whole one for \
-         read and atomic. Reproduce: `cargo xtask bench-compare --rounds {} --iters {}`.\n",
+         read and atomic. Reproduce: `cargo xtask bench-compare --rounds {} --iters {} \
+         --sizes {}`.\n",
         today(),
         plan.rounds,
         plan.iters,
@@ -350,7 +427,12 @@ fn table(plan: &Plan, results: &Results, machine: &Machine) -> String {
         machine.rdma_core,
         machine.perftest,
         plan.rounds,
-        plan.iters
+        plan.iters,
+        plan.sizes
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
     );
     let _ = writeln!(
         out,
@@ -358,18 +440,14 @@ fn table(plan: &Plan, results: &Results, machine: &Machine) -> String {
     );
     let _ = writeln!(out, "|---|---:|---:|---:|---:|---|---:|");
     let mut all = Vec::new();
-    let runs: usize = results
-        .values()
-        .flat_map(|t| t.values())
-        .map(Vec::len)
-        .sum();
-    let unmeasured: usize = results
-        .values()
-        .flat_map(|t| t.values())
+    let latency = || results.iter().filter(|((_, _, list), _)| *list == 0);
+    let runs: usize = latency().flat_map(|(_, t)| t.values()).map(Vec::len).sum();
+    let unmeasured: usize = latency()
+        .flat_map(|(_, t)| t.values())
         .flatten()
         .filter(|v| v.is_none())
         .count();
-    for ((test, size), tools) in results {
+    for ((test, size, _), tools) in latency() {
         let r = ratios(tools);
         all.extend_from_slice(&r);
         let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
@@ -392,6 +470,55 @@ fn table(plan: &Plan, results: &Results, machine: &Machine) -> String {
         median(&all),
         unmeasured,
         runs
+    );
+    out
+}
+
+/// The message-rate table in Markdown: 64-byte SENDs by post-list length, and what batching
+/// gains each tool.
+fn rate_table(plan: &Plan, results: &Results) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Message rate: {} SENDs of {RATE_SIZE} bytes per run, `bw send -l N` against \
+         `ib_send_bw -l N` (millions of messages per second; perftest's defaults otherwise: \
+         send queue 128, a completion per post list).\n",
+        plan.rate_iters
+    );
+    let _ = writeln!(
+        out,
+        "| post list | Rust `bw` (Mpps) | C perftest (Mpps) | Rust / C (median) | Rust / C (range over rounds) | rounds |"
+    );
+    let _ = writeln!(out, "|---:|---:|---:|---:|---|---:|");
+    let rate = |list: u32, tool: &str| {
+        results
+            .get(&(RATE, RATE_SIZE, list))
+            .and_then(|t| t.get(tool))
+            .map_or(f64::NAN, |v| median(&measured(v)))
+    };
+    for list in POST_LISTS {
+        let Some(tools) = results.get(&(RATE, RATE_SIZE, list)) else {
+            continue;
+        };
+        let r = ratios(tools);
+        let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let _ = writeln!(
+            out,
+            "| {list} | {:.4} | {:.4} | {:.3} | {lo:.3} – {hi:.3} | {} |",
+            rate(list, "rust"),
+            rate(list, "c"),
+            median(&r),
+            r.len()
+        );
+    }
+    let (first, last) = (POST_LISTS[0], POST_LISTS[POST_LISTS.len() - 1]);
+    let _ = writeln!(
+        out,
+        "\nBatching {last} requests per doorbell against one: Rust {:.2}×, C {:.2}× the message \
+         rate.",
+        rate(last, "rust") / rate(first, "rust"),
+        rate(last, "c") / rate(first, "c")
     );
     out
 }
@@ -429,8 +556,8 @@ fn plot(path: &PathBuf, results: &Results) -> Result<(), String> {
             .map(|tool| {
                 let points = results
                     .iter()
-                    .filter(|((t, _), _)| *t == test)
-                    .filter_map(|((_, size), tools)| {
+                    .filter(|((t, _, list), _)| *t == test && *list == 0)
+                    .filter_map(|((_, size, _), tools)| {
                         let values = measured(tools.get(tool)?);
                         (!values.is_empty()).then(|| (*size as f64, median(&values)))
                     })
@@ -458,32 +585,96 @@ fn plot(path: &PathBuf, results: &Results) -> Result<(), String> {
             .x_label_formatter(&|x| format!("{x:.0}"))
             .draw()
             .map_err(|e| err(&e))?;
-        for ((tool, points), color) in series.into_iter().zip([RED, BLUE]) {
-            let label = if tool == "rust" {
-                "Rust lat"
-            } else {
-                "C perftest"
-            };
-            chart
-                .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-                .map_err(|e| err(&e))?
-                .label(label)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
-            chart
-                .draw_series(
-                    points
-                        .into_iter()
-                        .map(|p| Circle::new(p, 3, color.filled())),
-                )
-                .map_err(|e| err(&e))?;
-        }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| err(&e))?;
+        draw_tools(&mut chart, series, ["Rust lat", "C perftest"]).map_err(|e| err(&e))?;
     }
+    root.present().map_err(|e| err(&e))
+}
+
+/// The x-logarithmic charts of the plots.
+type LogChart<'a, 'b> = plotters::chart::ChartContext<
+    'a,
+    plotters::backend::SVGBackend<'b>,
+    plotters::coord::cartesian::Cartesian2d<
+        plotters::coord::combinators::LogCoord<f64>,
+        plotters::coord::types::RangedCoordf64,
+    >,
+>;
+
+/// Draws the Rust series (red) and the C series (blue) of `series`, as lines with points,
+/// labelled `labels`, and the legend.
+fn draw_tools<'a, 'b: 'a>(
+    chart: &mut LogChart<'a, 'b>,
+    series: Vec<(&str, Vec<(f64, f64)>)>,
+    labels: [&str; 2],
+) -> Result<(), String> {
+    use plotters::prelude::*;
+    for ((_, points), (color, label)) in series
+        .into_iter()
+        .zip([(RED, labels[0]), (BLUE, labels[1])])
+    {
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .map_err(|e| e.to_string())?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+        chart
+            .draw_series(
+                points
+                    .into_iter()
+                    .map(|p| Circle::new(p, 3, color.filled())),
+            )
+            .map_err(|e| e.to_string())?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())
+}
+
+/// Message rate against post-list length, Rust and C, as SVG.
+fn rate_plot(path: &PathBuf, results: &Results) -> Result<(), String> {
+    use plotters::prelude::*;
+    let err = |e: &dyn std::fmt::Display| format!("plotting {}: {e}", path.display());
+    let series: Vec<(&str, Vec<(f64, f64)>)> = ["rust", "c"]
+        .into_iter()
+        .map(|tool| {
+            let points = POST_LISTS
+                .iter()
+                .filter_map(|&list| {
+                    let values = measured(results.get(&(RATE, RATE_SIZE, list))?.get(tool)?);
+                    (!values.is_empty()).then(|| (f64::from(list), median(&values)))
+                })
+                .collect();
+            (tool, points)
+        })
+        .collect();
+    let top = series
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|(_, y)| *y))
+        .fold(0.0f64, f64::max)
+        .max(1e-6)
+        * 1.2;
+    let root = SVGBackend::new(path, (640, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("{RATE_SIZE}-byte SEND message rate (Mpps)"),
+            ("sans-serif", 18),
+        )
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d((0.7f64..48.0).log_scale(), 0.0..top)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("requests per post (post list)")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .draw()
+        .map_err(|e| err(&e))?;
+    draw_tools(&mut chart, series, ["Rust bw", "C ib_send_bw"]).map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))
 }
 
@@ -500,12 +691,16 @@ mod tests {
             Plan {
                 rounds: 3,
                 iters: 1000,
+                rate_iters: 8192,
                 sizes: vec![2, 4096],
                 write: true
             }
         );
         let smoke = parse_args(&args(&["--smoke"])).unwrap();
-        assert_eq!((smoke.rounds, smoke.iters, smoke.sizes), (1, 100, vec![64]));
+        assert_eq!(
+            (smoke.rounds, smoke.iters, smoke.rate_iters, smoke.sizes),
+            (1, 100, 1024, vec![64])
+        );
         assert!(parse_args(&args(&["--iters", "4"])).is_err());
         assert!(parse_args(&args(&["--sizes", "0"])).is_err());
         assert!(parse_args(&args(&["--rounds"])).is_err());
@@ -522,29 +717,59 @@ mod tests {
         ])
         .unwrap();
         let runs = runs(&plan);
-        // 2 rounds × (3 tests × 2 sizes + atomic) × 2 tools.
-        assert_eq!(runs.len(), 28);
+        // 2 rounds × (3 tests × 2 sizes + atomic + 3 post lists) × 2 tools.
+        assert_eq!(runs.len(), 40);
         assert_eq!((runs[0].tool, runs[1].tool), ("rust", "c"));
-        assert_eq!((runs[14].tool, runs[15].tool), ("c", "rust"));
+        assert_eq!((runs[20].tool, runs[21].tool), ("c", "rust"));
         assert!(
             runs.iter()
                 .filter(|r| r.test == "atomic")
                 .all(|r| r.size == 8)
         );
+        let tools = Tools {
+            lat: "/x/lat",
+            bw: "/x/bw",
+        };
         assert_eq!(
-            runs[1].command("/x/lat", 100, 20001),
-            "ib_send_lat -d rxe0 -x 1 -s 2 -n 100 -p 20001 -F"
+            runs[1].command(tools, &plan, 20001),
+            "ib_send_lat -d rxe0 -x 1 -s 2 -n 1000 -p 20001 -F"
         );
         assert_eq!(
-            runs[0].command("/x/lat", 100, 20000),
-            "'/x/lat' send -d rxe0 -x 1 -s 2 -n 100 -p 20000"
+            runs[0].command(tools, &plan, 20000),
+            "'/x/lat' send -d rxe0 -x 1 -s 2 -n 1000 -p 20000"
         );
+        let rates: Vec<&Run> = runs[..20].iter().filter(|r| r.list > 0).collect();
+        assert_eq!(
+            rates.iter().map(|r| (r.tool, r.list)).collect::<Vec<_>>(),
+            [
+                ("rust", 1),
+                ("c", 1),
+                ("rust", 8),
+                ("c", 8),
+                ("rust", 32),
+                ("c", 32)
+            ]
+        );
+        assert_eq!(
+            rates[4].command(tools, &plan, 20030),
+            "'/x/bw' send -d rxe0 -x 1 -s 64 -n 8192 -p 20030 -l 32"
+        );
+        assert_eq!(
+            rates[5].command(tools, &plan, 20031),
+            "ib_send_bw -d rxe0 -x 1 -s 64 -n 8192 -p 20031 -l 32 -F"
+        );
+        assert_eq!(rates[5].id(), "1-c-send_bw-64-l32");
     }
 
     #[test]
     fn typical_is_read_from_either_tool_s_row() {
         let c = " #bytes #iterations    t_min[usec] ...\n 64      1000          0.76           0.95         0.78     \t       0.79        \t0.01   \t\t0.83    \t\t0.95   \n";
         assert_eq!(typical_of(c, 64), Some(0.78));
+        let bw = " 64         8192             3.15               2.89  \t\t     0.047312\n";
+        assert_eq!(msg_rate_of(bw, 64), Some(0.047312));
+        assert_eq!(msg_rate_of(bw, 2), None);
+        assert_eq!(typical_of(bw, 64), None);
+        assert_eq!(msg_rate_of(c, 64), None);
         let failed = " 2       1000          inf            inf          inf      \t       inf         \t-nan   \t\tinf     \t\tinf    ";
         assert_eq!(typical_of(failed, 2).map(f64::is_finite), Some(false));
         assert_eq!(typical_of(c, 2), None);

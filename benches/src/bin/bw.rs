@@ -1,0 +1,78 @@
+//! `bw`: message rate and bandwidth of SEND and RDMA WRITE between two processes, measured and
+//! reported as perftest's `ib_send_bw` and `ib_write_bw` measure and report them, on
+//! rdma-verbs' `unsafe` post calls, `-l` requests per doorbell. Start the server without a
+//! host, then the client with the server's host:
+//!
+//! ```text
+//! bw send -d rxe0 -x 1 -s 64 -l 32            # server
+//! bw send -d rxe0 -x 1 -s 64 -l 32 10.0.2.15  # client
+//! ```
+//!
+//! Both sides must be given the same options. After the timed run the server checks that it
+//! received every message and checks one more message (or write) byte for byte (see
+//! `rdma_benches::bw`); a mismatch fails the program.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use rdma_benches::bw::{self, Config, Test};
+use rdma_benches::conn::ConnArgs;
+
+/// perftest's bandwidth flags (a subset), with its letters and defaults.
+#[derive(Parser, Debug)]
+#[command(
+    about = "Message rate and bandwidth of SEND and WRITE, measured as perftest measures them"
+)]
+struct Args {
+    /// The test.
+    test: Test,
+    /// Server to connect to (without it, act as the server).
+    servername: Option<String>,
+    /// Message size in bytes.
+    #[arg(short = 's', long = "size", default_value_t = 65536)]
+    size: usize,
+    /// Requests (default: 1000 for send, 5000 for write, as perftest).
+    #[arg(short = 'n', long = "iters")]
+    iters: Option<u32>,
+    /// Most requests outstanding.
+    #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
+    tx_depth: u32,
+    /// Receives posted at first (send).
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 512)]
+    rx_depth: u32,
+    /// Requests per post (one doorbell each).
+    #[arg(short = 'l', long = "post_list", default_value_t = 1)]
+    post_list: u32,
+    /// A completion every this many requests (default 100, or the post list's length).
+    #[arg(short = 'Q', long = "cq-mod")]
+    cq_mod: Option<u32>,
+    /// Connection flags.
+    #[command(flatten)]
+    conn: ConnArgs,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let default_iters = match args.test {
+        Test::Send => 1000,
+        Test::Write => 5000,
+    };
+    let config = Config {
+        test: args.test,
+        size: args.size,
+        iters: args.iters.unwrap_or(default_iters),
+        tx_depth: args.tx_depth,
+        rx_depth: args.rx_depth,
+        post_list: args.post_list,
+        cq_mod: args.cq_mod,
+        seed: args.conn.seed,
+        pair: args.conn.pair(args.servername),
+    };
+    match bw::run(&config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("bw: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! The `bw` tool on the device: SEND and WRITE message rate with post lists of 1, 8 and 32 and
+//! a multi-packet size. The server checks that it received every message and one more message
+//! (or write) byte for byte, so runs whose patterns disagree (`--seed`) must fail with the
+//! check's message; the client's report must have perftest's shape with rates that agree with
+//! each other.
+
+#[path = "../../examples/tests/common/mod.rs"]
+mod common;
+mod tool;
+
+use std::process::Output;
+
+use common::text;
+use rdma_benches::bw::BW_HEADER;
+use rdma_test_support::TestDevice;
+
+const BW: &str = env!("CARGO_BIN_EXE_bw");
+
+fn run(device: &TestDevice, server_args: &[&str], client_args: &[&str]) -> (Output, Output) {
+    tool::run(BW, device, server_args, client_args)
+}
+
+/// The client's one result row, after checking the report's frame: (size, iterations, peak,
+/// average, message rate).
+fn result(out: &Output, title: &str) -> (usize, u32, f64, f64, f64) {
+    let lines = tool::report(out, title);
+    let header = lines.iter().position(|l| l == BW_HEADER).expect("header");
+    let fields: Vec<&str> = lines[header + 1].split_whitespace().collect();
+    let [size, iters, peak, average, rate] = fields[..] else {
+        panic!("not a result row: {:?}", lines[header + 1]);
+    };
+    let number = |f: &str| f.parse::<f64>().expect("a number");
+    (
+        size.parse().expect("size"),
+        iters.parse().expect("iterations"),
+        number(peak),
+        number(average),
+        number(rate),
+    )
+}
+
+#[test]
+fn message_rate_with_post_lists_and_checked_data() {
+    let Some(device) = rdma_test_support::device() else {
+        return;
+    };
+    let cases: [(&str, &str, &str, &str); 7] = [
+        ("send", "Send BW Test", "64", "1"),
+        ("send", "Send BW Test", "64", "8"),
+        ("send", "Send BW Test", "64", "32"),
+        ("send", "Send BW Test", "4096", "8"),
+        ("write", "RDMA_Write BW Test", "64", "1"),
+        ("write", "RDMA_Write BW Test", "64", "32"),
+        ("write", "RDMA_Write BW Test", "4096", "8"),
+    ];
+    for (test, title, size, list) in cases {
+        let args = [
+            test,
+            "-s",
+            size,
+            "-n",
+            "2048",
+            "-l",
+            list,
+            "--timeout",
+            "30",
+        ];
+        let (server, client) = run(&device, &args, &args);
+        let what = format!("{test} -s {size} -l {list}");
+        let (got_size, iters, peak, average, rate) = result(&client, title);
+        assert_eq!(
+            (got_size.to_string().as_str(), iters),
+            (size, 2048),
+            "{what}"
+        );
+        assert!(rate > 0.0 && average > 0.0, "{what}");
+        // The average is the message rate times the size (MiB/s against millions per second).
+        let expected = rate * 1e6 * got_size as f64 / 1_048_576.0;
+        assert!(
+            (average - expected).abs() <= expected * 0.01 + 0.01,
+            "{what}: average {average} against rate {rate}"
+        );
+        assert!(
+            peak >= average * 0.99,
+            "{what}: peak {peak} below average {average}"
+        );
+        // The server counted every message and checked the last one.
+        assert!(server.status.success(), "{what}: {}", text(&server.stderr));
+        assert!(
+            !text(&server.stdout).contains(BW_HEADER),
+            "{what}: the server does not measure"
+        );
+        common::note(&format!("{what}: {rate:.4} Mpps, {average:.2} MiB/s"));
+    }
+}
+
+#[test]
+fn data_or_counts_that_disagree_fail() {
+    let Some(device) = rdma_test_support::device() else {
+        return;
+    };
+    for (test, what) in [
+        ("send", "the message received"),
+        ("write", "the region the peer wrote"),
+    ] {
+        let args = [test, "-s", "300", "-n", "64"];
+        let mut other = args.to_vec();
+        other.extend(["--seed", "9"]);
+        let (server, _client) = run(&device, &other, &args);
+        let stderr = text(&server.stderr);
+        assert!(!server.status.success(), "{test}: the check passed");
+        let want = format!("bw: data check failed: {what}, 300 bytes: byte 0 is");
+        assert!(stderr.starts_with(&want), "{test}: {stderr}");
+    }
+    // A server expecting more messages than the client sends waits in vain, within its bound.
+    let (server, _client) = run(
+        &device,
+        &["send", "-s", "64", "-n", "128", "--timeout", "3"],
+        &["send", "-s", "64", "-n", "64", "--timeout", "3"],
+    );
+    assert!(!server.status.success());
+    assert_eq!(text(&server.stderr).trim(), "bw: no completion within 3 s");
+}
+
+#[test]
+fn bad_input_is_refused_with_one_line() {
+    for (args, want) in [
+        (
+            &["send", "-l", "32", "-n", "1000"][..],
+            "bw: the iterations must be a multiple of the post list",
+        ),
+        (
+            &["send", "-l", "32", "-n", "1024", "-Q", "5"][..],
+            "bw: the post list must be a multiple of the completion moderation",
+        ),
+        (
+            &["write", "-s", "0"][..],
+            "bw: message size 0 is outside 1..=8388608",
+        ),
+        (
+            &["send", "-n", "4"][..],
+            "bw: iterations must be at least 5",
+        ),
+        (
+            &["send", "-l", "256", "-n", "1024"][..],
+            "bw: the post list must fit the send queue (-t)",
+        ),
+    ] {
+        tool::assert_refused(BW, args, want);
+    }
+}
