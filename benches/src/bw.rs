@@ -20,6 +20,7 @@
 use rdma_examples::connect::{PairArgs, QpShape};
 use rdma_verbs::{SendList, SendRequest, WcOpcode, WorkCompletion};
 
+use crate::alloc_count::allocations;
 use crate::clock;
 use crate::conn::{Conn, Io, compare, expect_opcode, fill, poll_one};
 use crate::stats::RULE;
@@ -197,8 +198,10 @@ impl Bandwidth {
     }
 }
 
-/// Runs `config`, printing perftest's report on stdout (the client measures).
-pub fn run(config: &Config) -> Result<(), String> {
+/// Runs `config`, printing perftest's report on stdout (the client measures). Returns the
+/// allocations counted by [`crate::alloc_count`] during the timed loop (the server's receive
+/// loop on the server).
+pub fn run(config: &Config) -> Result<u64, String> {
     let shape = shape(config)?;
     let server = config.pair.servername.is_none();
     let size = config.size;
@@ -217,17 +220,24 @@ pub fn run(config: &Config) -> Result<(), String> {
     }
     conn.sync()?;
     if server {
+        let before = allocations();
         if config.test == Test::Send {
             receive_all(&mut conn.io, &conn.target, config.iters, rx_depth, size)?;
         }
+        let loop_allocations = allocations() - before;
         conn.sync()?;
         check(config, true, &mut conn)?;
         println!("{RULE}");
-        return conn.finish();
+        conn.finish()?;
+        return Ok(loop_allocations);
     }
     let mut posted = vec![0u64; config.iters as usize];
     let mut completed = vec![0u64; config.iters as usize];
-    post_all(config, &shape, &mut conn, &mut posted, &mut completed)?;
+    // Built before counting: set-up, as perftest's request arrays are.
+    let list = SendList::with_capacity(shape.post_list as usize);
+    let before = allocations();
+    post_all(config, &shape, &mut conn, list, &mut posted, &mut completed)?;
+    let loop_allocations = allocations() - before;
     conn.sync()?;
     check(config, false, &mut conn)?;
     let bandwidth = Bandwidth::from_stamps(&posted, &completed, &shape, size, conn.io.per_us)
@@ -235,7 +245,8 @@ pub fn run(config: &Config) -> Result<(), String> {
     println!("{BW_HEADER}");
     println!("{}", bandwidth.row(size, config.iters));
     println!("{RULE}");
-    conn.finish()
+    conn.finish()?;
+    Ok(loop_allocations)
 }
 
 /// The client's timed loop.
@@ -243,6 +254,7 @@ fn post_all(
     config: &Config,
     shape: &Shape,
     conn: &mut Conn,
+    list: SendList<'_>,
     posted: &mut [u64],
     completed: &mut [u64],
 ) -> Result<(), String> {
@@ -260,7 +272,7 @@ fn post_all(
         .slice(0, config.size as u32)
         .map_err(|e| e.to_string())?;
     let opcode = config.test.opcode();
-    let mut list = SendList::with_capacity(post_list);
+    let mut list: SendList<'_> = list.reuse();
     let mut wcs = [WorkCompletion::default(); POLL_BATCH];
     let (mut sent, mut done) = (0usize, 0usize);
     let mut idle = 0u32;

@@ -21,6 +21,7 @@
 use rdma_examples::connect::{PairArgs, QpShape};
 use rdma_verbs::{MemoryRegion, Payload, RemoteMemory, SendRequest, WcOpcode};
 
+use crate::alloc_count::allocations;
 use crate::clock::{self, Deadline};
 use crate::conn::{Conn, Io, compare, fill};
 use crate::stats::{LAT_HEADER, Latency, MIN_ITERS};
@@ -96,8 +97,9 @@ pub fn all_sizes(test: Test) -> Vec<usize> {
     }
 }
 
-/// Runs `config`, printing perftest's report on stdout.
-pub fn run(config: &Config) -> Result<(), String> {
+/// Runs `config`, printing perftest's report on stdout. Returns the allocations counted by
+/// [`crate::alloc_count`] during the timed loops.
+pub fn run(config: &Config) -> Result<u64, String> {
     check_config(config)?;
     let max = config.sizes.iter().copied().max().unwrap_or(8).max(8);
     let server = config.pair.servername.is_none();
@@ -122,6 +124,7 @@ pub fn run(config: &Config) -> Result<(), String> {
     }
     let mut stamps = Vec::with_capacity(config.iters as usize);
     let mut header_printed = false;
+    let mut loop_allocations = 0;
     for &size in &config.sizes {
         prepare(config, size, server, &mut conn)?;
         conn.sync()?;
@@ -137,6 +140,7 @@ pub fn run(config: &Config) -> Result<(), String> {
             remote,
             ..
         } = &mut conn;
+        let before = allocations();
         match config.test {
             Test::Send => send_loop(io, iters, size, server, source, inline, target, &mut stamps)?,
             Test::Write => write_loop(
@@ -154,6 +158,7 @@ pub fn run(config: &Config) -> Result<(), String> {
             Test::Atomic if client => atomic_loop(io, iters, source, remote, &mut stamps)?,
             Test::Read | Test::Atomic => {}
         }
+        loop_allocations += allocations() - before;
         conn.sync()?;
         check(config, size, server, &mut conn)?;
         if client || config.test.symmetric() {
@@ -167,7 +172,8 @@ pub fn run(config: &Config) -> Result<(), String> {
         }
     }
     println!("{}", crate::stats::RULE);
-    conn.finish()
+    conn.finish()?;
+    Ok(loop_allocations)
 }
 
 fn check_config(config: &Config) -> Result<(), String> {

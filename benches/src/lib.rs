@@ -2,6 +2,7 @@
 //! bandwidth and message-rate tests on rdma-verbs), perftest's statistics, and the stamp
 //! clock.
 
+pub mod alloc_count;
 pub mod bw;
 pub mod clock;
 pub mod conn;

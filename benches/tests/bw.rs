@@ -64,9 +64,13 @@ fn message_rate_with_post_lists_and_checked_data() {
             list,
             "--timeout",
             "30",
+            "--count-allocs",
         ];
         let (server, client) = run(&device, &args, &args);
         let what = format!("{test} -s {size} -l {list}");
+        // Neither the client's posting loop nor the server's receiving loop allocated.
+        tool::assert_no_loop_allocations("bw", &client, &what);
+        tool::assert_no_loop_allocations("bw", &server, &what);
         let (got_size, iters, peak, average, rate) = result(&client, title);
         assert_eq!(
             (got_size.to_string().as_str(), iters),

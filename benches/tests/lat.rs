@@ -67,10 +67,13 @@ fn every_test_reports_and_checks_its_data() {
     ];
     for (test, title, size, extra) in cases {
         let size_arg = size.to_string();
-        let mut args = vec![test, "-n", "200", "-s", &size_arg];
+        let mut args = vec![test, "-n", "200", "-s", &size_arg, "--count-allocs"];
         args.extend_from_slice(extra);
         let (server, client) = run(&device, &args, &args);
         let what = format!("{test} {size} {extra:?}");
+        // Neither side's timed loop allocated.
+        tool::assert_no_loop_allocations("lat", &client, &what);
+        tool::assert_no_loop_allocations("lat", &server, &what);
         assert_row(&rows(&client, title), size, 200);
         let server_rows = rows(&server, title);
         if test == "send" || test == "write" {

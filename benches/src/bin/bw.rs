@@ -15,8 +15,12 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use rdma_benches::alloc_count::{CountingAlloc, allocations};
 use rdma_benches::bw::{self, Config, Test};
 use rdma_benches::conn::ConnArgs;
+
+#[global_allocator]
+static ALLOCATOR: CountingAlloc = CountingAlloc;
 
 /// perftest's bandwidth flags (a subset), with its letters and defaults.
 #[derive(Parser, Debug)]
@@ -49,6 +53,10 @@ struct Args {
     /// Connection flags.
     #[command(flatten)]
     conn: ConnArgs,
+    /// Print how many heap allocations the timed loops made (and the program in all) on
+    /// stderr.
+    #[arg(long = "count-allocs")]
+    count_allocs: bool,
 }
 
 fn main() -> ExitCode {
@@ -69,7 +77,15 @@ fn main() -> ExitCode {
         pair: args.conn.pair(args.servername),
     };
     match bw::run(&config) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(loop_allocations) => {
+            if args.count_allocs {
+                eprintln!(
+                    "bw: {loop_allocations} allocations in the timed loops, {} in all",
+                    allocations()
+                );
+            }
+            ExitCode::SUCCESS
+        }
         Err(message) => {
             eprintln!("bw: {message}");
             ExitCode::FAILURE

@@ -15,7 +15,11 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use rdma_benches::alloc_count::{CountingAlloc, allocations};
 use rdma_benches::conn::ConnArgs;
+
+#[global_allocator]
+static ALLOCATOR: CountingAlloc = CountingAlloc;
 use rdma_benches::lat::{self, Config, Test};
 
 /// perftest's latency flags (a subset), with its letters.
@@ -41,6 +45,10 @@ struct Args {
     /// Connection flags.
     #[command(flatten)]
     conn: ConnArgs,
+    /// Print how many heap allocations the timed loops made (and the program in all) on
+    /// stderr.
+    #[arg(long = "count-allocs")]
+    count_allocs: bool,
 }
 
 fn main() -> ExitCode {
@@ -60,7 +68,15 @@ fn main() -> ExitCode {
         pair: args.conn.pair(args.servername),
     };
     match lat::run(&config) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(loop_allocations) => {
+            if args.count_allocs {
+                eprintln!(
+                    "lat: {loop_allocations} allocations in the timed loops, {} in all",
+                    allocations()
+                );
+            }
+            ExitCode::SUCCESS
+        }
         Err(message) => {
             eprintln!("lat: {message}");
             ExitCode::FAILURE

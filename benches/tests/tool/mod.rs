@@ -62,6 +62,25 @@ pub(crate) fn report(out: &Output, title: &str) -> Vec<String> {
     lines
 }
 
+/// Checks the `--count-allocs` line of `tool`'s stderr: no allocation in the timed loops, and
+/// a live counter (the program as a whole allocated).
+pub(crate) fn assert_no_loop_allocations(tool: &str, out: &Output, what: &str) {
+    let stderr = text(&out.stderr);
+    let prefix = format!("{tool}: 0 allocations in the timed loops, ");
+    let line = stderr
+        .lines()
+        .find(|l| {
+            l.starts_with(&format!("{tool}: ")) && l.contains(" allocations in the timed loops, ")
+        })
+        .unwrap_or_else(|| panic!("{what}: no allocation count in {stderr:?}"));
+    let total: u64 = line
+        .strip_prefix(&prefix)
+        .and_then(|rest| rest.strip_suffix(" in all"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{what}: the timed loops allocated: {line:?}"));
+    assert!(total > 0, "{what}: the counter is not live: {line:?}");
+}
+
 /// Runs `path` with `args` on the host and checks that it refused them: exit status 1,
 /// `want` as its one line on stderr, nothing on stdout.
 pub(crate) fn assert_refused(path: &str, args: &[&str], want: &str) {
