@@ -204,6 +204,14 @@ impl Error {
         }
     }
 
+    /// [`Error::InvalidArgument`] with a fixed message, built out of line: checks on the data
+    /// path call it on failure only, so that they inline as a compare and a branch.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn invalid(what: &'static str) -> Self {
+        Self::InvalidArgument(what.into())
+    }
+
     /// An error of `verb` with `errno`, mapping `EOPNOTSUPP`/`ENOSYS` to
     /// [`Unsupported`](Self::Unsupported).
     pub(crate) fn verb(verb: &'static str, errno: Errno) -> Self {

@@ -378,14 +378,14 @@ impl MemoryRegion {
             Bound::Unbounded => self.len,
         };
         if start > end {
-            return Err(Error::InvalidArgument(format!(
-                "range {start}..{end} is reversed"
-            )));
+            return Err(reversed_range(start, end));
         }
         self.check_range(start, end - start)?;
-        let length = u32::try_from(end - start).map_err(|_| {
-            Error::InvalidArgument("a scatter/gather entry is at most 4 GiB - 1".into())
-        })?;
+        let Ok(length) = u32::try_from(end - start) else {
+            return Err(Error::invalid(
+                "a scatter/gather entry is at most 4 GiB - 1",
+            ));
+        };
         Ok(MrSlice {
             addr: self.addr() + start as u64,
             length,
@@ -450,16 +450,31 @@ impl MemoryRegion {
         })
     }
 
+    #[inline]
     fn check_range(&self, offset: usize, len: usize) -> Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(()),
-            _ => Err(Error::InvalidArgument(format!(
-                "bytes {offset}..{} are outside the {}-byte region",
-                offset.saturating_add(len),
-                self.len
-            ))),
+            _ => Err(outside_region(offset, len, self.len)),
         }
     }
+}
+
+// The errors of `slice` and `check_range`, built out of line so that the checks inline into
+// the caller as compares and branches.
+
+#[cold]
+#[inline(never)]
+fn reversed_range(start: usize, end: usize) -> Error {
+    Error::InvalidArgument(format!("range {start}..{end} is reversed"))
+}
+
+#[cold]
+#[inline(never)]
+fn outside_region(offset: usize, len: usize, region: usize) -> Error {
+    Error::InvalidArgument(format!(
+        "bytes {offset}..{} are outside the {region}-byte region",
+        offset.saturating_add(len)
+    ))
 }
 
 impl fmt::Debug for MemoryRegion {

@@ -96,6 +96,7 @@ impl Payload<'_> {
     /// An empty slice or empty inline data becomes no entry at all: some providers read an
     /// entry of length 0 as 2 GiB (ionic), and the device would then reach past the slice into
     /// the rest of its region.
+    #[inline]
     fn fill(&self, one: &mut ffi::ibv_sge) -> (*mut ffi::ibv_sge, i32, u32) {
         match *self {
             Payload::None => (std::ptr::null_mut(), 0, 0),
@@ -127,6 +128,7 @@ impl Payload<'_> {
     }
 
     /// Whether [`fill`](Self::fill) points into its `one` storage.
+    #[inline]
     fn uses_single_entry(&self) -> bool {
         match self {
             Payload::Slice(slice) => slice.length > 0,
@@ -135,23 +137,26 @@ impl Payload<'_> {
         }
     }
 
+    #[inline]
     fn check(&self) -> Result<()> {
         match *self {
-            Payload::List(list) if i32::try_from(list.len()).is_err() => Err(
-                Error::InvalidArgument("too many scatter/gather entries".into()),
-            ),
+            Payload::List(list) if i32::try_from(list.len()).is_err() => {
+                Err(Error::invalid("too many scatter/gather entries"))
+            }
             // The caller's list goes to the provider as it is: an entry of length 0 in it
             // could be read as 2 GiB (see `fill`).
-            Payload::List(list) if list.iter().any(|sge| sge.is_empty()) => Err(
-                Error::InvalidArgument("a scatter/gather entry of 0 bytes".into()),
-            ),
+            Payload::List(list) if list.iter().any(|sge| sge.is_empty()) => {
+                Err(Error::invalid("a scatter/gather entry of 0 bytes"))
+            }
             Payload::Inline(bytes) if u32::try_from(bytes.len()).is_err() => {
-                Err(Error::InvalidArgument("inline data too long".into()))
+                Err(Error::invalid("inline data too long"))
             }
             _ => Ok(()),
         }
     }
 }
+
+impl Payload<'_> {}
 
 /// Send operations, as a bit set, so a list can say which it holds.
 pub(crate) mod op {
@@ -211,6 +216,7 @@ struct MwBind<'a> {
 }
 
 impl<'a> SendRequest<'a> {
+    #[inline]
     fn new(wr_id: u64, opcode: u32, op: u32, payload: Payload<'a>) -> Self {
         Self {
             wr_id,
@@ -229,12 +235,14 @@ impl<'a> SendRequest<'a> {
     }
 
     /// SEND: delivers `payload` to the next receive request of the peer.
+    #[inline]
     pub fn send(wr_id: u64, payload: impl Into<Payload<'a>>) -> Self {
         Self::new(wr_id, ffi::IBV_WR_SEND, op::SEND, payload.into())
     }
 
     /// RDMA_WRITE: writes `payload` to `remote` (the peer's memory, which must allow remote
     /// write). The peer gets no completion.
+    #[inline]
     pub fn write(wr_id: u64, payload: impl Into<Payload<'a>>, remote: RemoteMemory) -> Self {
         let mut request = Self::new(wr_id, ffi::IBV_WR_RDMA_WRITE, op::WRITE, payload.into());
         request.remote = (remote.addr, remote.rkey);
@@ -245,6 +253,7 @@ impl<'a> SendRequest<'a> {
     ///
     /// The target cannot be [`Payload::Inline`] (the device writes it); posting such a request
     /// fails with `InvalidArgument`.
+    #[inline]
     pub fn read(wr_id: u64, local: impl Into<Payload<'a>>, remote: RemoteMemory) -> Self {
         let local = local.into();
         let mut request = Self::new(wr_id, ffi::IBV_WR_RDMA_READ, op::READ, local);
@@ -259,6 +268,7 @@ impl<'a> SendRequest<'a> {
     /// with `swap`. The old value lands in `local` (8 bytes, `LOCAL_WRITE`) in the byte order
     /// the device writes: host order on rxe, big-endian (the wire order) on some devices; read
     /// it with [`u64::from_ne_bytes`] only where the device is known to write host order.
+    #[inline]
     pub fn compare_swap(
         wr_id: u64,
         local: MrSlice<'a>,
@@ -280,6 +290,7 @@ impl<'a> SendRequest<'a> {
     /// ATOMIC_FETCH_AND_ADD: adds `add` to the 8-byte word at `remote.addr`. The old value
     /// lands in `local` (8 bytes, `LOCAL_WRITE`) in the byte order the device writes (see
     /// [`compare_swap`](Self::compare_swap)).
+    #[inline]
     pub fn fetch_add(wr_id: u64, local: MrSlice<'a>, remote: RemoteMemory, add: u64) -> Self {
         let mut request = Self::new(
             wr_id,
@@ -377,6 +388,7 @@ impl<'a> SendRequest<'a> {
     ///
     /// [`ibv_post_send(3)`](https://man7.org/linux/man-pages/man3/ibv_post_send.3.html)
     #[doc(alias = "IBV_WR_LOCAL_INV")]
+    #[inline]
     pub fn local_invalidate(wr_id: u64, rkey: u32) -> Self {
         let mut request = Self::new(wr_id, ffi::IBV_WR_LOCAL_INV, op::LOCAL_INV, Payload::None);
         request.invalidate_rkey = rkey;
@@ -393,6 +405,7 @@ impl<'a> SendRequest<'a> {
     ///
     /// [`ibv_post_send(3)`](https://man7.org/linux/man-pages/man3/ibv_post_send.3.html)
     #[doc(alias = "IBV_WR_SEND_WITH_INV")]
+    #[inline]
     pub fn send_with_invalidate(wr_id: u64, payload: impl Into<Payload<'a>>, rkey: u32) -> Self {
         let mut request = Self::new(
             wr_id,
@@ -407,6 +420,7 @@ impl<'a> SendRequest<'a> {
     /// Adds immediate data (host order): SEND becomes SEND_WITH_IMM and RDMA_WRITE becomes
     /// RDMA_WRITE_WITH_IMM, which consumes a receive request at the peer. Other operations
     /// cannot carry immediate data; posting them then fails with `InvalidArgument`.
+    #[inline]
     pub fn with_imm(mut self, imm: u32) -> Self {
         self.imm = imm;
         match self.op {
@@ -425,24 +439,28 @@ impl<'a> SendRequest<'a> {
 
     /// Asks for a completion (`IBV_SEND_SIGNALED`) even on a queue pair that does not signal
     /// every request.
+    #[inline]
     pub fn signaled(mut self) -> Self {
         self.flags |= SendFlags::SIGNALED;
         self
     }
 
     /// Waits for earlier RDMA reads and atomics first (`IBV_SEND_FENCE`).
+    #[inline]
     pub fn fenced(mut self) -> Self {
         self.flags |= SendFlags::FENCE;
         self
     }
 
     /// Raises a solicited event at the receiver (`IBV_SEND_SOLICITED`).
+    #[inline]
     pub fn solicited(mut self) -> Self {
         self.flags |= SendFlags::SOLICITED;
         self
     }
 
     /// Adds raw `IBV_SEND_*` flags.
+    #[inline]
     pub fn flags(mut self, flags: SendFlags) -> Self {
         self.flags |= flags;
         self
@@ -450,31 +468,37 @@ impl<'a> SendRequest<'a> {
 
     /// Addresses a datagram (UD): to queue pair `remote_qpn` behind `ah`, with Q_Key
     /// `remote_qkey`. Required for every request posted to a UD queue pair.
+    #[inline]
     pub fn to(mut self, ah: &'a AddressHandle, remote_qpn: u32, remote_qkey: u32) -> Self {
         self.ud = Some((ah, remote_qpn, remote_qkey));
         self
     }
 
     /// The request's `wr_id`.
+    #[inline]
     pub fn wr_id(&self) -> u64 {
         self.wr_id
     }
 
     /// The key a BIND_MW request gives its window, or `None` for other operations.
+    #[inline]
     pub fn bind_rkey(&self) -> Option<u32> {
         self.bind.map(|bind| bind.rkey)
     }
 
+    #[inline]
     pub(crate) fn op(&self) -> u32 {
         self.op
     }
 
+    #[inline]
     pub(crate) fn is_datagram(&self) -> bool {
         self.ud.is_some()
     }
 
     /// The protection domain of the verbs object the request hands the provider (its address
     /// handle, or the memory window it binds), if it names one.
+    #[inline]
     fn object_pd(&self) -> Option<*mut ffi::ibv_pd> {
         match (self.ud, self.bind) {
             (Some((ah, _, _)), None) => Some(ah.pd().as_raw()),
@@ -492,6 +516,7 @@ impl<'a> SendRequest<'a> {
     /// Refuses a request whose address handle or memory window belongs to a protection domain
     /// other than `qp_pd` (the queue pair's): the provider would take the object for one of its
     /// own, of another device or context perhaps, and read it as such.
+    #[inline]
     pub(crate) fn check_object_pd(&self, qp_pd: *mut ffi::ibv_pd) -> Result<()> {
         match self.object_pd() {
             Some(pd) if pd != qp_pd => Err(foreign_object()),
@@ -501,6 +526,7 @@ impl<'a> SendRequest<'a> {
 
     /// Writes the request into `raw` (its `next` left null), using `one` as storage for a
     /// single scatter/gather entry.
+    #[inline]
     pub(crate) fn fill(&self, raw: &mut ffi::ibv_send_wr, one: &mut ffi::ibv_sge) -> Result<()> {
         check_wr_id(self.wr_id, self.owned)?;
         self.payload.check()?;
@@ -508,15 +534,14 @@ impl<'a> SendRequest<'a> {
             self.check_atomic_result()?;
         }
         let (sg_list, num_sge, inline) = self.payload.fill(one);
-        *raw = ffi::ibv_send_wr {
-            wr_id: self.wr_id,
-            next: std::ptr::null_mut(),
-            sg_list,
-            num_sge,
-            opcode: self.opcode,
-            send_flags: self.flags.bits() | inline,
-            ..Default::default()
-        };
+        // Zeroed, then written field by field: building a whole value and storing it made the
+        // compiler zero a temporary and copy it.
+        *raw = ffi::ibv_send_wr::default();
+        raw.wr_id = self.wr_id;
+        raw.sg_list = sg_list;
+        raw.num_sge = num_sge;
+        raw.opcode = self.opcode;
+        raw.send_flags = self.flags.bits() | inline;
         raw.__bindgen_anon_1.imm_data = self.imm.to_be();
         match self.op & !op::INVALID {
             op::ATOMIC => {
@@ -596,20 +621,31 @@ impl SendRequest<'_> {
 /// Refuses a `wr_id` with [`OWNED_ID_BIT`] set unless the owned-buffer path posts it: its
 /// completion could otherwise be taken for an owned request's, and release a buffer the device
 /// still uses.
+#[inline]
 pub(crate) fn check_wr_id(wr_id: u64, owned: bool) -> Result<()> {
     if wr_id & OWNED_ID_BIT != 0 && !owned {
-        return Err(Error::InvalidArgument(format!(
-            "wr_id {wr_id:#x}: ids with the top bit set are reserved for owned requests"
-        )));
+        return Err(reserved_wr_id(wr_id));
     }
     Ok(())
 }
 
+// The errors of the checks above and below are built out of line, so that the checks inline
+// into the post calls as a compare and a branch (see docs/benchmarks.md, instruction counts).
+
+#[cold]
+#[inline(never)]
+fn reserved_wr_id(wr_id: u64) -> Error {
+    Error::InvalidArgument(format!(
+        "wr_id {wr_id:#x}: ids with the top bit set are reserved for owned requests"
+    ))
+}
+
+#[cold]
+#[inline(never)]
 fn foreign_object() -> Error {
-    Error::InvalidArgument(
+    Error::invalid(
         "the address handle or memory window belongs to another protection domain than the \
-         queue pair"
-            .into(),
+         queue pair",
     )
 }
 
@@ -665,12 +701,11 @@ impl<'a> RecvRequest<'a> {
         self.wr_id
     }
 
+    #[inline]
     pub(crate) fn fill(&self, raw: &mut ffi::ibv_recv_wr, one: &mut ffi::ibv_sge) -> Result<()> {
         check_wr_id(self.wr_id, self.owned)?;
         if let Payload::Inline(_) = self.payload {
-            return Err(Error::InvalidArgument(
-                "a receive cannot use inline data".into(),
-            ));
+            return Err(Error::invalid("a receive cannot use inline data"));
         }
         self.payload.check()?;
         let (sg_list, num_sge, _) = self.payload.fill(one);

@@ -15,6 +15,10 @@
 //! happen outside the measured functions, on a completion channel, so that every measured poll
 //! finds its completion and no empty poll is counted.
 //!
+//! `instructions device` prints the device's name, port and GID index, the arguments of the
+//! same round written in C (`benches/c/post_poll.c`), which `cargo xtask instructions` counts
+//! as the reference.
+//!
 //! The owned path's measured functions include what it does that the `unsafe` path leaves to
 //! the caller: taking a buffer from its pool and returning it (the `unsafe` path reuses one
 //! region). The bytes are written into the buffer outside them in both modes.
@@ -24,7 +28,8 @@ use std::time::Duration;
 
 use rdma_verbs::{
     AccessFlags, Buf, BufferPool, Completion, CompletionChannel, CompletionQueue, Context, Gid,
-    MemoryRegion, MrSlice, OwnedSend, QueuePair, Rc, RecvRequest, Rts, SendRequest, WorkCompletion,
+    MemoryRegion, MrSlice, OwnedSend, QueuePair, Rc, RecvRequest, Rts, SendRequest, WcOpcode,
+    WorkCompletion,
 };
 
 const SIZE: usize = 64;
@@ -33,11 +38,20 @@ const WAIT: Duration = Duration::from_secs(10);
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (mode, rounds) = match args.as_slice() {
+        [device] if device == "device" => {
+            return match rdma_test_support::device() {
+                Some(d) => {
+                    println!("{} {} {}", d.name, d.port, d.gid_index);
+                    ExitCode::SUCCESS
+                }
+                None => fail("no RDMA device"),
+            };
+        }
         [mode, rounds] => match rounds.parse::<u32>() {
             Ok(rounds) => (mode.clone(), rounds),
             Err(_) => return fail("the rounds must be a number"),
         },
-        _ => return fail("usage: instructions <unsafe|owned> <rounds>"),
+        _ => return fail("usage: instructions <unsafe|owned> <rounds> | instructions device"),
     };
     match run(&mode, rounds) {
         Ok(()) => ExitCode::SUCCESS,
@@ -134,12 +148,26 @@ fn run(mode: &str, rounds: u32) -> Result<(), String> {
                 measured_post_send_unsafe(&mut pair.a, &mr).map_err(|e| e.to_string())?;
                 pair.wait_both()?;
                 let sent = measured_poll_unsafe(&mut pair.cq_a, &mut wcs);
+                let sent_ok = sent == 1 && wcs[0].is_success() && wcs[0].opcode() == WcOpcode::Send;
                 let received = measured_poll_unsafe(&mut pair.cq_b, &mut wcs);
-                if (sent, received) != (1, 1) {
-                    return Err(format!("round {round}: polled {sent} and {received}"));
+                let received_ok = received == 1
+                    && wcs[0].is_success()
+                    && wcs[0].opcode() == WcOpcode::Recv
+                    && wcs[0].byte_len() == SIZE as u32;
+                if !(sent_ok && received_ok) {
+                    return Err(format!(
+                        "round {round}: polled {sent} and {received} ({:?} {:?})",
+                        wcs[0].status(),
+                        wcs[0].opcode()
+                    ));
                 }
             }
             drop(pair);
+            let mut got = [0u8; SIZE];
+            mr.read_at(SIZE, &mut got).map_err(|e| e.to_string())?;
+            if got != [0x5a; SIZE] {
+                return Err("the received bytes differ from the sent ones".into());
+            }
             drop(mr);
         }
         "owned" => {

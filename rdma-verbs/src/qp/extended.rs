@@ -214,7 +214,10 @@ fn usable_ops(qpx: &ffi::ibv_qp_ex, wanted: u32, datagram: bool) -> u32 {
 /// null-terminated chain built by `SendRequest::fill` (on a datagram queue pair, each with an
 /// address handle); and the caller keeps the memory the requests name valid as
 /// `QueuePair::post_send` requires.
-#[inline]
+///
+/// Kept out of line: inlined, its loop of builder calls made the classic path's post calls
+/// save and restore every callee-saved register (counted with `cargo xtask instructions`).
+#[inline(never)]
 pub(super) unsafe fn post(
     ex: ExtendedSend,
     caps: &QpCaps,

@@ -220,17 +220,44 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
         post_result("ibv_post_recv", ret, || index_of_one(&raw, bad))
     }
 
+    #[inline]
     fn check_no_srq(&self) -> Result<()> {
         if self.inner._srq.is_some() {
-            return Err(Error::InvalidArgument(
-                "this queue pair receives through its SRQ: post there".into(),
+            return Err(Error::invalid(
+                "this queue pair receives through its SRQ: post there",
             ));
         }
         Ok(())
     }
 }
 
+/// Refuses operations `T` does not carry, malformed requests, and destinations on the wrong
+/// transport: `ops` is the union of the requests' operations, `datagrams` how many of the `len`
+/// requests name a destination.
+#[inline]
 pub(crate) fn check_ops<T: Transport>(ops: u32, datagrams: usize, len: usize) -> Result<()> {
+    let destinations_right = if T::DATAGRAM {
+        datagrams == len
+    } else {
+        datagrams == 0
+    };
+    if ops & (op::INVALID | !T::OPS) == 0 && destinations_right {
+        return Ok(());
+    }
+    Err(ops_error::<T>(ops, datagrams, len))
+}
+
+/// The error [`check_ops`] returns, built out of line.
+#[cold]
+#[inline(never)]
+fn ops_error<T: Transport>(ops: u32, datagrams: usize, len: usize) -> Error {
+    match ops_check::<T>(ops, datagrams, len) {
+        Err(error) => error,
+        Ok(()) => Error::InvalidArgument("a malformed request".into()),
+    }
+}
+
+fn ops_check<T: Transport>(ops: u32, datagrams: usize, len: usize) -> Result<()> {
     if ops & op::INVALID != 0 {
         return Err(Error::InvalidArgument(
             "immediate data on an operation other than SEND or RDMA WRITE, or inline data as \

@@ -105,6 +105,27 @@ pub(crate) fn build_release_bin(root: &Path, package: &str, bin: &str) -> Result
         .ok_or_else(|| format!("cargo did not report the {bin} binary"))
 }
 
+/// Compiles the C program `source` (relative to `root`) with `cc -O2` against libibverbs into
+/// `target/c/<name>` and returns its path. `-O2` is how distributions build rdma-core and
+/// perftest; warnings are errors so that the reference cannot rot quietly.
+pub(crate) fn build_c_program(root: &Path, source: &str, name: &str) -> Result<String, String> {
+    let dir = root.join("target").join("c");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let out = dir.join(name);
+    let status = Command::new("cc")
+        .current_dir(root)
+        .args(["-O2", "-g", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&out)
+        .arg(source)
+        .arg("-libverbs")
+        .status()
+        .map_err(|e| format!("running cc: {e}"))?;
+    if !status.success() {
+        return Err(format!("compiling {source} failed ({status})"));
+    }
+    Ok(out.to_string_lossy().into_owned())
+}
+
 /// A test binary's name in the harness: `package/target`, and for the unit tests of a
 /// program, `package/target-bin`, so that they differ from an integration test of the same
 /// name (`examples/src/bin/rdma_rw.rs` and `examples/tests/rdma_rw.rs`). Names carry no

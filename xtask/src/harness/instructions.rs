@@ -1,16 +1,17 @@
-//! `cargo xtask instructions`: the user-space instructions of one post+poll round on the
-//! `unsafe` calls and on the owned-buffer path, counted by callgrind on the device (in the VM
-//! where the host has none), and their ratio. See `docs/benchmarks.md` for the method.
+//! `cargo xtask instructions`: the user-space instructions of one post+poll round written in C
+//! against libibverbs, on rdma-verbs' `unsafe` calls and on its owned-buffer path, counted by
+//! callgrind on the device (in the VM where the host has none), and their ratios. See
+//! `docs/benchmarks.md` for the method.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use super::build::build_release_bin;
+use super::build::{build_c_program, build_release_bin};
 use super::vm::{self, guest_prelude, shell_quote};
 
-/// The modes `instructions` measures, the reference first.
-const MODES: [&str; 2] = ["unsafe", "owned"];
+/// The modes `instructions` measures: C (`benches/c/post_poll.c`), then rdma-verbs' two paths.
+const MODES: [&str; 3] = ["c", "unsafe", "owned"];
 
 /// `cargo xtask instructions [ROUNDS]` (default 2000).
 pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
@@ -22,22 +23,31 @@ pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
         return Err("the round count must be positive".into());
     }
     let binary = build_release_bin(root, "rdma-benches", "instructions")?;
+    let c_binary = build_c_program(root, "benches/c/post_poll.c", "post_poll")?;
     let work = root.join(".rdma-test").join(std::process::id().to_string());
     std::fs::create_dir_all(&work).map_err(|e| format!("creating {}: {e}", work.display()))?;
     let out = |mode: &str| work.join(format!("callgrind.{mode}.out"));
-    let mut commands = String::new();
+    // The C program takes the device the Rust one finds: `instructions device` prints it.
+    let mut commands = format!(
+        "device=$({binary} device) || fail \"no device for the C round\"\n",
+        binary = shell_quote(&binary)
+    );
     for mode in MODES {
+        let program = match mode {
+            "c" => format!("{} $device", shell_quote(&c_binary)),
+            _ => format!("{} {mode}", shell_quote(&binary)),
+        };
         commands.push_str(&format!(
             "valgrind --tool=callgrind --toggle-collect='measured_*' --callgrind-out-file={out} \
-             {binary} {mode} {rounds} > {log} 2>&1 || {{ cat {log}; fail \"callgrind {mode} failed\"; }}\n",
+             {program} {rounds} > {log} 2>&1 || {{ cat {log}; fail \"callgrind {mode} failed\"; }}\n",
             out = shell_quote(&out(mode).to_string_lossy()),
-            binary = shell_quote(&binary),
             log = shell_quote(&work.join(format!("{mode}.log")).to_string_lossy()),
         ));
     }
     if super::host_has_active_device() {
+        let script = format!("fail() {{ echo \"$1\" >&2; exit 1; }}\n{commands}");
         let status = Command::new("sh")
-            .args(["-ec", &commands.replace("fail ", "echo ")])
+            .args(["-ec", &script])
             .status()
             .map_err(|e| format!("running valgrind: {e}"))?;
         if !status.success() {
@@ -60,30 +70,57 @@ pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
         }
     }
     let mut per_round = Vec::new();
+    let mut own_per_round = Vec::new();
     for mode in MODES {
         let functions = inclusive_costs(&out(mode))?;
         if functions.is_empty() {
             return Err(format!("callgrind counted no measured function ({mode})"));
         }
         let total: u64 = functions.values().sum();
+        let program = if mode == "c" { &c_binary } else { &binary };
+        let own = total.saturating_sub(library_cost(&out(mode), program)?);
+        if own == 0 || own >= total {
+            return Err(format!(
+                "{mode}: {own} of {total} instructions in the program itself: not a measurement"
+            ));
+        }
+        let per = |n: u64| n as f64 / f64::from(rounds);
         println!(
-            "{mode}: {:.1} instructions per round ({total} in {rounds} rounds)",
-            total as f64 / f64::from(rounds)
+            "{mode}: {:.1} instructions per round ({total} in {rounds} rounds), {:.1} in the \
+             program itself, {:.1} in libibverbs, the provider and libc",
+            per(total),
+            per(own),
+            per(total - own)
         );
         for (function, cost) in &functions {
-            println!("  {function:<28} {:>8.1}", *cost as f64 / f64::from(rounds));
+            println!("  {function:<28} {:>8.1}", per(*cost));
         }
-        per_round.push(total as f64 / f64::from(rounds));
+        per_round.push(per(total));
+        own_per_round.push(per(own));
     }
-    println!("owned / unsafe: {:.3}", per_round[1] / per_round[0]);
+    println!(
+        "unsafe / c: {:.3} (in the program itself: {:.2})",
+        per_round[1] / per_round[0],
+        own_per_round[1] / own_per_round[0]
+    );
+    println!(
+        "owned / unsafe: {:.3} (in the program itself: {:.2})",
+        per_round[2] / per_round[1],
+        own_per_round[2] / own_per_round[1]
+    );
     Ok(())
 }
 
 /// The inclusive instruction count of each measured function in callgrind output `file`, as
 /// `callgrind_annotate --inclusive=yes` reports it.
 fn inclusive_costs(file: &Path) -> Result<BTreeMap<String, u64>, String> {
+    Ok(parse_annotate(&annotate(file, "--inclusive=yes")?))
+}
+
+/// `callgrind_annotate --threshold=100 <option> <file>`'s output.
+fn annotate(file: &Path, option: &str) -> Result<String, String> {
     let output = Command::new("callgrind_annotate")
-        .args(["--inclusive=yes", "--threshold=100"])
+        .args([option, "--threshold=100"])
         .arg(file)
         .output()
         .map_err(|e| format!("running callgrind_annotate: {e}"))?;
@@ -94,7 +131,40 @@ fn inclusive_costs(file: &Path) -> Result<BTreeMap<String, u64>, String> {
             String::from_utf8_lossy(&output.stderr)
         ));
     }
-    Ok(parse_annotate(&String::from_utf8_lossy(&output.stdout)))
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// The instructions executed outside `program` (the exclusive costs of the functions of every
+/// other object: libibverbs, the provider, libc), the same code in every mode. The rest is the
+/// program's own code: for the Rust modes, rdma-verbs' code inlined into the measured functions
+/// and any of it left out of line; for C, the measured functions with the `static inline`
+/// verbs of `verbs.h` (which `callgrind_annotate` lists without their object, hence counting
+/// the other objects rather than the program's).
+fn library_cost(file: &Path, program: &str) -> Result<u64, String> {
+    Ok(parse_libraries(&annotate(file, "--auto=no")?, program))
+}
+
+/// The sum of the costs of `callgrind_annotate` lines that name an object (`[...]` at the end)
+/// other than `program`.
+fn parse_libraries(text: &str, program: &str) -> u64 {
+    text.lines()
+        .filter(|line| {
+            line.trim_end()
+                .strip_suffix(']')
+                .and_then(|l| l.rsplit_once(" ["))
+                .is_some_and(|(_, o)| o != program)
+        })
+        .filter_map(leading_count)
+        .sum()
+}
+
+/// The count a `callgrind_annotate` line starts with: `  1,234 (1.2%) ...` gives 1234.
+fn leading_count(line: &str) -> Option<u64> {
+    let first = line.split_whitespace().next()?;
+    if !first.chars().all(|c| c.is_ascii_digit() || c == ',') {
+        return None;
+    }
+    first.replace(',', "").parse().ok()
 }
 
 /// The `measured_*` lines of `callgrind_annotate` output: `1,234,567 (12.3%)  ???:measured_x
@@ -109,13 +179,7 @@ fn parse_annotate(text: &str) -> BTreeMap<String, u64> {
             .chars()
             .take_while(|c| c.is_alphanumeric() || *c == '_')
             .collect();
-        let digits: String = line
-            .trim_start()
-            .chars()
-            .take_while(|c| c.is_ascii_digit() || *c == ',')
-            .filter(char::is_ascii_digit)
-            .collect();
-        if let Ok(cost) = digits.parse::<u64>() {
+        if let Some(cost) = leading_count(line) {
             costs.entry(name).or_insert(cost);
         }
     }
@@ -125,6 +189,20 @@ fn parse_annotate(text: &str) -> BTreeMap<String, u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn library_cost_sums_the_lines_of_other_objects() {
+        let text = "\
+1,032,000 (100.0%)  PROGRAM TOTALS
+  700,000 (67.83%)  ???:0x0000000000003cc0 [/usr/lib/librxe-rdmav34.so]
+   68,000 ( 6.59%)  benches/c/post_poll.c:measured_post_send_c [/w/target/c/post_poll]
+   40,000 ( 3.88%)  ./string/memmove.S:__memcpy_avx_unaligned_erms [/usr/lib/libc.so.6]
+   10,000 ( 0.97%)  /usr/include/infiniband/verbs.h:measured_post_send_c
+        .           benches/c/post_poll.c:main [/w/target/c/post_poll]
+";
+        assert_eq!(parse_libraries(text, "/w/target/c/post_poll"), 740_000);
+        assert_eq!(parse_libraries(text, "/usr/lib/libc.so.6"), 768_000);
+    }
 
     #[test]
     fn annotate_lines_give_each_measured_function_once() {
