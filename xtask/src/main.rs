@@ -5,9 +5,11 @@
 //!   if it has an active one, otherwise a Soft-RoCE device in a throwaway VM.
 //! - `harness-selftest`: proves that the test harness's verdict can fail (planted failures and
 //!   a hung VM).
-//! - `instructions`: counts the instructions of a post+poll round, `unsafe` vs owned.
+//! - `instructions`: counts the instructions of a post+poll round in C, on the `unsafe` calls
+//!   and on owned buffers.
 //! - `bench-compare`: the Rust `lat` and `bw` tools against C perftest, alternately, in one
 //!   run.
+//! - `bench`: the criterion benches (`cargo bench`) on the device.
 //! - `modules`: prints the module graph of `rdma-verbs` and fails on a cycle.
 //! - `bindgen`: regenerates the checked-in raw bindings of `rdma-verbs-sys`.
 
@@ -32,6 +34,7 @@ fn main() -> ExitCode {
         Some("modules") => modules::run(&root),
         Some("instructions") => harness::instructions(&root, &args[1..]),
         Some("bench-compare") => harness::bench_compare(&root, &args[1..]),
+        Some("bench") => harness::bench(&root, &args[1..]),
         Some("-h" | "--help") | None => {
             print!("{USAGE}");
             Ok(())
@@ -61,8 +64,10 @@ tasks:
                     has none); extra arguments go to both, e.g. `cargo xtask pingpong -s 64`
   harness-selftest  prove the test harness fails on planted failures and stops a hung VM
   instructions      count the user-space instructions of a post+poll round with callgrind,
-                    unsafe calls vs owned buffers (on the device; Soft-RoCE VM if none);
-                    option: the round count (default 2000)
+                    in C, on the unsafe calls and on owned buffers (on the device;
+                    Soft-RoCE VM if none); option: the round count (default 2000)
+  bench             run the criterion benches (`cargo bench -p rdma-benches`) on the device
+                    (Soft-RoCE VM if none); criterion's arguments after `--`
   bench-compare     run the Rust `lat`/`bw` tools and C perftest's ib_*_lat/ib_send_bw
                     alternately on the device (Soft-RoCE VM if none) and print their
                     latencies, message rates and ratios;

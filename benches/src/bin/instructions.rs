@@ -24,16 +24,14 @@
 //! region). The bytes are written into the buffer outside them in both modes.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
+use rdma_benches::loopback::{Loopback, Shape};
 use rdma_verbs::{
-    AccessFlags, Buf, BufferPool, Completion, CompletionChannel, CompletionQueue, Context, Gid,
-    MemoryRegion, MrSlice, OwnedSend, QueuePair, Rc, RecvRequest, Rts, SendRequest, WcOpcode,
-    WorkCompletion,
+    AccessFlags, Buf, BufferPool, Completion, CompletionQueue, MemoryRegion, MrSlice, OwnedSend,
+    QueuePair, Rc, RecvRequest, Rts, SendRequest, WcOpcode, WorkCompletion,
 };
 
 const SIZE: usize = 64;
-const WAIT: Duration = Duration::from_secs(10);
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -64,76 +62,8 @@ fn fail(message: &str) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// Two connected RC queue pairs on one device, their completion queues, and the channel both
-/// queues signal.
-struct Pair {
-    a: QueuePair<Rc, Rts>,
-    b: QueuePair<Rc, Rts>,
-    cq_a: CompletionQueue,
-    cq_b: CompletionQueue,
-    channel: CompletionChannel,
-}
-
-fn pair() -> Result<Pair, String> {
-    let device = rdma_test_support::device().ok_or("no RDMA device")?;
-    let context = Context::open(&device.name).map_err(|e| e.to_string())?;
-    let channel = context.create_comp_channel().map_err(|e| e.to_string())?;
-    let cq = || {
-        context
-            .cq_builder(16)
-            .channel(&channel)
-            .build()
-            .map_err(|e| e.to_string())
-    };
-    let (cq_a, cq_b) = (cq()?, cq()?);
-    let pd = context.alloc_pd().map_err(|e| e.to_string())?;
-    let mut av = rdma_verbs::AddressVector::new(device.port).dlid(device.lid);
-    if device.is_ethernet {
-        av = av.grh(Gid(device.gid), device.gid_index as u8);
-    }
-    let init = rdma_verbs::ConnectedInitAttr::new(device.port);
-    let a = pd.qp_builder::<Rc>(&cq_a, &cq_a).build();
-    let b = pd.qp_builder::<Rc>(&cq_b, &cq_b).build();
-    let (a, b) = (a.map_err(|e| e.to_string())?, b.map_err(|e| e.to_string())?);
-    let a = a.into_init(&init).map_err(|e| e.to_string())?;
-    let b = b.into_init(&init).map_err(|e| e.to_string())?;
-    let (a_num, b_num) = (a.qp_num(), b.qp_num());
-    let connect = |qp: QueuePair<Rc, rdma_verbs::Init>, peer: u32| {
-        qp.into_rtr(&rdma_verbs::RcRtrAttr::new(av, peer, 0))
-            .map_err(|e| e.to_string())?
-            .into_rts(&rdma_verbs::RcRtsAttr::new(0))
-            .map_err(|e| e.to_string())
-    };
-    Ok(Pair {
-        a: connect(a, b_num)?,
-        b: connect(b, a_num)?,
-        cq_a,
-        cq_b,
-        channel,
-    })
-}
-
-impl Pair {
-    /// Arms both queues; call before posting, so that the completions raise events.
-    fn arm(&self) -> Result<(), String> {
-        self.cq_a.req_notify(false).map_err(|e| e.to_string())?;
-        self.cq_b.req_notify(false).map_err(|e| e.to_string())
-    }
-
-    /// Waits until both queues signalled.
-    fn wait_both(&self) -> Result<(), String> {
-        let (mut a, mut b) = (false, false);
-        while !(a && b) {
-            let event = self.channel.wait(WAIT).map_err(|e| e.to_string())?;
-            a |= event.is_for(&self.cq_a);
-            b |= event.is_for(&self.cq_b);
-        }
-        Ok(())
-    }
-}
-
 fn run(mode: &str, rounds: u32) -> Result<(), String> {
-    let mut pair = pair()?;
+    let mut pair = Loopback::open(Shape::default())?;
     let pd = pair.a.pd().clone();
     match mode {
         "unsafe" => {

@@ -1,8 +1,9 @@
 //! `cargo xtask bench-compare`: the Rust `lat` and `bw` tools and C perftest's `ib_*_lat` and
 //! `ib_send_bw`, run alternately in one VM boot (or on the host's device), several rounds per
 //! test and size; tables of both tools' typical latency and 64-byte message rate by post-list
-//! length, their ratio and its spread across rounds; with `--write`, those tables and plots in
-//! `docs/`.
+//! length, their ratio and its spread across rounds; then, in the same boot, the instruction
+//! counts of `cargo xtask instructions` (C, `unsafe`, owned); with `--write`, those tables and
+//! plots in `docs/`.
 //!
 //! Each round runs every (test, size) pair once with each tool, the order of the two tools
 //! alternating from round to round so that a drift of the emulated machine does not favour
@@ -15,7 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::build::build_release_bin;
-use super::vm::{self, GUEST_DEVICE, guest_prelude, shell_quote};
+use super::instructions::Count;
+use super::vm::{self, GUEST_DEVICE, shell_quote};
 
 /// The tests, as `lat` names them; perftest's program is `ib_<test>_lat`.
 const TESTS: [&str; 4] = ["send", "write", "read", "atomic"];
@@ -41,6 +43,8 @@ struct Plan {
     /// Messages per message-rate run (a multiple of every post list).
     rate_iters: u32,
     sizes: Vec<usize>,
+    /// Rounds of the instruction count (`instructions`' argument).
+    instruction_rounds: u32,
     write: bool,
 }
 
@@ -50,6 +54,7 @@ fn parse_args(args: &[String]) -> Result<Plan, String> {
         iters: 1000,
         rate_iters: 8192,
         sizes: SIZES.to_vec(),
+        instruction_rounds: 2000,
         write: false,
     };
     let mut args = args.iter();
@@ -68,6 +73,9 @@ fn parse_args(args: &[String]) -> Result<Plan, String> {
                     .map(number::<usize>)
                     .collect::<Result<_, _>>()?;
             }
+            "--instruction-rounds" => {
+                plan.instruction_rounds = number(&value("--instruction-rounds")?)?;
+            }
             "--write" => plan.write = true,
             // CI's smoke run: one size, few iterations, one round; nothing written.
             "--smoke" => {
@@ -75,12 +83,15 @@ fn parse_args(args: &[String]) -> Result<Plan, String> {
                 plan.iters = 100;
                 plan.rate_iters = 1024;
                 plan.sizes = vec![64];
+                plan.instruction_rounds = 200;
             }
             other => return Err(format!("unknown option {other}")),
         }
     }
-    if plan.rounds == 0 || plan.iters < 5 || plan.sizes.is_empty() {
-        return Err("need at least 1 round, 5 iterations and one size".into());
+    if plan.rounds == 0 || plan.iters < 5 || plan.sizes.is_empty() || plan.instruction_rounds == 0 {
+        return Err(
+            "need at least 1 round, 5 iterations, one size and 1 instruction-count round".into(),
+        );
     }
     if plan.sizes.iter().any(|&s| s == 0 || s > 1 << 23) {
         return Err("sizes must be 1..=8388608".into());
@@ -192,7 +203,8 @@ fn runs(plan: &Plan) -> Vec<Run> {
     runs
 }
 
-/// `cargo xtask bench-compare [--rounds N] [--iters N] [--sizes a,b,..] [--write] [--smoke]`.
+/// `cargo xtask bench-compare [--rounds N] [--iters N] [--sizes a,b,..]
+/// [--instruction-rounds N] [--write] [--smoke]`.
 pub(crate) fn bench_compare(root: &Path, args: &[String]) -> Result<(), String> {
     let plan = parse_args(args)?;
     let lat = build_release_bin(root, "rdma-benches", "lat")?;
@@ -203,6 +215,7 @@ pub(crate) fn bench_compare(root: &Path, args: &[String]) -> Result<(), String> 
         .join(format!("{}-bench", std::process::id()));
     std::fs::create_dir_all(&work).map_err(|e| format!("creating {}: {e}", work.display()))?;
     let runs = runs(&plan);
+    let count = Count::prepare(root, &work, plan.instruction_rounds)?;
     let mut script = String::new();
     script.push_str(&format!(
         r#"work={work}
@@ -243,35 +256,22 @@ pair() {{
             shell_quote(&run.command(tools, &plan, port))
         ));
     }
-    script.push_str("echo \"guest: bench ok\"\necho \"guest: done\"\n");
-    if super::host_has_active_device() {
-        let status = Command::new("sh")
-            .args(["-c", &script])
-            .status()
-            .map_err(|e| format!("running the benchmarks: {e}"))?;
-        if !status.success() {
-            return Err("the benchmark script failed".into());
-        }
-    } else {
-        let path = work.join("bench.sh");
-        let mut text = guest_prelude();
-        text.push_str("echo \"guest: ==> lat and perftest, alternately\"\n");
-        text.push_str(&script);
-        std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
-        let run = vm::boot_vm(root, &path, "guest: ==>", vm::timeout_from_env())?;
-        let problems = run.problems();
-        if !problems.is_empty() {
-            return Err(problems.join("; "));
-        }
-        if !run.log.lines().any(|l| l == "guest: bench ok") {
-            return Err("the benchmarks did not finish in the VM".into());
-        }
-    }
+    script.push_str(&count.script());
+    vm::run_on_device(
+        root,
+        &work,
+        "bench-compare",
+        "lat and perftest, alternately; then the instruction counts",
+        &script,
+    )?;
     let results = collect(&work, &runs)?;
+    let counts = count.results()?;
     let machine = Machine::read(&work);
     let mut table = table(&plan, &results, &machine);
     table.push('\n');
     table.push_str(&rate_table(&plan, &results));
+    table.push('\n');
+    table.push_str(&counts.table(plan.instruction_rounds));
     print!("{table}");
     if plan.write {
         let doc = root.join("docs/benchmarks.md");
@@ -417,7 +417,7 @@ fn table(plan: &Plan, results: &Results, machine: &Machine) -> String {
          perftest {}; Soft-RoCE in QEMU unless the host has a device). Latency is perftest's \
          `t_typical` (median) in µs: half the round trip for send and write, the whole one for \
          read and atomic. Reproduce: `cargo xtask bench-compare --rounds {} --iters {} \
-         --sizes {}`.\n",
+         --sizes {} --instruction-rounds {}`.\n",
         today(),
         plan.rounds,
         plan.iters,
@@ -432,7 +432,8 @@ fn table(plan: &Plan, results: &Results, machine: &Machine) -> String {
             .iter()
             .map(usize::to_string)
             .collect::<Vec<_>>()
-            .join(",")
+            .join(","),
+        plan.instruction_rounds
     );
     let _ = writeln!(
         out,
@@ -685,7 +686,16 @@ mod tests {
     #[test]
     fn options_and_the_smoke_plan() {
         let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let plan = parse_args(&args(&["--rounds", "3", "--sizes", "2,4096", "--write"])).unwrap();
+        let plan = parse_args(&args(&[
+            "--rounds",
+            "3",
+            "--sizes",
+            "2,4096",
+            "--instruction-rounds",
+            "500",
+            "--write",
+        ]))
+        .unwrap();
         assert_eq!(
             plan,
             Plan {
@@ -693,14 +703,22 @@ mod tests {
                 iters: 1000,
                 rate_iters: 8192,
                 sizes: vec![2, 4096],
+                instruction_rounds: 500,
                 write: true
             }
         );
         let smoke = parse_args(&args(&["--smoke"])).unwrap();
         assert_eq!(
-            (smoke.rounds, smoke.iters, smoke.rate_iters, smoke.sizes),
-            (1, 100, 1024, vec![64])
+            (
+                smoke.rounds,
+                smoke.iters,
+                smoke.rate_iters,
+                smoke.sizes,
+                smoke.instruction_rounds
+            ),
+            (1, 100, 1024, vec![64], 200)
         );
+        assert!(parse_args(&args(&["--instruction-rounds", "0"])).is_err());
         assert!(parse_args(&args(&["--iters", "4"])).is_err());
         assert!(parse_args(&args(&["--sizes", "0"])).is_err());
         assert!(parse_args(&args(&["--rounds"])).is_err());

@@ -105,6 +105,33 @@ pub(crate) fn build_release_bin(root: &Path, package: &str, bin: &str) -> Result
         .ok_or_else(|| format!("cargo did not report the {bin} binary"))
 }
 
+/// Runs `cargo bench --no-run --package <package>` in `root` and returns the paths of the
+/// bench executables it built (targets of kind `bench`).
+pub(crate) fn build_bench_binaries(root: &Path, package: &str) -> Result<Vec<String>, String> {
+    let output = Command::new(env!("CARGO"))
+        .current_dir(root)
+        .args(["bench", "--no-run", "--package", package])
+        .arg("--message-format=json-render-diagnostics")
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("running cargo: {e}"))?;
+    if !output.status.success() {
+        return Err("building the benches failed".to_string());
+    }
+    let mut binaries: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|l| l.contains("\"reason\":\"compiler-artifact\""))
+        .filter(|l| l.contains("\"kind\":[\"bench\"]"))
+        .filter_map(|l| json_string(l, "executable"))
+        .collect();
+    binaries.sort();
+    binaries.dedup();
+    if binaries.is_empty() {
+        return Err(format!("cargo built no bench of {package}"));
+    }
+    Ok(binaries)
+}
+
 /// Compiles the C program `source` (relative to `root`) with `cc -O2` against libibverbs into
 /// `target/c/<name>` and returns its path. `-O2` is how distributions build rdma-core and
 /// perftest; warnings are errors so that the reference cannot rot quietly.

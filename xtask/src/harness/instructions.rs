@@ -4,11 +4,11 @@
 //! `docs/benchmarks.md` for the method.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::build::{build_c_program, build_release_bin};
-use super::vm::{self, guest_prelude, shell_quote};
+use super::vm::{self, shell_quote};
 
 /// The modes `instructions` measures: C (`benches/c/post_poll.c`), then rdma-verbs' two paths.
 const MODES: [&str; 3] = ["c", "unsafe", "owned"];
@@ -19,96 +19,171 @@ pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
         Some(n) => n.parse().map_err(|_| format!("not a round count: {n}"))?,
         None => 2000,
     };
-    if rounds == 0 {
-        return Err("the round count must be positive".into());
-    }
-    let binary = build_release_bin(root, "rdma-benches", "instructions")?;
-    let c_binary = build_c_program(root, "benches/c/post_poll.c", "post_poll")?;
     let work = root.join(".rdma-test").join(std::process::id().to_string());
     std::fs::create_dir_all(&work).map_err(|e| format!("creating {}: {e}", work.display()))?;
-    let out = |mode: &str| work.join(format!("callgrind.{mode}.out"));
-    // The C program takes the device the Rust one finds: `instructions device` prints it.
-    let mut commands = format!(
-        "device=$({binary} device) || fail \"no device for the C round\"\n",
-        binary = shell_quote(&binary)
-    );
-    for mode in MODES {
-        let program = match mode {
-            "c" => format!("{} $device", shell_quote(&c_binary)),
-            _ => format!("{} {mode}", shell_quote(&binary)),
-        };
-        commands.push_str(&format!(
-            "valgrind --tool=callgrind --toggle-collect='measured_*' --callgrind-out-file={out} \
-             {program} {rounds} > {log} 2>&1 || {{ cat {log}; fail \"callgrind {mode} failed\"; }}\n",
-            out = shell_quote(&out(mode).to_string_lossy()),
-            log = shell_quote(&work.join(format!("{mode}.log")).to_string_lossy()),
-        ));
-    }
-    if super::host_has_active_device() {
-        let script = format!("fail() {{ echo \"$1\" >&2; exit 1; }}\n{commands}");
-        let status = Command::new("sh")
-            .args(["-ec", &script])
-            .status()
-            .map_err(|e| format!("running valgrind: {e}"))?;
-        if !status.success() {
-            return Err("callgrind failed".into());
-        }
-    } else {
-        let script = work.join("instructions.sh");
-        let mut text = guest_prelude();
-        text.push_str("echo \"guest: ==> callgrind on the post and poll calls\"\n");
-        text.push_str(&commands);
-        text.push_str("echo \"guest: instructions ok\"\necho \"guest: done\"\n");
-        std::fs::write(&script, text).map_err(|e| format!("writing {}: {e}", script.display()))?;
-        let run = vm::boot_vm(root, &script, "guest: ==>", vm::timeout_from_env())?;
-        let problems = run.problems();
-        if !problems.is_empty() {
-            return Err(problems.join("; "));
-        }
-        if !run.log.lines().any(|l| l == "guest: instructions ok") {
-            return Err("callgrind failed in the VM".into());
-        }
-    }
-    let mut per_round = Vec::new();
-    let mut own_per_round = Vec::new();
-    for mode in MODES {
-        let functions = inclusive_costs(&out(mode))?;
-        if functions.is_empty() {
-            return Err(format!("callgrind counted no measured function ({mode})"));
-        }
-        let total: u64 = functions.values().sum();
-        let program = if mode == "c" { &c_binary } else { &binary };
-        let own = total.saturating_sub(library_cost(&out(mode), program)?);
-        if own == 0 || own >= total {
-            return Err(format!(
-                "{mode}: {own} of {total} instructions in the program itself: not a measurement"
-            ));
-        }
-        let per = |n: u64| n as f64 / f64::from(rounds);
+    let count = Count::prepare(root, &work, rounds)?;
+    vm::run_on_device(
+        root,
+        &work,
+        "instructions",
+        "callgrind on the post and poll calls",
+        &count.script(),
+    )?;
+    let counts = count.results()?;
+    for mode in &counts.modes {
         println!(
-            "{mode}: {:.1} instructions per round ({total} in {rounds} rounds), {:.1} in the \
-             program itself, {:.1} in libibverbs, the provider and libc",
-            per(total),
-            per(own),
-            per(total - own)
+            "{}: {:.1} instructions per round, {:.1} in the program itself, {:.1} in \
+             libibverbs, the provider and libc",
+            mode.name,
+            mode.total,
+            mode.own,
+            mode.total - mode.own
         );
-        for (function, cost) in &functions {
-            println!("  {function:<28} {:>8.1}", per(*cost));
+        for (function, cost) in &mode.functions {
+            println!("  {function:<28} {cost:>8.1}");
         }
-        per_round.push(per(total));
-        own_per_round.push(per(own));
     }
+    let [c, unsafe_, owned] = &counts.modes;
     println!(
         "unsafe / c: {:.3} (in the program itself: {:.2})",
-        per_round[1] / per_round[0],
-        own_per_round[1] / own_per_round[0]
+        unsafe_.total / c.total,
+        unsafe_.own / c.own
     );
     println!(
         "owned / unsafe: {:.3} (in the program itself: {:.2})",
-        per_round[2] / per_round[1],
-        own_per_round[2] / own_per_round[1]
+        owned.total / unsafe_.total,
+        owned.own / unsafe_.own
     );
     Ok(())
+}
+
+/// A count to run: the programs built, where callgrind writes, how many rounds.
+pub(crate) struct Count {
+    binary: String,
+    c_binary: String,
+    work: PathBuf,
+    rounds: u32,
+}
+
+/// One mode's counts, per round.
+pub(crate) struct Mode {
+    /// `c`, `unsafe` or `owned`.
+    pub(crate) name: &'static str,
+    /// Every measured function's inclusive count.
+    pub(crate) functions: BTreeMap<String, f64>,
+    /// The measured functions together.
+    pub(crate) total: f64,
+    /// The part in the program's own code (not libibverbs, the provider or libc).
+    pub(crate) own: f64,
+}
+
+/// The three modes' counts, in [`MODES`] order.
+pub(crate) struct Counts {
+    pub(crate) modes: [Mode; 3],
+}
+
+impl Count {
+    /// Builds the Rust and C programs; callgrind's files go to `work`.
+    pub(crate) fn prepare(root: &Path, work: &Path, rounds: u32) -> Result<Self, String> {
+        if rounds == 0 {
+            return Err("the round count must be positive".into());
+        }
+        Ok(Self {
+            binary: build_release_bin(root, "rdma-benches", "instructions")?,
+            c_binary: build_c_program(root, "benches/c/post_poll.c", "post_poll")?,
+            work: work.to_path_buf(),
+            rounds,
+        })
+    }
+
+    fn out(&self, mode: &str) -> PathBuf {
+        self.work.join(format!("callgrind.{mode}.out"))
+    }
+
+    /// The shell commands that run the three modes under callgrind on the device (for
+    /// [`vm::run_on_device`], whose prelude defines `fail`).
+    pub(crate) fn script(&self) -> String {
+        // The C program takes the device the Rust one finds: `instructions device` prints it.
+        let mut commands = format!(
+            "device=$({binary} device) || fail \"no device for the C round\"\n",
+            binary = shell_quote(&self.binary)
+        );
+        for mode in MODES {
+            let program = match mode {
+                "c" => format!("{} $device", shell_quote(&self.c_binary)),
+                _ => format!("{} {mode}", shell_quote(&self.binary)),
+            };
+            commands.push_str(&format!(
+                "valgrind --tool=callgrind --toggle-collect='measured_*' --callgrind-out-file={out} \
+                 {program} {rounds} > {log} 2>&1 || {{ cat {log}; fail \"callgrind {mode} failed\"; }}\n",
+                out = shell_quote(&self.out(mode).to_string_lossy()),
+                log = shell_quote(&self.work.join(format!("{mode}.log")).to_string_lossy()),
+                rounds = self.rounds,
+            ));
+        }
+        commands
+    }
+
+    /// Reads callgrind's files after [`script`](Self::script) ran.
+    pub(crate) fn results(&self) -> Result<Counts, String> {
+        let per = |n: u64| n as f64 / f64::from(self.rounds);
+        let mode = |name: &'static str| -> Result<Mode, String> {
+            let functions = inclusive_costs(&self.out(name))?;
+            if functions.is_empty() {
+                return Err(format!("callgrind counted no measured function ({name})"));
+            }
+            let total: u64 = functions.values().sum();
+            let program = if name == "c" {
+                &self.c_binary
+            } else {
+                &self.binary
+            };
+            let own = total.saturating_sub(library_cost(&self.out(name), program)?);
+            if own == 0 || own >= total {
+                return Err(format!(
+                    "{name}: {own} of {total} instructions in the program itself: not a \
+                     measurement"
+                ));
+            }
+            Ok(Mode {
+                name,
+                functions: functions.into_iter().map(|(f, n)| (f, per(n))).collect(),
+                total: per(total),
+                own: per(own),
+            })
+        };
+        let [c, unsafe_, owned] = MODES;
+        Ok(Counts {
+            modes: [mode(c)?, mode(unsafe_)?, mode(owned)?],
+        })
+    }
+}
+
+impl Counts {
+    /// The Markdown table of the counts: per round, each mode's total, its part in the
+    /// program's own code, and the ratios.
+    pub(crate) fn table(&self, rounds: u32) -> String {
+        let [c, unsafe_, owned] = &self.modes;
+        let mut out = format!(
+            "Instructions per post+poll round (callgrind, {rounds} rounds; post one receive, \
+             post one 64-byte signaled SEND, poll both):\n\n\
+             | | C | `unsafe` | owned |\n|---|---:|---:|---:|\n"
+        );
+        out.push_str(&format!(
+            "| round | {:.0} | {:.0} | {:.0} |\n",
+            c.total, unsafe_.total, owned.total
+        ));
+        out.push_str(&format!(
+            "| in the program's own code | {:.0} | {:.0} | {:.0} |\n",
+            c.own, unsafe_.own, owned.own
+        ));
+        out.push_str(&format!(
+            "| ratio | 1 | {:.3} × C | {:.3} × `unsafe` |\n",
+            unsafe_.total / c.total,
+            owned.total / unsafe_.total
+        ));
+        out
+    }
 }
 
 /// The inclusive instruction count of each measured function in callgrind output `file`, as

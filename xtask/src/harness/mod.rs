@@ -16,6 +16,7 @@
 
 mod bench;
 mod build;
+mod criterion;
 mod instructions;
 mod nodes;
 mod pingpong;
@@ -34,6 +35,7 @@ use build::TestBinary;
 use verdict::{DeviceReport, Exit, Kind, Skips, Verdict};
 
 pub(crate) use bench::bench_compare;
+pub(crate) use criterion::bench;
 pub(crate) use instructions::instructions;
 pub(crate) use pingpong::pingpong;
 pub(crate) use selftest::run as selftest;

@@ -294,6 +294,47 @@ pub(crate) fn boot_vm_with(
     })
 }
 
+/// Runs `script` (POSIX shell, which may call `fail "why"`) on the RDMA device: on the host
+/// when it has an active port, otherwise in a throwaway VM after [`guest_prelude`], with
+/// `title` on the guest's `==>` line and the script written to `work/<name>.sh`. Succeeds only
+/// when the script ran to its end.
+pub(crate) fn run_on_device(
+    root: &Path,
+    work: &Path,
+    name: &str,
+    title: &str,
+    script: &str,
+) -> Result<(), String> {
+    if super::host_has_active_device() {
+        let text = format!("fail() {{ echo \"{name}: $*\" >&2; exit 1; }}\n{script}");
+        let status = Command::new("sh")
+            .args(["-c", &text])
+            .status()
+            .map_err(|e| format!("running the {name} script: {e}"))?;
+        return if status.success() {
+            Ok(())
+        } else {
+            Err(format!("{name} failed on the host's device ({status})"))
+        };
+    }
+    let done = format!("guest: {name} ok");
+    let path = work.join(format!("{name}.sh"));
+    let mut text = guest_prelude();
+    text.push_str(&format!("echo \"guest: ==> {title}\"\n"));
+    text.push_str(script);
+    text.push_str(&format!("echo \"{done}\"\necho \"guest: done\"\n"));
+    std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    let run = boot_vm(root, &path, "guest: ==>", timeout_from_env())?;
+    let problems = run.problems();
+    if !problems.is_empty() {
+        return Err(problems.join("; "));
+    }
+    if !run.log.lines().any(|l| l == done) {
+        return Err(format!("{name} did not finish in the VM"));
+    }
+    Ok(())
+}
+
 /// The start of every guest script: load rdma_rxe, put an rxe device on each of two dummy
 /// interfaces and wait until their ports are active. `rxe0` is made first, so it is the first
 /// device of `ibv_get_device_list` (the examples and the C tools use that one); the script
