@@ -170,6 +170,18 @@ impl Conn {
         self.link.recv_remote().map(drop)
     }
 
+    /// A round trip on the TCP link that also trades a count (of messages sent, of requests
+    /// made) with the peer: sends `mine`, returns the peer's.
+    pub fn exchange(&mut self, mine: u64) -> Result<u64, String> {
+        let token = RemoteMemory {
+            addr: mine,
+            len: 0,
+            rkey: 0,
+        };
+        self.link.send_remote(&token)?;
+        self.link.recv_remote().map(|theirs| theirs.addr)
+    }
+
     /// The end handshake with the peer.
     pub fn finish(self) -> Result<(), String> {
         let Conn { io, link, .. } = self;
@@ -218,15 +230,33 @@ impl Io {
     #[inline]
     pub fn recv(&mut self, size: usize) -> Result<WorkCompletion, String> {
         let wc = poll_one(&mut self.recv_cq, self.timeout, self.per_us)?;
-        if wc.opcode() != WcOpcode::Recv || wc.byte_len() as usize != size {
-            return Err(format!(
-                "receive completion {:?} of {} bytes, expected Recv of {size}",
-                wc.opcode(),
-                wc.byte_len()
-            ));
+        expect_recv(&wc, size)?;
+        Ok(wc)
+    }
+
+    /// As [`recv`](Self::recv), but gives up with `None` once the stamp clock reaches `end`
+    /// (a duration-mode run is over).
+    #[inline]
+    pub fn recv_until(&mut self, size: usize, end: u64) -> Result<Option<WorkCompletion>, String> {
+        let wc = poll_until(&mut self.recv_cq, self.timeout, self.per_us, Some(end))?;
+        if let Some(wc) = &wc {
+            expect_recv(wc, size)?;
         }
         Ok(wc)
     }
+}
+
+/// Fails unless `wc` is a receive of `size` bytes.
+#[inline]
+pub fn expect_recv(wc: &WorkCompletion, size: usize) -> Result<(), String> {
+    if wc.opcode() != WcOpcode::Recv || wc.byte_len() as usize != size {
+        return Err(format!(
+            "receive completion {:?} of {} bytes, expected Recv of {size}",
+            wc.opcode(),
+            wc.byte_len()
+        ));
+    }
+    Ok(())
 }
 
 /// Fails unless `wc` has `opcode`.
@@ -248,6 +278,18 @@ pub fn poll_one(
     timeout: Duration,
     per_us: f64,
 ) -> Result<WorkCompletion, String> {
+    poll_until(cq, timeout, per_us, None)?.ok_or_else(|| "no completion".into())
+}
+
+/// As [`poll_one`], but gives up with `None` once the stamp clock reaches `end`, if given (a
+/// duration-mode run is over).
+#[inline]
+pub fn poll_until(
+    cq: &mut CompletionQueue,
+    timeout: Duration,
+    per_us: f64,
+    end: Option<u64>,
+) -> Result<Option<WorkCompletion>, String> {
     let mut wc = [WorkCompletion::default()];
     let mut deadline = None;
     let mut empty = 0u32;
@@ -260,13 +302,16 @@ pub fn poll_one(
             if !wc[0].is_success() {
                 return Err(format!("completion failed: {}", wc[0].status()));
             }
-            return Ok(wc[0]);
+            return Ok(Some(wc[0]));
         }
         // The clock is read once per 1024 empty polls (empty polls fill every round trip, and
         // C polls without reading a clock).
         empty = empty.wrapping_add(1);
         if empty % 1024 != 0 {
             continue;
+        }
+        if end.is_some_and(|end| clock::ticks() >= end) {
+            return Ok(None);
         }
         match deadline {
             None => deadline = Some(Deadline::after(timeout, per_us)),

@@ -17,6 +17,10 @@
 //! READ's bytes against the server's pattern; every fetch-and-add's effect (the last old value
 //! is `iters - 1` and the server's counter ends at `iters`). Every completion's status and
 //! opcode are checked in the loop, and a receive's length.
+//!
+//! In duration mode ([`crate::duration`]) the loops run until the run is over (waits for the
+//! peer give up then too); the sides then trade how many requests each sent, a ping-pong side
+//! takes the messages its peer sent before stopping, and the checks use those counts.
 
 use rdma_examples::connect::{PairArgs, QpShape};
 use rdma_verbs::{MemoryRegion, Payload, RemoteMemory, SendRequest, WcOpcode};
@@ -24,7 +28,8 @@ use rdma_verbs::{MemoryRegion, Payload, RemoteMemory, SendRequest, WcOpcode};
 use crate::alloc_count::allocations;
 use crate::clock::{self, Deadline};
 use crate::conn::{Conn, Io, compare, fill};
-use crate::stats::{LAT_HEADER, Latency, MIN_ITERS};
+use crate::duration::{Duration, Window};
+use crate::stats::{DurationLatency, LAT_DUR_HEADER, LAT_HEADER, Latency, MIN_ITERS};
 
 /// A latency test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -71,8 +76,11 @@ pub struct Config {
     pub test: Test,
     /// Message sizes, in order.
     pub sizes: Vec<usize>,
-    /// Iterations per size.
+    /// Iterations per size (not used in duration mode).
     pub iters: u32,
+    /// perftest's duration mode (`-D`, `-f`): one size, run for a time rather than a number of
+    /// iterations.
+    pub duration: Option<Duration>,
     /// Largest message sent inline (0: none).
     pub inline: u32,
     /// Seed of the pattern the data checks send.
@@ -122,7 +130,11 @@ pub fn run(config: &Config) -> Result<u64, String> {
                 .post_recv(&conn.target, slot * max, max, slot as u64)?;
         }
     }
-    let mut stamps = Vec::with_capacity(config.iters as usize);
+    // Duration mode keeps no stamps.
+    let mut stamps = match config.duration {
+        None => Vec::with_capacity(config.iters as usize),
+        Some(_) => Vec::new(),
+    };
     let mut header_printed = false;
     let mut loop_allocations = 0;
     for &size in &config.sizes {
@@ -131,49 +143,147 @@ pub fn run(config: &Config) -> Result<u64, String> {
         stamps.clear();
         let mut inline = vec![0u8; size];
         let inline = (size <= config.inline as usize).then_some(inline.as_mut_slice());
-        let client = !server;
-        let iters = config.iters;
-        let Conn {
-            io,
-            target,
-            source,
-            remote,
-            ..
-        } = &mut conn;
         let before = allocations();
-        match config.test {
-            Test::Send => send_loop(io, iters, size, server, source, inline, target, &mut stamps)?,
-            Test::Write => write_loop(
-                io,
-                iters,
-                size,
-                server,
-                source,
-                inline,
-                target,
-                remote,
-                &mut stamps,
-            )?,
-            Test::Read if client => read_loop(io, iters, size, source, remote, &mut stamps)?,
-            Test::Atomic if client => atomic_loop(io, iters, source, remote, &mut stamps)?,
-            Test::Read | Test::Atomic => {}
-        }
+        let ((sent, received), report) = match config.duration {
+            None => {
+                let mut pace = Iterations {
+                    iters: config.iters,
+                    stamps: &mut stamps,
+                };
+                let counts = timed_loop(config, size, server, inline, &mut conn, &mut pace)?;
+                (counts, None)
+            }
+            Some(duration) => {
+                let mut window = duration.start(conn.io.per_us);
+                let counts = timed_loop(config, size, server, inline, &mut conn, &mut window)?;
+                (counts, Some(window))
+            }
+        };
         loop_allocations += allocations() - before;
-        conn.sync()?;
-        check(config, size, server, &mut conn)?;
-        if client || config.test.symmetric() {
-            let latency = Latency::from_stamps(&stamps, conn.io.per_us, config.test.rtt_factor())
-                .ok_or("the clock went backwards")?;
+        let peer_sent = conn.exchange(sent)?;
+        if config.test == Test::Send {
+            // In duration mode a side may stop with a message of its peer not yet taken (the
+            // peer sent it before its own run ended): take those before the check.
+            for _ in received..peer_sent {
+                take_message(&mut conn.io, &conn.target, size)?;
+            }
+        }
+        // The counter the server checks: in duration mode, the client's count.
+        let adds = match (server, config.duration) {
+            (true, None) => u64::from(config.iters),
+            (true, Some(_)) => peer_sent,
+            (false, _) => sent,
+        };
+        check(config, size, server, adds, &mut conn)?;
+        if !server || config.test.symmetric() {
+            let row = match report {
+                None => Latency::from_stamps(&stamps, conn.io.per_us, config.test.rtt_factor())
+                    .ok_or("the clock went backwards")?
+                    .row(size, config.iters),
+                Some(window) => {
+                    let (iters, ticks) = window.result().ok_or(
+                        "no iteration fell in the measured window: lengthen the duration or \
+                         shorten the margin",
+                    )?;
+                    DurationLatency::new(iters, ticks, conn.io.per_us, config.test.rtt_factor())
+                        .ok_or("the clock went backwards")?
+                        .row(size)
+                }
+            };
             if !header_printed {
-                println!("{LAT_HEADER}");
+                let header = match config.duration {
+                    None => LAT_HEADER,
+                    Some(_) => LAT_DUR_HEADER,
+                };
+                println!("{header}");
                 header_printed = true;
             }
-            println!("{}", latency.row(size, config.iters));
+            println!("{row}");
         }
     }
     println!("{}", crate::stats::RULE);
     conn.finish()?;
     Ok(loop_allocations)
+}
+
+/// The timed loop of one size; returns the requests this side sent (SENDs, WRITEs, READs,
+/// fetch-and-adds) and the messages it received (SENDs, WRITEs seen).
+fn timed_loop(
+    config: &Config,
+    size: usize,
+    server: bool,
+    inline: Option<&mut [u8]>,
+    conn: &mut Conn,
+    pace: &mut impl Pace,
+) -> Result<(u64, u64), String> {
+    let Conn {
+        io,
+        target,
+        source,
+        remote,
+        ..
+    } = conn;
+    match config.test {
+        Test::Send => send_loop(io, pace, size, server, source, inline, target),
+        Test::Write => write_loop(io, pace, size, server, source, inline, target, remote),
+        Test::Read if !server => Ok((read_loop(io, pace, size, source, remote)?, 0)),
+        Test::Atomic if !server => Ok((atomic_loop(io, pace, source, remote)?, 0)),
+        Test::Read | Test::Atomic => {
+            // The server only waits; in duration mode, for as long as the client runs.
+            if let Some(duration) = config.duration {
+                std::thread::sleep(duration.total());
+            }
+            Ok((0, 0))
+        }
+    }
+}
+
+/// How a timed loop decides whether to go on, and what it records: a number of iterations,
+/// every stamp kept for the statistics, or perftest's duration mode, a window counted.
+trait Pace {
+    /// Whether another message is to be sent or received, `done` having been.
+    fn more(&self, done: u64) -> bool;
+    /// Records the stamp of an iteration about to start; `false` when the run is over.
+    fn stamp(&mut self, now: u64) -> bool;
+    /// When waits for the peer give up (the end of a duration-mode run), if they do.
+    fn end(&self) -> Option<u64>;
+}
+
+/// A fixed number of iterations, each stamped.
+struct Iterations<'a> {
+    iters: u32,
+    stamps: &'a mut Vec<u64>,
+}
+
+impl Pace for Iterations<'_> {
+    #[inline]
+    fn more(&self, done: u64) -> bool {
+        done < u64::from(self.iters)
+    }
+    #[inline]
+    fn stamp(&mut self, now: u64) -> bool {
+        self.stamps.push(now);
+        true
+    }
+    #[inline]
+    fn end(&self) -> Option<u64> {
+        None
+    }
+}
+
+impl Pace for Window {
+    #[inline]
+    fn more(&self, _: u64) -> bool {
+        true
+    }
+    #[inline]
+    fn stamp(&mut self, now: u64) -> bool {
+        self.tick(now)
+    }
+    #[inline]
+    fn end(&self) -> Option<u64> {
+        Some(Window::end(self))
+    }
 }
 
 fn check_config(config: &Config) -> Result<(), String> {
@@ -182,6 +292,9 @@ fn check_config(config: &Config) -> Result<(), String> {
     }
     if config.sizes.is_empty() {
         return Err("no message size".into());
+    }
+    if config.duration.is_some() && config.sizes.len() > 1 {
+        return Err("duration mode runs one size (-s), not all (-a)".into());
     }
     for &size in &config.sizes {
         if size == 0 || size > MAX_SIZE {
@@ -213,8 +326,15 @@ fn prepare(config: &Config, size: usize, server: bool, conn: &mut Conn) -> Resul
     }
 }
 
-/// Checks what crossed the wire for one size (see the module documentation).
-fn check(config: &Config, size: usize, server: bool, conn: &mut Conn) -> Result<(), String> {
+/// Checks what crossed the wire for one size (see the module documentation), after a timed
+/// loop in which `adds` fetch-and-adds were made.
+fn check(
+    config: &Config,
+    size: usize,
+    server: bool,
+    adds: u64,
+    conn: &mut Conn,
+) -> Result<(), String> {
     let seed = config.seed;
     let err = |e: rdma_verbs::Error| e.to_string();
     let slot_len = conn.target.len() / RX_SLOTS;
@@ -266,20 +386,20 @@ fn check(config: &Config, size: usize, server: bool, conn: &mut Conn) -> Result<
         }
         Test::Atomic if !server => {
             let old = conn.source.load_u64(0).map_err(err)?;
-            if old != u64::from(config.iters) - 1 {
+            if adds == 0 || old != adds - 1 {
                 return Err(format!(
-                    "data check failed: the last fetch-and-add returned {old}, expected {}",
-                    config.iters - 1
+                    "data check failed: the last of {adds} fetch-and-adds returned {old}, \
+                     expected {}",
+                    adds.saturating_sub(1)
                 ));
             }
             Ok(())
         }
         Test::Atomic => {
             let counter = conn.target.load_u64(0).map_err(err)?;
-            if counter != u64::from(config.iters) {
+            if counter != adds {
                 return Err(format!(
-                    "data check failed: the counter is {counter} after {} fetch-and-adds",
-                    config.iters
+                    "data check failed: the counter is {counter} after {adds} fetch-and-adds"
                 ));
             }
             Ok(())
@@ -288,61 +408,83 @@ fn check(config: &Config, size: usize, server: bool, conn: &mut Conn) -> Result<
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Takes one received message of `size` bytes and posts its receive again.
+#[inline]
+fn take_message(io: &mut Io, target: &MemoryRegion, size: usize) -> Result<(), String> {
+    let wc = io.recv(size)?;
+    repost(io, target, wc.wr_id())
+}
+
+/// Posts receive slot `slot` of `target` again.
+#[inline]
+fn repost(io: &mut Io, target: &MemoryRegion, slot: u64) -> Result<(), String> {
+    let slot_len = target.len() / RX_SLOTS;
+    io.post_recv(target, slot as usize * slot_len, slot_len, slot)
+}
+
 fn send_loop(
     io: &mut Io,
-    iters: u32,
+    pace: &mut impl Pace,
     size: usize,
     server: bool,
     source: &MemoryRegion,
     inline: Option<&mut [u8]>,
     target: &MemoryRegion,
-    stamps: &mut Vec<u64>,
-) -> Result<(), String> {
-    let slot_len = target.len() / RX_SLOTS;
+) -> Result<(u64, u64), String> {
     let payload: Payload<'_> = match inline {
         Some(bytes) => Payload::Inline(bytes),
         None => source.slice(..size).map_err(|e| e.to_string())?.into(),
     };
     let (mut sent, mut received) = (0, 0);
-    while sent < iters || received < iters {
-        if received < iters && !(sent < 1 && server) {
-            let wc = io.recv(size)?;
+    while pace.more(sent) || pace.more(received) {
+        // The client sends first; the server waits for its message first (as perftest).
+        if pace.more(received) && (server || sent >= 1) {
+            let wc = match pace.end() {
+                None => io.recv(size)?,
+                Some(end) => match io.recv_until(size, end)? {
+                    Some(wc) => wc,
+                    None => break,
+                },
+            };
             received += 1;
-            let slot = wc.wr_id() as usize;
-            io.post_recv(target, slot * slot_len, slot_len, slot as u64)?;
+            repost(io, target, wc.wr_id())?;
         }
-        if sent < iters {
-            stamps.push(clock::ticks());
+        if pace.more(sent) {
+            if !pace.stamp(clock::ticks()) {
+                break;
+            }
             io.post_send(SendRequest::send(1, payload), WcOpcode::Send)?;
             sent += 1;
         }
     }
-    Ok(())
+    Ok((sent, received))
 }
 
 #[allow(clippy::too_many_arguments)]
 fn write_loop(
     io: &mut Io,
-    iters: u32,
+    pace: &mut impl Pace,
     size: usize,
     server: bool,
     source: &mut MemoryRegion,
     mut inline: Option<&mut [u8]>,
     target: &MemoryRegion,
     remote: &RemoteMemory,
-    stamps: &mut Vec<u64>,
-) -> Result<(), String> {
+) -> Result<(u64, u64), String> {
     let last = size - 1;
     let to = remote.slice(0, size as u32).map_err(|e| e.to_string())?;
-    let (mut sent, mut received) = (0u32, 0u32);
-    while sent < iters || received < iters {
-        if received < iters && !(sent < 1 && server) {
+    let (mut sent, mut received) = (0u64, 0u64);
+    while pace.more(sent) || pace.more(received) {
+        if pace.more(received) && (server || sent >= 1) {
+            if !wait_byte(io, target, last, (received + 1) as u8, pace.end())? {
+                break;
+            }
             received += 1;
-            wait_byte(io, target, last, received as u8)?;
         }
-        if sent < iters {
-            stamps.push(clock::ticks());
+        if pace.more(sent) {
+            if !pace.stamp(clock::ticks()) {
+                break;
+            }
             sent += 1;
             let request = match inline.as_deref_mut() {
                 Some(bytes) => {
@@ -359,21 +501,34 @@ fn write_loop(
             io.post_send(request, WcOpcode::RdmaWrite)?;
         }
     }
-    Ok(())
+    Ok((sent, received))
 }
 
-/// Spins until byte `at` of `target` (which the peer writes) is `value`.
-fn wait_byte(io: &Io, target: &MemoryRegion, at: usize, value: u8) -> Result<(), String> {
+/// Spins until byte `at` of `target` (which the peer writes) is `value`; `false` if the stamp
+/// clock reaches `end` first (a duration-mode run is over).
+fn wait_byte(
+    io: &Io,
+    target: &MemoryRegion,
+    at: usize,
+    value: u8,
+    end: Option<u64>,
+) -> Result<bool, String> {
     let deadline = Deadline::after(io.timeout, io.per_us);
     let mut byte = [0u8];
     let mut spins = 0u32;
     loop {
         target.read_at(at, &mut byte).map_err(|e| e.to_string())?;
         if byte[0] == value {
-            return Ok(());
+            return Ok(true);
         }
         spins = spins.wrapping_add(1);
-        if spins % 4096 == 0 && deadline.passed() {
+        if spins % 4096 != 0 {
+            continue;
+        }
+        if end.is_some_and(|end| clock::ticks() >= end) {
+            return Ok(false);
+        }
+        if deadline.passed() {
             return Err(format!(
                 "the peer's write of iteration {value} did not arrive within {} s",
                 io.timeout.as_secs()
@@ -384,36 +539,36 @@ fn wait_byte(io: &Io, target: &MemoryRegion, at: usize, value: u8) -> Result<(),
 
 fn read_loop(
     io: &mut Io,
-    iters: u32,
+    pace: &mut impl Pace,
     size: usize,
     source: &MemoryRegion,
     remote: &RemoteMemory,
-    stamps: &mut Vec<u64>,
-) -> Result<(), String> {
+) -> Result<u64, String> {
     let from = remote.slice(0, size as u32).map_err(|e| e.to_string())?;
     let local = source.slice(..size).map_err(|e| e.to_string())?;
-    for _ in 0..iters {
-        stamps.push(clock::ticks());
+    let mut sent = 0;
+    while pace.more(sent) && pace.stamp(clock::ticks()) {
         io.post_send(SendRequest::read(1, local, from), WcOpcode::RdmaRead)?;
+        sent += 1;
     }
-    Ok(())
+    Ok(sent)
 }
 
 fn atomic_loop(
     io: &mut Io,
-    iters: u32,
+    pace: &mut impl Pace,
     source: &MemoryRegion,
     remote: &RemoteMemory,
-    stamps: &mut Vec<u64>,
-) -> Result<(), String> {
+) -> Result<u64, String> {
     let counter = remote.slice(0, 8).map_err(|e| e.to_string())?;
     let local = source.slice(..8).map_err(|e| e.to_string())?;
-    for _ in 0..iters {
-        stamps.push(clock::ticks());
+    let mut sent = 0;
+    while pace.more(sent) && pace.stamp(clock::ticks()) {
         io.post_send(
             SendRequest::fetch_add(1, local, counter, 1),
             WcOpcode::FetchAdd,
         )?;
+        sent += 1;
     }
-    Ok(())
+    Ok(sent)
 }

@@ -104,6 +104,46 @@ impl Latency {
     }
 }
 
+/// The duration-mode latency table's header line, as perftest prints it
+/// (`RESULT_FMT_LAT_DUR`).
+pub const LAT_DUR_HEADER: &str = " #bytes        #iterations       t_avg[usec]    tps average";
+
+/// A duration-mode latency result: `iters` round trips that took `ticks` at `per_us` ticks per
+/// microsecond, each round trip divided by `rtt_factor`. As perftest's
+/// `print_report_lat_duration`: the mean and the round trips per second.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DurationLatency {
+    /// Round trips measured.
+    pub iters: u64,
+    /// The mean, in microseconds (half a round trip for SEND and WRITE).
+    pub avg: f64,
+    /// Round trips per second.
+    pub tps: f64,
+}
+
+impl DurationLatency {
+    /// `None` when nothing was measured or the rate is not positive.
+    pub fn new(iters: u64, ticks: u64, per_us: f64, rtt_factor: u32) -> Option<Self> {
+        if iters == 0 || ticks == 0 || per_us.is_nan() || per_us <= 0.0 {
+            return None;
+        }
+        let us = ticks as f64 / per_us;
+        Some(Self {
+            iters,
+            avg: us / f64::from(rtt_factor) / iters as f64,
+            tps: iters as f64 / (us / 1e6),
+        })
+    }
+
+    /// The result line for `size` bytes, laid out as perftest's `REPORT_FMT_LAT_DUR`.
+    pub fn row(&self, size: usize) -> String {
+        format!(
+            " {size:<7}       {}            {:<7.2}        {:<7.2}",
+            self.iters, self.avg, self.tps
+        )
+    }
+}
+
 /// A result line of a perftest latency table (from our tool or from perftest), parsed.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Row {
@@ -150,6 +190,19 @@ impl Row {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn duration_latency_is_the_mean_and_the_rate() {
+        // 1000 round trips of SEND in 50 ms at 2000 ticks per µs: 50 µs each, 25 one way.
+        let d = DurationLatency::new(1000, 100_000_000, 2000.0, 2).unwrap();
+        assert!((d.avg - 25.0).abs() < 1e-9, "{d:?}");
+        assert!((d.tps - 20_000.0).abs() < 1e-6, "{d:?}");
+        let row = d.row(64);
+        let fields: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(fields, ["64", "1000", "25.00", "20000.00"]);
+        assert_eq!(DurationLatency::new(0, 5, 1.0, 1), None);
+        assert_eq!(DurationLatency::new(5, 5, f64::NAN, 1), None);
+    }
 
     /// Stamps whose round trips are `samples` (ns).
     fn stamps(samples: &[u64]) -> Vec<u64> {

@@ -99,6 +99,69 @@ fn message_rate_with_post_lists_and_checked_data() {
 }
 
 #[test]
+fn duration_mode_counts_the_window() {
+    let Some(device) = rdma_test_support::device() else {
+        return;
+    };
+    // (test, title, post list): 3 seconds, the middle one measured; no peak.
+    for (test, title, list) in [
+        ("send", "Send BW Test", "8"),
+        ("send", "Send BW Test", "1"),
+        ("write", "RDMA_Write BW Test", "32"),
+    ] {
+        let args = [
+            test,
+            "-s",
+            "64",
+            "-l",
+            list,
+            "-D",
+            "3",
+            "-f",
+            "1",
+            "--count-allocs",
+        ];
+        let (server, client) = run(&device, &args, &args);
+        let what = format!("{test} -l {list} -D 3 -f 1");
+        tool::assert_no_loop_allocations("bw", &client, &what);
+        tool::assert_no_loop_allocations("bw", &server, &what);
+        let mut measuring = vec![("client", &client)];
+        if test == "send" {
+            // perftest's send server reports in duration mode too.
+            measuring.push(("server", &server));
+        } else {
+            assert!(!text(&server.stdout).contains(BW_HEADER), "{what}");
+        }
+        for (side, out) in measuring {
+            let (size, iters, peak, average, rate) = result(out, title);
+            assert_eq!(size, 64, "{what} {side}");
+            assert!(iters > 0 && rate > 0.0, "{what} {side}");
+            assert_eq!(peak, 0.0, "{what} {side}: perftest measures no peak here");
+            let expected = rate * 1e6 * 64.0 / 1_048_576.0;
+            assert!(
+                (average - expected).abs() <= expected * 0.01 + 0.01,
+                "{what} {side}: average {average} against rate {rate}"
+            );
+            // The window is the middle second (give or take a completion group).
+            let window = f64::from(iters) / (rate * 1e6);
+            assert!((0.5..2.0).contains(&window), "{what} {side}: {window} s");
+            common::note(&format!("{what} {side}: {iters} messages, {rate:.4} Mpps"));
+        }
+    }
+    // The server's checks run after a duration-mode run too.
+    let args = ["send", "-s", "300", "-D", "2"];
+    let mut other = args.to_vec();
+    other.extend(["--seed", "9"]);
+    let (server, _client) = run(&device, &other, &args);
+    assert!(!server.status.success(), "the check passed");
+    let stderr = text(&server.stderr);
+    assert!(
+        stderr.starts_with("bw: data check failed: the message received, 300 bytes: byte 0 is"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn data_or_counts_that_disagree_fail() {
     let Some(device) = rdma_test_support::device() else {
         return;
@@ -148,6 +211,10 @@ fn bad_input_is_refused_with_one_line() {
         (
             &["send", "-l", "256", "-n", "1024"][..],
             "bw: the post list must fit the send queue (-t)",
+        ),
+        (
+            &["write", "-D", "2", "-f", "1"][..],
+            "bw: the duration (2 s) must be longer than twice the margin (1 s)",
         ),
     ] {
         tool::assert_refused(BW, args, want);

@@ -11,7 +11,7 @@ mod tool;
 use std::process::Output;
 
 use common::text;
-use rdma_benches::stats::{LAT_HEADER, Row};
+use rdma_benches::stats::{LAT_DUR_HEADER, LAT_HEADER, Row};
 use rdma_test_support::TestDevice;
 
 const LAT: &str = env!("CARGO_BIN_EXE_lat");
@@ -127,6 +127,92 @@ fn data_that_disagrees_fails_the_check() {
     );
 }
 
+/// The duration-mode row after checking the report's frame: (size, iterations, t_avg, tps).
+fn duration_row(out: &Output, title: &str) -> (usize, u64, f64, f64) {
+    let lines = tool::report(out, title);
+    let header = lines
+        .iter()
+        .position(|l| l == LAT_DUR_HEADER)
+        .unwrap_or_else(|| panic!("no duration header in {lines:?}"));
+    let fields: Vec<&str> = lines[header + 1].split_whitespace().collect();
+    let [size, iters, avg, tps] = fields[..] else {
+        panic!("not a duration row: {:?}", lines[header + 1]);
+    };
+    (
+        size.parse().expect("size"),
+        iters.parse().expect("iterations"),
+        avg.parse().expect("t_avg"),
+        tps.parse().expect("tps"),
+    )
+}
+
+#[test]
+fn duration_mode_reports_the_mean_and_the_rate() {
+    let Some(device) = rdma_test_support::device() else {
+        return;
+    };
+    // (test, title, size, round trip factor): 3 seconds, the middle one measured.
+    let cases = [
+        ("send", "Send Latency Test", 64, 2.0),
+        ("write", "RDMA_Write Latency Test", 64, 2.0),
+        ("read", "RDMA_Read Latency Test", 4096, 1.0),
+        ("atomic", "Atomic FETCH_AND_ADD Latency Test", 8, 1.0),
+    ];
+    for (test, title, size, rtt) in cases {
+        let size_arg = size.to_string();
+        let args = [
+            test,
+            "-D",
+            "3",
+            "-f",
+            "1",
+            "-s",
+            &size_arg,
+            "--count-allocs",
+        ];
+        let (server, client) = run(&device, &args, &args);
+        let what = format!("{test} -D 3 -f 1 -s {size}");
+        tool::assert_no_loop_allocations("lat", &client, &what);
+        tool::assert_no_loop_allocations("lat", &server, &what);
+        let mut measuring = vec![&client];
+        if test == "send" || test == "write" {
+            measuring.push(&server);
+        } else {
+            assert!(
+                !text(&server.stdout).contains(LAT_DUR_HEADER),
+                "{what}: the server measured"
+            );
+        }
+        for out in measuring {
+            let (got_size, iters, avg, tps) = duration_row(out, title);
+            assert_eq!(got_size, size, "{what}");
+            assert!(iters > 0 && avg > 0.0 && tps > 0.0, "{what}");
+            // The mean and the rate describe the same round trips: t_avg × factor µs each,
+            // tps of them per second (t_avg is printed to 0.01 µs).
+            let product = avg * rtt * tps / 1e6;
+            assert!((product - 1.0).abs() < 0.01, "{what}: {avg} us x {tps}/s");
+            // The measured window is the middle second (give or take an iteration; the
+            // bounds only catch a window of the wrong phases).
+            let window = iters as f64 / tps;
+            assert!((0.5..2.0).contains(&window), "{what}: window {window} s");
+            common::note(&format!(
+                "{what}: {iters} round trips, t_avg {avg:.2} us, {tps:.0}/s"
+            ));
+        }
+    }
+    // The data checks run after a duration-mode loop too.
+    let args = ["send", "-D", "2", "-s", "300"];
+    let mut other = args.to_vec();
+    other.extend(["--seed", "7"]);
+    let (server, _client) = run(&device, &other, &args);
+    assert!(!server.status.success(), "the check passed");
+    let stderr = text(&server.stderr);
+    assert!(
+        stderr.starts_with("lat: data check failed: the message received, 300 bytes: byte 0 is"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn bad_input_is_refused_with_one_line() {
     for (args, want) in [
@@ -145,6 +231,18 @@ fn bad_input_is_refused_with_one_line() {
         (
             &["read", "-s", "8388609"][..],
             "lat: message size 8388609 is outside 1..=8388608",
+        ),
+        (
+            &["send", "-D", "4", "-f", "2"][..],
+            "lat: the duration (4 s) must be longer than twice the margin (2 s)",
+        ),
+        (
+            &["send", "-D", "0"][..],
+            "lat: the duration must be at least 1 second",
+        ),
+        (
+            &["write", "-D", "2", "-a"][..],
+            "lat: duration mode runs one size (-s), not all (-a)",
         ),
     ] {
         tool::assert_refused(LAT, args, want);

@@ -18,6 +18,7 @@ use clap::Parser;
 use rdma_benches::alloc_count::{CountingAlloc, allocations};
 use rdma_benches::bw::{self, Config, Test};
 use rdma_benches::conn::ConnArgs;
+use rdma_benches::duration::DurationArgs;
 
 #[global_allocator]
 static ALLOCATOR: CountingAlloc = CountingAlloc;
@@ -50,6 +51,9 @@ struct Args {
     /// A completion every this many requests (default 100, or the post list's length).
     #[arg(short = 'Q', long = "cq-mod")]
     cq_mod: Option<u32>,
+    /// Duration mode (no BW peak then, as perftest; the send server reports too).
+    #[command(flatten)]
+    duration: DurationArgs,
     /// Connection flags.
     #[command(flatten)]
     conn: ConnArgs,
@@ -65,8 +69,16 @@ fn main() -> ExitCode {
         Test::Send => 1000,
         Test::Write => 5000,
     };
+    let duration = match args.duration.duration() {
+        Ok(duration) => duration,
+        Err(message) => {
+            eprintln!("bw: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
     let config = Config {
         test: args.test,
+        duration,
         size: args.size,
         iters: args.iters.unwrap_or(default_iters),
         tx_depth: args.tx_depth,

@@ -8,7 +8,7 @@
 //! lat write -d rxe0 -x 1 -s 64 10.0.2.15  # client
 //! ```
 //!
-//! Both sides must be given the same test, sizes and iterations. After each size's timed loop
+//! Both sides must be given the same test, sizes and iterations (or duration, `-D`). After each size's timed loop
 //! the data that crossed the wire is checked byte for byte (see `rdma_benches::lat`); a
 //! mismatch fails the program.
 
@@ -17,6 +17,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use rdma_benches::alloc_count::{CountingAlloc, allocations};
 use rdma_benches::conn::ConnArgs;
+use rdma_benches::duration::DurationArgs;
 
 #[global_allocator]
 static ALLOCATOR: CountingAlloc = CountingAlloc;
@@ -39,6 +40,9 @@ struct Args {
     /// Iterations per size (at least 5).
     #[arg(short = 'n', long = "iters", default_value_t = 1000)]
     iters: u32,
+    /// Duration mode (the report then gives the mean and the round trips per second).
+    #[command(flatten)]
+    duration: DurationArgs,
     /// Largest message sent inline (perftest gives rxe 0).
     #[arg(short = 'I', long = "inline_size", default_value_t = 0)]
     inline: u32,
@@ -59,10 +63,18 @@ fn main() -> ExitCode {
         let default = if args.test == Test::Atomic { 8 } else { 2 };
         vec![args.size.unwrap_or(default)]
     };
+    let duration = match args.duration.duration() {
+        Ok(duration) => duration,
+        Err(message) => {
+            eprintln!("lat: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
     let config = Config {
         test: args.test,
         sizes,
         iters: args.iters,
+        duration,
         inline: args.inline,
         seed: args.conn.seed,
         pair: args.conn.pair(args.servername),

@@ -285,8 +285,9 @@ pair() {{
 
 /// Per (test, size, post list) and tool, one value per round in round order: the typical
 /// latency (µs) of a latency run, the message rate (millions per second) of a message-rate
-/// run; `None` for a round whose report has no finite number (perftest prints `inf` when it
-/// fails to measure its CPU's clock rate, which happens in the emulated VM).
+/// run; `None` for a round whose report has no finite positive number (perftest prints `inf`,
+/// or a rate of 0, when it fails to measure its CPU's clock rate, which happens in the
+/// emulated VM).
 type Results = BTreeMap<(&'static str, usize, u32), BTreeMap<&'static str, Vec<Option<f64>>>>;
 
 /// Reads every run's client report; fails on a run that failed or printed no result row.
@@ -316,7 +317,7 @@ fn collect(work: &Path, runs: &[Run]) -> Result<Results, String> {
         };
         let value = value
             .ok_or_else(|| format!("{id}: no result row for {} bytes:\n{client}", run.size))?;
-        let typical = value.is_finite().then_some(value);
+        let typical = measurement(value);
         results
             .entry((run.test, run.size, run.list))
             .or_default()
@@ -325,6 +326,12 @@ fn collect(work: &Path, runs: &[Run]) -> Result<Results, String> {
             .push(typical);
     }
     Ok(results)
+}
+
+/// A value read from a report, if it is a measurement: perftest prints `inf` latencies, or a
+/// rate of 0, when it fails to measure its CPU's clock rate.
+fn measurement(value: f64) -> Option<f64> {
+    (value.is_finite() && value > 0.0).then_some(value)
 }
 
 /// `t_typical` of the result row for `size` in a perftest-shaped latency report: the fifth of
@@ -465,7 +472,7 @@ fn table(plan: &Plan, results: &Results, machine: &Machine) -> String {
     let _ = writeln!(
         out,
         "\nMedian of all {} per-round ratios: {:.3}. A round counts where both tools measured \
-         (perftest prints `inf` when it fails to measure its CPU's clock rate; {} of {} runs \
+         (perftest prints `inf`, or a rate of 0, when it fails to measure its CPU's clock rate; {} of {} runs \
          here).",
         all.len(),
         median(&all),
@@ -790,6 +797,11 @@ mod tests {
         assert_eq!(msg_rate_of(c, 64), None);
         let failed = " 2       1000          inf            inf          inf      \t       inf         \t-nan   \t\tinf     \t\tinf    ";
         assert_eq!(typical_of(failed, 2).map(f64::is_finite), Some(false));
+        assert_eq!(typical_of(failed, 2).and_then(measurement), None);
+        let no_rate = " 64         8192             0.00               0.00   \t\t   0.000000\n";
+        assert_eq!(msg_rate_of(no_rate, 64), Some(0.0));
+        assert_eq!(msg_rate_of(no_rate, 64).and_then(measurement), None);
+        assert_eq!(msg_rate_of(bw, 64).and_then(measurement), Some(0.047312));
         assert_eq!(typical_of(c, 2), None);
         assert_eq!(typical_of(" local address: LID 0x00", 64), None);
     }

@@ -69,7 +69,10 @@ pub(crate) fn build_test_binaries(
     Ok(binaries)
 }
 
-/// The workspace's test binaries (all but xtask's own, which `cargo test -p xtask` runs).
+/// The workspace's test binaries (all but xtask's own, which `cargo test -p xtask` runs): the
+/// libraries', binaries', test targets' and examples' tests. Not the bench targets: the
+/// criterion benches take criterion's arguments, not libtest's, and `cargo xtask bench` runs
+/// them on the device.
 pub(crate) fn build_tests(root: &Path) -> Result<Vec<TestBinary>, String> {
     build_test_binaries(
         root,
@@ -77,7 +80,10 @@ pub(crate) fn build_tests(root: &Path) -> Result<Vec<TestBinary>, String> {
             "--workspace",
             "--exclude",
             "xtask",
-            "--all-targets",
+            "--lib",
+            "--bins",
+            "--tests",
+            "--examples",
             "--all-features",
         ],
         &[],
