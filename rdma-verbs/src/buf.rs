@@ -8,7 +8,8 @@
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::error::{Errno, Error, Result};
 use crate::flags::AccessFlags;
@@ -30,18 +31,89 @@ struct PoolInner {
     mr: MemoryRegion,
     size: usize,
     count: usize,
-    /// Indices of the buffers not handed out. Its capacity is `count` from the start, and it
-    /// never holds more, so giving a buffer back never allocates.
-    free: Mutex<Vec<u32>>,
+    /// The protection domain's `ibv_pd`, as an address: compared with a queue pair's at each
+    /// post without going through the region.
+    pd_addr: usize,
+    /// The buffers not handed out.
+    free: FreeList,
 }
 
-impl PoolInner {
-    fn free(&self) -> MutexGuard<'_, Vec<u32>> {
-        // A panic while holding the lock cannot leave the list inconsistent (push and pop are
-        // single steps), so a poisoned lock is used as it is.
-        self.free
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+/// Which of `count` buffers are free, one bit each (set: free; buffer `i` is bit `i % 64` of
+/// word `i / 64`). Taking a buffer clears its bit with an atomic AND that must find it set,
+/// giving it back sets it with an atomic OR: no lock, and no allocation after creation.
+/// Acquire on taking and release on giving back order what a holder did with the buffer
+/// before what the next holder does.
+struct FreeList {
+    words: Box<[AtomicU64]>,
+    /// The word the last index was taken from: where the next search starts.
+    hint: AtomicUsize,
+}
+
+impl FreeList {
+    /// Every index below `count` free.
+    fn new(count: usize) -> Self {
+        // All bits of the full words, the low `count % 64` of the last.
+        let words = (0..count.div_ceil(64))
+            .map(|word| {
+                let left = count - word * 64;
+                AtomicU64::new(if left >= 64 {
+                    u64::MAX
+                } else {
+                    (1 << left) - 1
+                })
+            })
+            .collect();
+        Self {
+            words,
+            hint: AtomicUsize::new(0),
+        }
+    }
+
+    /// Takes a free index, or `None` if every one is out.
+    #[inline]
+    fn take(&self) -> Option<u32> {
+        let words = self.words.len();
+        let start = self.hint.load(Ordering::Relaxed);
+        let mut word = start;
+        for _ in 0..words {
+            // In bounds: `start` and `word` stay below `words`.
+            let bits_of = &self.words[word];
+            let mut bits = bits_of.load(Ordering::Relaxed);
+            while bits != 0 {
+                let lowest = bits & bits.wrapping_neg();
+                let before = bits_of.fetch_and(!lowest, Ordering::Acquire);
+                if before & lowest != 0 {
+                    if word != start {
+                        self.hint.store(word, Ordering::Relaxed);
+                    }
+                    // Below `count <= 2^32`: only bits of indices below it are ever set.
+                    return Some((word * 64) as u32 + lowest.trailing_zeros());
+                }
+                // Another thread took it: try what is still free in this word.
+                bits = before & !lowest;
+            }
+            word += 1;
+            if word == words {
+                word = 0;
+            }
+        }
+        None
+    }
+
+    /// Gives back `index`, which [`take`](Self::take) returned.
+    #[inline]
+    fn give_back(&self, index: u32) {
+        let index = index as usize;
+        // In bounds: `take` returns indices below `count`.
+        self.words[index / 64].fetch_or(1 << (index % 64), Ordering::Release);
+    }
+
+    /// How many indices are free now.
+    fn available(&self) -> usize {
+        self.words
+            .iter()
+            .map(|word| word.load(Ordering::Relaxed).count_ones() as usize)
+            .sum()
     }
 }
 
@@ -69,23 +141,23 @@ impl BufferPool {
             Error::InvalidArgument(format!("{count} buffers of {size} bytes overflow"))
         })?;
         let mr = pd.register(total, AccessFlags::LOCAL_WRITE)?;
-        let mut free = Vec::with_capacity(count);
-        // Handed out from the front of the region first (popped from the end).
-        free.extend((0..count as u32).rev());
         Ok(Self {
             inner: Arc::new(PoolInner {
+                pd_addr: pd.as_raw() as usize,
                 mr,
                 size,
                 count,
-                free: Mutex::new(free),
+                free: FreeList::new(count),
             }),
         })
     }
 
     /// A free buffer, its length set to the full [`buffer_size`](Self::buffer_size), or `None`
-    /// when every buffer is out. Never allocates.
+    /// when every buffer is out. Never allocates, never blocks (lock-free: it may be called
+    /// from any thread at once, as buffers may be dropped from any).
+    #[inline]
     pub fn take(&self) -> Option<Buf> {
-        let index = self.inner.free().pop()?;
+        let index = self.inner.free.take()?;
         Some(Buf {
             pool: self.inner.clone(),
             index,
@@ -95,7 +167,7 @@ impl BufferPool {
 
     /// How many buffers are free now.
     pub fn available(&self) -> usize {
-        self.inner.free().len()
+        self.inner.free.available()
     }
 
     /// How many buffers the pool has.
@@ -133,6 +205,7 @@ impl BufferPool {
             mr,
             size,
             count,
+            pd_addr,
             free,
         } = inner;
         mr.close().map_err(|(mr, error)| {
@@ -140,6 +213,7 @@ impl BufferPool {
                 mr,
                 size,
                 count,
+                pd_addr,
                 free,
             });
             (Self { inner }, error)
@@ -173,6 +247,7 @@ impl Buf {
     /// The bytes in use: what a send carries, and after a receive, what arrived (on UD,
     /// including the 40-byte GRH in front; 0 after an RDMA WRITE with immediate, whose bytes
     /// went to the target memory, and after a failed receive).
+    #[inline]
     pub fn len(&self) -> usize {
         self.len as usize
     }
@@ -193,12 +268,10 @@ impl Buf {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] if `len` exceeds the capacity.
+    #[inline]
     pub fn set_len(&mut self, len: usize) -> Result<()> {
         if len > self.pool.size {
-            return Err(Error::InvalidArgument(format!(
-                "length {len} exceeds the buffer's {} bytes",
-                self.pool.size
-            )));
+            return Err(too_long(len, self.pool.size));
         }
         self.len = len as u32;
         Ok(())
@@ -209,6 +282,7 @@ impl Buf {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] if `data` is longer than the capacity.
+    #[inline]
     pub fn fill_from(&mut self, data: &[u8]) -> Result<()> {
         self.set_len(data.len())?;
         self.copy_from_slice(data);
@@ -220,13 +294,15 @@ impl Buf {
         Arc::ptr_eq(&self.pool, &pool.inner)
     }
 
-    /// The protection domain of the buffer's region.
-    pub(crate) fn pd(&self) -> &ProtectionDomain {
-        self.pool.mr.pd()
+    /// The address of the `ibv_pd` of the buffer's region.
+    #[inline]
+    pub(crate) fn pd_addr(&self) -> usize {
+        self.pool.pd_addr
     }
 
     /// Sets the length after a completion: `Some(n)` for a receive of `n` bytes (never past
     /// the capacity), `None` to leave it.
+    #[inline]
     pub(crate) fn set_received(&mut self, received: Option<u32>) {
         if let Some(n) = received {
             self.len = n.min(self.pool.size as u32);
@@ -237,6 +313,7 @@ impl Buf {
     /// `whole`), as a slice of the region with no borrow: the caller moves `self` into the
     /// queue pair's in-flight table before posting, which keeps the region registered and the
     /// bytes unreachable until the device is done.
+    #[inline]
     pub(crate) fn raw_slice(&self, whole: bool) -> MrSlice<'static> {
         let length = if whole {
             self.pool.size as u32
@@ -247,6 +324,7 @@ impl Buf {
         MrSlice::from_raw_parts(self.pool.mr.addr() + offset, length, self.pool.mr.lkey())
     }
 
+    #[inline]
     fn as_ptr(&self) -> *mut u8 {
         // In bounds: `index < count`, so the buffer lies within the region.
         self.pool
@@ -256,9 +334,15 @@ impl Buf {
     }
 }
 
+#[cold]
+fn too_long(len: usize, size: usize) -> Error {
+    Error::InvalidArgument(format!("length {len} exceeds the buffer's {size} bytes"))
+}
+
 impl Deref for Buf {
     type Target = [u8];
 
+    #[inline]
     fn deref(&self) -> &[u8] {
         // SAFETY: the buffer's `size` bytes lie in the pool's region, which lives as long as
         // `self.pool`; `len <= size`. Nobody else reaches them: no other `Buf` has this index
@@ -270,6 +354,7 @@ impl Deref for Buf {
 }
 
 impl DerefMut for Buf {
+    #[inline]
     fn deref_mut(&mut self) -> &mut [u8] {
         // SAFETY: as `deref`; `&mut self` makes the access unique.
         unsafe { std::slice::from_raw_parts_mut(self.as_ptr(), self.len as usize) }
@@ -277,10 +362,10 @@ impl DerefMut for Buf {
 }
 
 impl Drop for Buf {
+    #[inline]
     fn drop(&mut self) {
-        // Never reallocates: the list's capacity is the pool's count, and each index is in
-        // it at most once.
-        self.pool.free().push(self.index);
+        // Its bit is clear (this `Buf` took it) and no other `Buf` has this index.
+        self.pool.free.give_back(self.index);
     }
 }
 
@@ -291,5 +376,69 @@ impl fmt::Debug for Buf {
             .field("len", &self.len)
             .field("capacity", &self.pool.size)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FreeList;
+    use std::sync::Arc;
+
+    #[test]
+    fn every_index_is_taken_once_then_none() {
+        for count in [1, 5, 63, 64, 65, 200] {
+            let list = FreeList::new(count);
+            assert_eq!(list.available(), count);
+            let mut taken: Vec<u32> = std::iter::from_fn(|| list.take()).collect();
+            taken.sort_unstable();
+            assert_eq!(
+                taken,
+                (0..count as u32).collect::<Vec<_>>(),
+                "count {count}"
+            );
+            assert_eq!(list.available(), 0);
+            list.give_back(taken[count / 2]);
+            assert_eq!(list.take(), Some(taken[count / 2]));
+            assert_eq!(list.take(), None);
+        }
+    }
+
+    /// Four threads take and give back indices of a 130-entry list a hundred thousand times
+    /// each, marking each index held in a shared table: an index handed to two threads at
+    /// once would be seen marked.
+    #[test]
+    fn no_index_is_held_twice() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        const COUNT: usize = 130;
+        let list = Arc::new(FreeList::new(COUNT));
+        let held: Arc<Vec<AtomicBool>> =
+            Arc::new((0..COUNT).map(|_| AtomicBool::new(false)).collect());
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let (list, held) = (list.clone(), held.clone());
+                std::thread::spawn(move || {
+                    let mut mine = Vec::with_capacity(40);
+                    for round in 0..if cfg!(miri) { 300 } else { 100_000usize } {
+                        if round % 3 != 2 && mine.len() < 40 {
+                            if let Some(index) = list.take() {
+                                assert!(!held[index as usize].swap(true, Ordering::Relaxed));
+                                mine.push(index);
+                            }
+                        } else if let Some(index) = mine.pop() {
+                            assert!(held[index as usize].swap(false, Ordering::Relaxed));
+                            list.give_back(index);
+                        }
+                    }
+                    for index in mine {
+                        held[index as usize].store(false, Ordering::Relaxed);
+                        list.give_back(index);
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert_eq!(list.available(), COUNT);
     }
 }

@@ -13,7 +13,7 @@ use crate::device::Context;
 use crate::error::{Errno, Error, Result};
 use crate::ffi;
 use crate::flags::WcFlags;
-use crate::inflight::Routes;
+use crate::inflight::{RouteCache, Routes};
 
 pub(crate) struct CqInner {
     raw: NonNull<ffi::ibv_cq>,
@@ -113,6 +113,8 @@ pub struct CompletionQueue {
     /// `Arc` (one load fewer per poll).
     raw: NonNull<ffi::ibv_cq>,
     capacity: u32,
+    /// The poller's copy of `inner.routes` ([`poll_each`](Self::poll_each)).
+    pub(crate) route_cache: RouteCache,
 }
 
 // SAFETY: `raw` is a copy of `inner.raw`, which `inner` keeps alive; the handle is `Send` and
@@ -244,6 +246,7 @@ impl<'a> CqBuilder<'a> {
                 routes: Routes::default(),
             }),
             capacity,
+            route_cache: RouteCache::new(),
         })
     }
 }

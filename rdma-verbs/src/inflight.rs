@@ -2,12 +2,14 @@
 //! queue pair holds while the device may use it, the request ids that find it again, and the
 //! routes by which a completion queue reaches the tables of its queue pairs.
 
-use std::collections::VecDeque;
+use std::cell::UnsafeCell;
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::buf::Buf;
 use crate::error::{Error, Result};
+use crate::spin::SpinLock;
 
 /// The bit every owned request id has, and no other `wr_id` may have: the post paths refuse
 /// `wr_id`s with it set, so a completion of another request can never be taken for an owned
@@ -45,21 +47,30 @@ impl IdSource {
         }
     }
 
+    #[inline]
     fn next(&mut self) -> Result<u64> {
         if self.next == self.end {
-            let block = NEXT_BLOCK
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
-                    (b < BLOCKS).then_some(b + 1)
-                })
-                .map_err(|_| {
-                    Error::InvalidArgument("the process has used every owned request id".into())
-                })?;
-            self.next = OWNED_ID_BIT | self.kind | (block * BLOCK);
-            self.end = self.next + BLOCK;
+            self.next_block()?;
         }
         let id = self.next;
         self.next += 1;
         Ok(id)
+    }
+
+    /// Takes the next block of ids from the process's counter: once per 65,536 ids.
+    #[cold]
+    #[inline(never)]
+    fn next_block(&mut self) -> Result<()> {
+        let block = NEXT_BLOCK
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                (b < BLOCKS).then_some(b + 1)
+            })
+            .map_err(|_| {
+                Error::InvalidArgument("the process has used every owned request id".into())
+            })?;
+        self.next = OWNED_ID_BIT | self.kind | (block * BLOCK);
+        self.end = self.next + BLOCK;
+        Ok(())
     }
 }
 
@@ -71,8 +82,15 @@ pub(crate) struct Entry {
     /// What else the device may use while the request is in flight (a UD send's address
     /// handle), kept alive until it is done.
     pub(crate) keep: Option<Arc<dyn Send + Sync>>,
-    /// A receive (its buffer's length becomes the bytes received).
-    pub(crate) recv: bool,
+}
+
+impl Entry {
+    /// Whether the request is a receive (its buffer's length becomes the bytes received):
+    /// receive ids carry [`RECV_ID_BIT`].
+    #[inline]
+    pub(crate) fn is_recv(&self) -> bool {
+        self.id & RECV_ID_BIT != 0
+    }
 }
 
 impl std::fmt::Debug for Entry {
@@ -82,7 +100,6 @@ impl std::fmt::Debug for Entry {
             .field("tag", &self.tag)
             .field("buf", &self.buf)
             .field("keeps_alive", &self.keep.is_some())
-            .field("recv", &self.recv)
             .finish()
     }
 }
@@ -90,40 +107,73 @@ impl std::fmt::Debug for Entry {
 /// The in-flight requests of one queue (a queue pair's send or receive queue), in posting
 /// order: such a queue completes in order, so a completion releases every request before
 /// its own too (unsignaled sends).
-#[derive(Debug)]
+///
+/// A ring of slots, allocated once, between two positions that only grow: `head` (the oldest
+/// request in flight) and `tail` (one past the newest). Two sides use it:
+///
+/// - the *poster*, the owner of the queue pair (it posts through `&mut`, and resets and
+///   destroys the queue pair by value or `&mut`), so one thread at a time: [`push`](Self::push)
+///   and [`unpush`](Self::unpush) are `unsafe` and require that. A push writes the slot at
+///   `tail`, which no other code reads, and then publishes it by storing `tail + 1`; it takes
+///   no lock.
+/// - the *completers*: the completion queue's poller ([`complete`](Self::complete)), and
+///   [`clear`](Self::clear) after a reset or destroy. They read and move out entries between
+///   `head` and the `tail` they loaded, and store the new `head`, under `consumer`, a lock
+///   taken once per completion.
+///
+/// The poster reuses a slot only once `head` has passed it (it loads `head` before writing),
+/// so a slot is never written while a completer may read it; [`unpush`](Self::unpush) takes
+/// back the newest entry, which completers may be scanning, so it takes the lock too.
 pub(crate) struct Ring {
-    state: Mutex<RingState>,
+    slots: Box<[UnsafeCell<MaybeUninit<Entry>>]>,
+    /// `slots.len() - 1`; the length is a power of two, at least `capacity`.
+    mask: u64,
+    /// At most this many requests in flight (the queue's size).
+    capacity: u64,
+    /// The oldest request in flight; stored only under `consumer`.
+    head: AtomicU64,
+    /// One past the newest request; stored only by the poster.
+    tail: AtomicU64,
+    consumer: SpinLock<()>,
+    /// The poster's source of ids: used only by `push`.
+    ids: UnsafeCell<IdSource>,
     /// A receive queue's ring.
     recv: bool,
 }
 
-#[derive(Debug)]
-struct RingState {
-    ids: IdSource,
-    /// At most `capacity` entries; its storage is allocated once, at creation.
-    entries: VecDeque<Entry>,
-    capacity: usize,
-}
+// SAFETY: the slots between `head` and `tail` are read and moved out only under `consumer`;
+// the slot at `tail` is written only by the poster (one thread at a time, the contract of
+// `push`), after `head` has passed it, and published by the release store of `tail`, which
+// completers load with acquire. `ids` is used only by `push`. What the entries hold
+// (`Buf`, `Arc<dyn Send + Sync>`) is `Send`.
+unsafe impl Sync for Ring {}
+// SAFETY: as above; the entries are `Send`.
+unsafe impl Send for Ring {}
 
 impl Ring {
     pub(crate) fn new(capacity: u32, recv: bool) -> Self {
-        let capacity = capacity as usize;
+        let capacity = u64::from(capacity.max(1));
+        let size = capacity.next_power_of_two();
+        let slots = (0..size)
+            .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
+            .collect();
         Self {
-            state: Mutex::new(RingState {
-                ids: IdSource::new(recv),
-                entries: VecDeque::with_capacity(capacity),
-                capacity,
-            }),
+            slots,
+            mask: size - 1,
+            capacity,
+            head: AtomicU64::new(0),
+            tail: AtomicU64::new(0),
+            consumer: SpinLock::new(()),
+            ids: UnsafeCell::new(IdSource::new(recv)),
             recv,
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, RingState> {
-        // Every change is a single step (push, pop, drain), so a panic elsewhere while the lock
-        // was held cannot leave the ring inconsistent.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// The slot of position `position`.
+    #[inline]
+    fn slot(&self, position: u64) -> *mut MaybeUninit<Entry> {
+        // In bounds: masked to the slots' length.
+        self.slots[(position & self.mask) as usize].get()
     }
 
     /// Records a request about to be posted and returns its id, and whether it took the ring's
@@ -131,71 +181,170 @@ impl Ring {
     /// fill the queue with nothing left to release them); the request must be posted
     /// only after this returns, so that its completion finds it. Gives `buf` back when the
     /// queue is full (as many requests in flight as the queue pair holds) or the ids ran out.
-    pub(crate) fn push(
+    ///
+    /// # Safety
+    ///
+    /// The caller is the ring's poster: no other call of `push` or `unpush` on this ring runs
+    /// at the same time (the owner of the queue pair calls them, through `&mut`).
+    #[inline(always)]
+    pub(crate) unsafe fn push(
         &self,
         tag: u64,
         buf: Option<Buf>,
         keep: Option<Arc<dyn Send + Sync>>,
     ) -> std::result::Result<(u64, bool), (Error, Option<Buf>)> {
-        let mut state = self.lock();
-        if state.entries.len() >= state.capacity {
-            return Err((
-                Error::QueueFull {
-                    verb: "owned post",
-                    index: 0,
-                },
-                buf,
-            ));
+        // Only the poster stores `tail`: its own last store.
+        let tail = self.tail.load(Ordering::Relaxed);
+        // Acquire: the completers moved the entries before `head` out before storing it.
+        let head = self.head.load(Ordering::Acquire);
+        let in_flight = tail.wrapping_sub(head);
+        if in_flight >= self.capacity {
+            return Err(queue_full(buf));
         }
-        let id = match state.ids.next() {
+        // SAFETY: only `push` uses `ids`, and the caller guarantees one push at a time.
+        let ids = unsafe { &mut *self.ids.get() };
+        let id = match ids.next() {
             Ok(id) => id,
             Err(error) => return Err((error, buf)),
         };
-        // Below capacity: no reallocation.
-        state.entries.push_back(Entry {
-            id,
-            tag,
-            buf,
-            keep,
-            recv: self.recv,
-        });
-        Ok((id, state.entries.len() == state.capacity))
+        // SAFETY: the slot of `tail` held position `tail - slots.len()` at most, which is
+        // before `head` (fewer than `capacity <= slots.len()` requests are in flight), so no
+        // completer reads it (they stay between `head` and the `tail` they loaded) and its
+        // entry was moved out; the caller is the only poster.
+        unsafe {
+            (*self.slot(tail)).write(Entry { id, tag, buf, keep });
+        }
+        // Release: the entry is written before completers can see it.
+        self.tail.store(tail.wrapping_add(1), Ordering::Release);
+        Ok((id, in_flight + 1 == self.capacity))
     }
 
     /// Takes back the request `id` recorded last, whose post the provider refused.
-    pub(crate) fn unpush(&self, id: u64) -> Option<Entry> {
-        let mut state = self.lock();
-        match state.entries.back() {
-            Some(last) if last.id == id => state.entries.pop_back(),
-            _ => None,
+    ///
+    /// # Safety
+    ///
+    /// As [`push`](Self::push): the caller is the ring's poster.
+    pub(crate) unsafe fn unpush(&self, id: u64) -> Option<Entry> {
+        let _consumer = self.consumer.lock();
+        let head = self.head.load(Ordering::Relaxed);
+        let tail = self.tail.load(Ordering::Relaxed);
+        if tail == head {
+            return None;
         }
+        let last = tail.wrapping_sub(1);
+        // SAFETY: `last` is between `head` and `tail`: its slot holds an entry, which
+        // completers reach only under the lock held here; the poster (the caller) does not
+        // write it meanwhile.
+        let entry = unsafe { (*self.slot(last)).assume_init_ref() };
+        if entry.id != id {
+            return None;
+        }
+        // SAFETY: as above; `tail` moves back over the slot, so it is read once.
+        let entry = unsafe { (*self.slot(last)).assume_init_read() };
+        self.tail.store(last, Ordering::Release);
+        Some(entry)
     }
 
     /// The completion of request `id`: takes it and releases every request before it (their
     /// buffers return to their pools). `None` if `id` is not in flight here (a stale
     /// completion, or another queue's).
+    #[inline]
     pub(crate) fn complete(&self, id: u64) -> Option<Entry> {
-        let mut state = self.lock();
+        let _consumer = self.consumer.lock();
+        let head = self.head.load(Ordering::Relaxed);
+        // Acquire: the entries before `tail` were written before it was stored.
+        let tail = self.tail.load(Ordering::Acquire);
+        let mut position = head;
         // Usually the oldest request (every request signaled, or this the first signaled one
-        // after unsignaled ones were released): no scan, no drain.
-        if state.entries.front().is_some_and(|e| e.id == id) {
-            return state.entries.pop_front();
+        // after unsignaled ones were released): found at once.
+        while position != tail {
+            // SAFETY: between `head` and `tail`, under the lock: an entry, not written by the
+            // poster until `head` passes it.
+            if unsafe { (*self.slot(position)).assume_init_ref() }.id == id {
+                break;
+            }
+            position = position.wrapping_add(1);
         }
-        let position = state.entries.iter().position(|e| e.id == id)?;
-        state.entries.drain(..position);
-        state.entries.pop_front()
+        if position == tail {
+            return None;
+        }
+        if position != head {
+            // SAFETY: under the lock, from `head` to a position before the loaded `tail`;
+            // `head` moves past them below.
+            unsafe { self.release(head, position) };
+        }
+        // SAFETY: as above; `head` moves past it below, so it is read once.
+        let entry = unsafe { (*self.slot(position)).assume_init_read() };
+        self.head.store(position.wrapping_add(1), Ordering::Release);
+        Some(entry)
+    }
+
+    /// Drops the entries from `from` up to (not including) `to`.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds `consumer` (or `&mut self`), `from` is `head` and `to` at most the
+    /// `tail` it loaded, and it moves `head` to `to` or past it before releasing the lock, so
+    /// each entry is dropped once.
+    unsafe fn release(&self, from: u64, to: u64) {
+        let mut position = from;
+        while position != to {
+            // SAFETY: an entry between `head` and `tail` (the caller's contract), dropped once.
+            unsafe { (*self.slot(position)).assume_init_drop() };
+            position = position.wrapping_add(1);
+        }
     }
 
     /// Releases every request: called once the device no longer uses any (the queue pair was
     /// reset or destroyed).
     pub(crate) fn clear(&self) {
-        self.lock().entries.clear();
+        let _consumer = self.consumer.lock();
+        let head = self.head.load(Ordering::Relaxed);
+        let tail = self.tail.load(Ordering::Acquire);
+        // SAFETY: under the lock, from `head` to the loaded `tail`, where `head` moves next.
+        unsafe { self.release(head, tail) };
+        self.head.store(tail, Ordering::Release);
     }
 
     /// Requests in flight.
     pub(crate) fn len(&self) -> usize {
-        self.lock().entries.len()
+        let head = self.head.load(Ordering::Acquire);
+        let tail = self.tail.load(Ordering::Acquire);
+        // `head` was loaded first and both only grow (`unpush` moves `tail` back only above
+        // `head`): at least 0.
+        tail.saturating_sub(head) as usize
     }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        let head = *self.head.get_mut();
+        let tail = *self.tail.get_mut();
+        // SAFETY: `&mut self`: nobody else uses the ring, and it is not used again.
+        unsafe { self.release(head, tail) };
+    }
+}
+
+impl std::fmt::Debug for Ring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ring")
+            .field("in_flight", &self.len())
+            .field("capacity", &self.capacity)
+            .field("recv", &self.recv)
+            .finish()
+    }
+}
+
+/// The error of a post into a full table, with the buffer back.
+#[cold]
+fn queue_full(buf: Option<Buf>) -> (Error, Option<Buf>) {
+    (
+        Error::QueueFull {
+            verb: "owned post",
+            index: 0,
+        },
+        buf,
+    )
 }
 
 /// The in-flight receives of a shared receive queue. They complete in any order (each in the
@@ -317,7 +466,6 @@ impl SrqTable {
             tag,
             buf,
             keep: None,
-            recv: true,
         });
         state.len += 1;
         Ok(id)
@@ -373,7 +521,7 @@ impl QpTables {
 }
 
 /// How a completion queue reaches the tables of a queue pair that completes into it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Route {
     pub(crate) qp_num: u32,
     pub(crate) tables: Arc<QpTables>,
@@ -384,14 +532,16 @@ pub(crate) struct Route {
 }
 
 /// The routes of one completion queue: written when a queue pair is created on it or
-/// destroyed, read once per [`poll_each`](crate::CompletionQueue::poll_each) call.
+/// destroyed; its poller reads them through a [`RouteCache`].
 #[derive(Debug, Default)]
 pub(crate) struct Routes {
     routes: Mutex<Vec<Route>>,
+    /// Counts the changes of `routes`: a cache whose count differs reloads.
+    generation: AtomicU64,
 }
 
 impl Routes {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Vec<Route>> {
+    fn lock(&self) -> MutexGuard<'_, Vec<Route>> {
         self.routes
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -411,17 +561,77 @@ impl Routes {
                 recv,
             });
         }
+        // Release, under the lock: a cache that sees the new count reloads the new routes.
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// Removes the route to `tables` (its queue pair was destroyed).
     pub(crate) fn remove(&self, tables: &Arc<QpTables>) {
         self.lock().retain(|r| !Arc::ptr_eq(&r.tables, tables));
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// A poller's copy of a completion queue's routes, reloaded when they change (a queue pair
+/// created on the queue or destroyed), so that a completion finds its tables without a lock.
+///
+/// The copy is checked after every batch polled, before its completions are matched, and a
+/// queue pair's route is added before it can post, so the copy knows every queue pair whose
+/// completions the batch holds. A copy that still has a destroyed queue pair's route is
+/// harmless: a completion is matched by its request's id, which is in flight in one table
+/// only, and a destroyed queue pair's tables were emptied by its destruction. (Were a
+/// completion missed, its request would stay in flight until a later completion of the same
+/// queue, a reset or the destruction released it: a delay, not a hazard.)
+#[derive(Debug)]
+pub(crate) struct RouteCache {
+    generation: u64,
+    routes: Vec<Route>,
+}
+
+impl RouteCache {
+    /// Routes a queue's copy has room for from its creation: reloading the copy allocates only
+    /// when more queue pairs than this complete into the queue (once, when they are created),
+    /// never per request.
+    const ROOM: usize = 8;
+
+    /// An empty copy with room for [`ROOM`](Self::ROOM) routes.
+    pub(crate) fn new() -> Self {
+        Self {
+            generation: 0,
+            routes: Vec::with_capacity(Self::ROOM),
+        }
+    }
+
+    /// Reloads the copy if `routes` changed since it was taken: one load when they did not.
+    #[inline]
+    pub(crate) fn refresh(&mut self, routes: &Routes) {
+        if routes.generation.load(Ordering::Acquire) != self.generation {
+            self.reload(routes);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn reload(&mut self, routes: &Routes) {
+        let locked = routes.lock();
+        // Reuses the copy's storage: allocates only when there are more routes than ever.
+        self.routes.clone_from(&locked);
+        self.generation = routes.generation.load(Ordering::Relaxed);
+    }
+
+    /// Finds the owned request a completion of queue pair `qp_num` with `wr_id` ends: takes
+    /// it from its table (releasing the requests before it). `None` for a completion of no
+    /// owned request.
+    #[inline]
+    pub(crate) fn take_completed(&self, qp_num: u32, wr_id: u64) -> Option<Entry> {
+        take_completed(&self.routes, qp_num, wr_id)
     }
 }
 
 /// Finds the owned request a completion of queue pair `qp_num` with `wr_id` ends, among
 /// `routes`: takes it from its table (releasing the requests before it). `None` for a
 /// completion of no owned request.
+#[inline]
 pub(crate) fn take_completed(routes: &[Route], qp_num: u32, wr_id: u64) -> Option<Entry> {
     if wr_id & OWNED_ID_BIT == 0 {
         return None;
@@ -466,17 +676,21 @@ mod tests {
         }
     }
 
+    fn push(ring: &Ring, tag: u64) -> (u64, bool) {
+        // SAFETY: each test is the only poster of its rings.
+        unsafe { ring.push(tag, None, None) }.unwrap()
+    }
+
     #[test]
     fn a_completion_releases_its_request_and_those_before_it() {
         let ring = Ring::new(4, false);
-        let pushed: Vec<(u64, bool)> = (0..4)
-            .map(|tag| ring.push(tag, None, None).unwrap())
-            .collect();
+        let pushed: Vec<(u64, bool)> = (0..4).map(|tag| push(&ring, tag)).collect();
         // Only the fourth takes the last free slot.
         let last: Vec<bool> = pushed.iter().map(|p| p.1).collect();
         assert_eq!(last, [false, false, false, true]);
         let ids: Vec<u64> = pushed.iter().map(|p| p.0).collect();
-        let (error, _) = ring.push(9, None, None).unwrap_err();
+        // SAFETY: this test is the ring's only poster.
+        let (error, _) = unsafe { ring.push(9, None, None) }.unwrap_err();
         assert!(matches!(error, Error::QueueFull { .. }), "{error:?}");
         // Completing the third releases the first two (unsignaled) and returns the third.
         let entry = ring.complete(ids[2]).unwrap();
@@ -487,9 +701,12 @@ mod tests {
         assert!(ring.complete(OWNED_ID_BIT | 12345).is_none());
         assert_eq!(ring.len(), 1);
         // Undoing a post works only for the last one pushed.
-        let (last, _) = ring.push(5, None, None).unwrap();
-        assert!(ring.unpush(ids[3]).is_none());
-        assert_eq!(ring.unpush(last).unwrap().tag, 5);
+        let (last, _) = push(&ring, 5);
+        // SAFETY: as in `push`.
+        unsafe {
+            assert!(ring.unpush(ids[3]).is_none());
+            assert_eq!(ring.unpush(last).unwrap().tag, 5);
+        }
         ring.clear();
         assert_eq!(ring.len(), 0);
     }
@@ -497,7 +714,7 @@ mod tests {
     #[test]
     fn only_owned_ids_are_looked_up() {
         let tables = Arc::new(QpTables::new(2, 2, None));
-        let (id, _) = tables.recv.push(7, None, None).unwrap();
+        let (id, _) = push(&tables.recv, 7);
         let routes = vec![Route {
             qp_num: 5,
             tables: tables.clone(),
@@ -511,6 +728,124 @@ mod tests {
         );
         assert_eq!(take_completed(&routes, 5, id).unwrap().tag, 7);
         assert!(take_completed(&routes, 5, id).is_none(), "taken once");
+    }
+}
+
+#[cfg(test)]
+mod ring_tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::mpsc;
+
+    /// Counts its drops: an entry's `keep` that says how often entries were released.
+    struct Counted(Arc<AtomicUsize>);
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A poster thread pushes 200,000 entries into a ring of 5 (8 slots) while a completer
+    /// thread completes every third id, which releases the two before it too, and a third
+    /// thread clears the ring now and then (as a reset would): every entry is released
+    /// exactly once, none is completed twice, and the ring ends empty.
+    #[test]
+    fn poster_and_completers_on_two_threads() {
+        // Fewer under Miri, which runs this too (`cargo +nightly miri test -p rdma-verbs --lib`).
+        const N: u64 = if cfg!(miri) { 600 } else { 200_000 };
+        let ring = Arc::new(Ring::new(5, false));
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let completed = Arc::new(AtomicUsize::new(0));
+        let (ids_tx, ids_rx) = mpsc::channel::<u64>();
+        let poster = {
+            let (ring, dropped) = (ring.clone(), dropped.clone());
+            std::thread::spawn(move || {
+                let mut pushed = 0;
+                while pushed < N {
+                    let keep: Arc<dyn Send + Sync> = Arc::new(Counted(dropped.clone()));
+                    // SAFETY: this thread is the ring's only poster.
+                    match unsafe { ring.push(pushed, None, Some(keep)) } {
+                        Ok((id, _)) => {
+                            pushed += 1;
+                            if pushed % 3 == 0 {
+                                ids_tx.send(id).unwrap();
+                            }
+                        }
+                        Err((Error::QueueFull { .. }, _)) => {
+                            // The refused request's `keep` was dropped: not a release.
+                            dropped.fetch_sub(1, Ordering::Relaxed);
+                            std::thread::yield_now();
+                        }
+                        Err((other, _)) => panic!("{other:?}"),
+                    }
+                }
+            })
+        };
+        let completer = {
+            let (ring, completed) = (ring.clone(), completed.clone());
+            std::thread::spawn(move || {
+                for id in ids_rx {
+                    if let Some(entry) = ring.complete(id) {
+                        assert_eq!(entry.id, id);
+                        assert_eq!(entry.tag % 3, 2, "the third of each group");
+                        completed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    assert!(ring.complete(id).is_none(), "completed twice");
+                }
+            })
+        };
+        let clearer = {
+            let ring = ring.clone();
+            std::thread::spawn(move || {
+                for _ in 0..if cfg!(miri) { 5 } else { 200 } {
+                    ring.clear();
+                    std::thread::yield_now();
+                }
+            })
+        };
+        // The poster waits for room, which the completer and the clearer make.
+        poster.join().unwrap();
+        completer.join().unwrap();
+        clearer.join().unwrap();
+        ring.clear();
+        assert_eq!(ring.len(), 0);
+        assert_eq!(
+            dropped.load(Ordering::Relaxed),
+            N as usize,
+            "each released once"
+        );
+        assert!(completed.load(Ordering::Relaxed) > 0);
+    }
+
+    /// Positions wrap the slots many times over; the last free slot is reported each time
+    /// the ring fills; dropping a ring with entries in flight releases them.
+    #[test]
+    fn wraps_and_releases_on_drop() {
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let ring = Ring::new(3, true);
+        let keep = || -> Option<Arc<dyn Send + Sync>> { Some(Arc::new(Counted(dropped.clone()))) };
+        let rounds = if cfg!(miri) { 20 } else { 1000 };
+        for round in 0..rounds {
+            // SAFETY: this test is the ring's only poster.
+            let pushed: Vec<(u64, bool)> = (0..3)
+                .map(|t| unsafe { ring.push(round * 3 + t, None, keep()) }.unwrap())
+                .collect();
+            assert_eq!(
+                pushed.iter().map(|p| p.1).collect::<Vec<_>>(),
+                [false, false, true]
+            );
+            assert!(pushed.iter().all(|p| p.0 & RECV_ID_BIT != 0));
+            assert_eq!(ring.complete(pushed[2].0).unwrap().tag, round * 3 + 2);
+        }
+        assert_eq!(dropped.load(Ordering::Relaxed), 3 * rounds as usize);
+        // SAFETY: as above.
+        unsafe {
+            ring.push(1, None, keep()).unwrap();
+            ring.push(2, None, keep()).unwrap();
+        }
+        drop(ring);
+        assert_eq!(dropped.load(Ordering::Relaxed), 3 * rounds as usize + 2);
     }
 }
 

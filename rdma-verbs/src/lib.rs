@@ -93,6 +93,7 @@ mod owned;
 mod pd;
 pub mod qp;
 mod scope;
+mod spin;
 mod srq;
 #[cfg(feature = "tokio")]
 mod tokio_io;

@@ -15,6 +15,10 @@ const TOOLS: &[&str] = &["ibverbs-utils", "rdmacm-utils", "perftest", "valgrind"
 /// The declared minimum Rust version (`rust-version` in the workspace manifest), installed so
 /// that CI can build with it (`cargo +1.85 check`).
 const MSRV: &str = "1.85";
+/// A dated nightly with Miri, which CI runs over the unit tests of the crate's lock-free and
+/// unsafe data-path structures (`.ci/run`, which names the same toolchain): pinned, so that a
+/// new nightly cannot turn CI red.
+pub(crate) const MIRI_NIGHTLY: &str = "nightly-2026-05-20";
 /// The Soft-RoCE VM, for hosts without an RDMA device: QEMU, a distribution kernel that ships
 /// `rdma_rxe`, virtme-ng's runtime needs, and the tools to build the rxe device in the guest.
 const VM: &[&str] = &[
@@ -56,6 +60,7 @@ pub(crate) fn run() -> Result<(), String> {
         crate::harness::find_kernel()?;
     }
     install_msrv_toolchain()?;
+    install_miri()?;
     println!("setup: done");
     Ok(())
 }
@@ -73,17 +78,51 @@ fn install_msrv_toolchain() -> Result<(), String> {
         println!("setup: Rust {MSRV} (the MSRV) is installed");
         return Ok(());
     }
+    rustup_install(&[MSRV])
+}
+
+/// `rustup toolchain install --profile minimal <args>`.
+fn rustup_install(args: &[&str]) -> Result<(), String> {
     let status = Command::new("rustup")
-        .args(["toolchain", "install", MSRV, "--profile", "minimal"])
+        .args(["toolchain", "install", "--profile", "minimal"])
+        .args(args)
         .status()
         .map_err(|e| format!("running rustup: {e}"))?;
     if status.success() {
         Ok(())
     } else {
         Err(format!(
-            "`rustup toolchain install {MSRV}` failed ({status})"
+            "`rustup toolchain install {}` failed ({status})",
+            args.join(" ")
         ))
     }
+}
+
+/// Installs [`MIRI_NIGHTLY`] with Miri and the standard library's sources (which Miri
+/// builds), unless they are there.
+fn install_miri() -> Result<(), String> {
+    let installed = Command::new("rustup")
+        .args([
+            "component",
+            "list",
+            "--installed",
+            "--toolchain",
+            MIRI_NIGHTLY,
+        ])
+        .output();
+    let Ok(installed) = installed else {
+        println!(
+            "setup: rustup not found: install {MIRI_NIGHTLY} with miri by hand for CI's Miri step"
+        );
+        return Ok(());
+    };
+    let listed = String::from_utf8_lossy(&installed.stdout);
+    let has = |component: &str| listed.lines().any(|l| l.starts_with(component));
+    if installed.status.success() && has("miri") && has("rust-src") {
+        println!("setup: {MIRI_NIGHTLY} with Miri is installed");
+        return Ok(());
+    }
+    rustup_install(&[MIRI_NIGHTLY, "--component", "miri,rust-src"])
 }
 
 fn deb_installed(package: &str) -> bool {

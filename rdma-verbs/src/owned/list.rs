@@ -291,7 +291,7 @@ fn posted_before(error: &Error, len: usize) -> usize {
 /// back what the device did not get, and leaves only that in `items`.
 fn post_list<Q, Tb: Table, I: Item>(
     queue: &mut Q,
-    table: fn(&Q) -> &Tb,
+    table: impl Fn(&Q) -> &Tb,
     items: &mut Vec<I>,
     ids: &mut Vec<(u64, bool)>,
     post: impl FnOnce(&mut Q, &[I], &[(u64, bool)]) -> Result<()>,
@@ -301,7 +301,8 @@ fn post_list<Q, Tb: Table, I: Item>(
     for item in items.iter_mut() {
         let keep = item.keep();
         let tag = item.tag();
-        match table(queue).record(tag, item.buf().take(), keep) {
+        // SAFETY: `queue` is held `&mut` (the table a queue's getter returns is its own).
+        match unsafe { table(queue).record(tag, item.buf().take(), keep) } {
             // Below capacity: `ids` has room for every item.
             Ok(recorded) => ids.push(recorded),
             Err((error, buf)) => {
@@ -329,7 +330,8 @@ fn post_list<Q, Tb: Table, I: Item>(
     };
     // Undo in reverse: a ring takes back only its newest entry.
     for (item, &(id, _)) in items[posted..recorded].iter_mut().zip(&ids[posted..]).rev() {
-        match table(queue).unrecord(id) {
+        // SAFETY: as for `record`.
+        match unsafe { table(queue).unrecord(id) } {
             Some(entry) => *item.buf() = entry.buf,
             // Cannot happen (the request was never posted, and `&mut` keeps other posts
             // out); if it did, the buffer is not ours to hand back, and the item must never
@@ -424,17 +426,22 @@ impl<T: Transport> QueuePair<T, Rts> {
         }
         check_sends::<T>(&mut list.items, self.pd().as_raw())?;
         let OwnedSendList { items, ids, chain } = list;
-        let send_table: fn(&Self) -> &Ring = |qp| &qp.tables().send;
-        post_list(self, send_table, items, ids, |qp, items, ids| {
-            with_chain(chain, items, ids, send_request, |chain| {
-                // SAFETY: as in `post_send_owned`, for each request of the chain: its
-                // buffer is in the send table (recorded by `post_list` before this call)
-                // and leaves it only with a completion of this queue, the queue pair's
-                // reset or destruction, or `post_list`'s undo of a request the device did
-                // not get. Inline bytes are copied during the call.
-                unsafe { qp.post_send(chain) }
-            })
-        })
+        post_list(
+            self,
+            |qp: &Self| -> &Ring { &qp.tables().send },
+            items,
+            ids,
+            |qp, items, ids| {
+                with_chain(chain, items, ids, send_request, |chain| {
+                    // SAFETY: as in `post_send_owned`, for each request of the chain: its
+                    // buffer is in the send table (recorded by `post_list` before this call)
+                    // and leaves it only with a completion of this queue, the queue pair's
+                    // reset or destruction, or `post_list`'s undo of a request the device did
+                    // not get. Inline bytes are copied during the call.
+                    unsafe { qp.post_send(chain) }
+                })
+            },
+        )
     }
 }
 
@@ -465,15 +472,20 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
         }
         check_pds(&mut list.items, self.pd().as_raw())?;
         let OwnedRecvList { items, ids, chain } = list;
-        let recv_table: fn(&Self) -> &Ring = |qp| &qp.tables().recv;
-        post_list(self, recv_table, items, ids, |qp, items, ids| {
-            with_chain(chain, items, ids, recv_request, |chain| {
-                // SAFETY: as in `post_recv_buf`, for each receive of the chain: its buffer is
-                // in the receive table until its completion, the queue pair's reset or
-                // destruction, or `post_list`'s undo of a receive the device did not get.
-                unsafe { qp.post_recv(chain) }
-            })
-        })
+        post_list(
+            self,
+            |qp: &Self| -> &Ring { &qp.tables().recv },
+            items,
+            ids,
+            |qp, items, ids| {
+                with_chain(chain, items, ids, recv_request, |chain| {
+                    // SAFETY: as in `post_recv_buf`, for each receive of the chain: its buffer is
+                    // in the receive table until its completion, the queue pair's reset or
+                    // destruction, or `post_list`'s undo of a receive the device did not get.
+                    unsafe { qp.post_recv(chain) }
+                })
+            },
+        )
     }
 }
 
@@ -498,15 +510,20 @@ impl SharedReceiveQueue {
         }
         check_pds(&mut list.items, self.pd().as_raw())?;
         let OwnedRecvList { items, ids, chain } = list;
-        let srq_table: fn(&Self) -> &SrqTable = |srq| &srq.inner.table;
-        post_list(self, srq_table, items, ids, |srq, items, ids| {
-            with_chain(chain, items, ids, recv_request, |chain| {
-                // SAFETY: as in `SharedReceiveQueue::post_recv_buf`, for each receive: its
-                // buffer is in the SRQ's table until the completion with its id, the SRQ's
-                // destruction, or `post_list`'s undo of a receive the device did not get.
-                unsafe { srq.post_recv(chain) }
-            })
-        })
+        post_list(
+            self,
+            |srq: &Self| -> &SrqTable { &srq.inner.table },
+            items,
+            ids,
+            |srq, items, ids| {
+                with_chain(chain, items, ids, recv_request, |chain| {
+                    // SAFETY: as in `SharedReceiveQueue::post_recv_buf`, for each receive: its
+                    // buffer is in the SRQ's table until the completion with its id, the SRQ's
+                    // destruction, or `post_list`'s undo of a receive the device did not get.
+                    unsafe { srq.post_recv(chain) }
+                })
+            },
+        )
     }
 }
 

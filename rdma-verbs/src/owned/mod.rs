@@ -21,7 +21,7 @@ use crate::ah::AddressHandle;
 use crate::buf::Buf;
 use crate::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 use crate::error::{Error, Result};
-use crate::inflight::{Entry, Ring, SrqTable, take_completed};
+use crate::inflight::{Entry, Ring, SrqTable};
 use crate::mr::{MrSlice, RemoteMemory};
 use crate::qp::{CanPostRecv, QpState, QueuePair, Rts, Transport, may_have_posted};
 use crate::srq::SharedReceiveQueue;
@@ -289,44 +289,66 @@ impl From<PostRefused> for Error {
 
 /// Refuses `buf` unless its region is in the queue pair's protection domain (the device
 /// would refuse the key at run time; this says so at post time).
+#[inline]
 pub(crate) fn check_pd(buf: Option<&Buf>, qp_pd: *mut crate::ffi::ibv_pd) -> Result<()> {
     match buf {
-        Some(buf) if buf.pd().as_raw() != qp_pd => Err(Error::InvalidArgument(
-            "the buffer's pool is in another protection domain than the queue pair".into(),
-        )),
+        Some(buf) if buf.pd_addr() != qp_pd as usize => Err(other_pd()),
         _ => Ok(()),
     }
 }
 
+#[cold]
+fn other_pd() -> Error {
+    Error::InvalidArgument(
+        "the buffer's pool is in another protection domain than the queue pair".into(),
+    )
+}
+
 /// An in-flight table a post records its request in.
+///
+/// Its methods are `unsafe`: a queue pair's rings take one poster at a time (see
+/// `inflight::Ring`), which the post functions guarantee by holding the queue `&mut`.
 pub(crate) trait Table {
-    fn record(
+    /// Records a request about to be posted: its id, and whether it took the last free slot.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the queue (the queue pair or SRQ) the table belongs to `&mut`, so no
+    /// other `record` or `unrecord` of this table runs at the same time.
+    unsafe fn record(
         &self,
         tag: u64,
         buf: Option<Buf>,
         keep: Option<Arc<dyn Send + Sync>>,
     ) -> std::result::Result<(u64, bool), (Error, Option<Buf>)>;
     /// Takes back request `id`, whose post the provider refused.
-    fn unrecord(&self, id: u64) -> Option<Entry>;
+    ///
+    /// # Safety
+    ///
+    /// As [`record`](Self::record).
+    unsafe fn unrecord(&self, id: u64) -> Option<Entry>;
 }
 
 impl Table for Ring {
-    fn record(
+    #[inline(always)]
+    unsafe fn record(
         &self,
         tag: u64,
         buf: Option<Buf>,
         keep: Option<Arc<dyn Send + Sync>>,
     ) -> std::result::Result<(u64, bool), (Error, Option<Buf>)> {
-        self.push(tag, buf, keep)
+        // SAFETY: the caller's contract is `push`'s.
+        unsafe { self.push(tag, buf, keep) }
     }
 
-    fn unrecord(&self, id: u64) -> Option<Entry> {
-        self.unpush(id)
+    unsafe fn unrecord(&self, id: u64) -> Option<Entry> {
+        // SAFETY: as in `record`.
+        unsafe { self.unpush(id) }
     }
 }
 
 impl Table for SrqTable {
-    fn record(
+    unsafe fn record(
         &self,
         tag: u64,
         buf: Option<Buf>,
@@ -336,7 +358,7 @@ impl Table for SrqTable {
         self.push(tag, buf).map(|id| (id, false))
     }
 
-    fn unrecord(&self, id: u64) -> Option<Entry> {
+    unsafe fn unrecord(&self, id: u64) -> Option<Entry> {
         self.take(id)
     }
 }
@@ -345,22 +367,24 @@ impl Table for SrqTable {
 /// the request's id and whether it took the table's last slot), and undoes the record if the
 /// provider refused the post and said so. The table is borrowed only for the record and the
 /// undo, not across the post, so no reference count is taken per post.
+#[inline]
 fn post_owned<Q, Tb: Table>(
     queue: &mut Q,
-    table: fn(&Q) -> &Tb,
+    table: impl Fn(&Q) -> &Tb,
     tag: u64,
     buf: Option<Buf>,
     keep: Option<Arc<dyn Send + Sync>>,
     post: impl FnOnce(&mut Q, u64, bool) -> Result<()>,
 ) -> std::result::Result<(), PostRefused> {
-    let (id, last_slot) = table(queue)
-        .record(tag, buf, keep)
+    // SAFETY: `queue` is held `&mut` (the tables a queue's getter returns are its own).
+    let (id, last_slot) = unsafe { table(queue).record(tag, buf, keep) }
         .map_err(|(error, buf)| PostRefused { error, buf })?;
     match post(queue, id, last_slot) {
         Ok(()) => Ok(()),
         Err(error) if may_have_posted(&error) => Err(PostRefused { error, buf: None }),
         Err(error) => {
-            let buf = table(queue).unrecord(id).and_then(|entry| entry.buf);
+            // SAFETY: as for `record`.
+            let buf = unsafe { table(queue).unrecord(id) }.and_then(|entry| entry.buf);
             Err(PostRefused { error, buf })
         }
     }
@@ -369,6 +393,7 @@ fn post_owned<Q, Tb: Table>(
 impl<'a, K: OwnedOp> OwnedSend<'a, K> {
     /// Checks what can be checked without the queue pair, and splits the request into what the
     /// in-flight table keeps and what the work request needs.
+    #[inline]
     fn prepare(self) -> std::result::Result<Prepared<'a>, PostRefused> {
         let OwnedSend {
             kind,
@@ -454,6 +479,7 @@ impl Prepared<'_> {
     }
 
     /// What the in-flight entry keeps alive besides the buffer: a UD destination's handle.
+    #[inline]
     pub(crate) fn keep(&self) -> Option<Arc<dyn Send + Sync>> {
         self.dest.as_ref().map(|(ah, _, _)| ah.keep_alive())
     }
@@ -461,6 +487,7 @@ impl Prepared<'_> {
     /// The work request, with owned id `id`. The request that took the in-flight table's last
     /// free slot (`last_slot`) is signaled whatever the caller asked: unsignaled requests are
     /// released only by a later completion, and with the queue full of them none could come.
+    #[inline]
     pub(crate) fn request(&self, id: u64, last_slot: bool) -> SendRequest<'_> {
         let payload = self.slice.map_or(Payload::None, Payload::Slice);
         let mut request = self.build.request(payload).owned(id);
@@ -516,10 +543,9 @@ impl<T: Transport> QueuePair<T, Rts> {
         }
         let keep = prepared.keep();
         let buf = prepared.buf.take();
-        let send_table: fn(&Self) -> &Ring = |qp| &qp.tables().send;
         post_owned(
             self,
-            send_table,
+            |qp: &Self| -> &Ring { &qp.tables().send },
             prepared.tag,
             buf,
             keep,
@@ -552,11 +578,13 @@ enum Build<'a> {
 }
 
 impl<'a> Build<'a> {
+    #[inline]
     fn is_atomic(&self) -> bool {
         matches!(self, Build::FetchAdd(..) | Build::CompareSwap(..))
     }
 
     /// The request, with `payload` (the buffer's slice, or none) and a placeholder id.
+    #[inline]
     fn request(&self, payload: Payload<'a>) -> SendRequest<'a> {
         match *self {
             Build::Send => SendRequest::send(0, payload),
@@ -609,14 +637,20 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
             });
         }
         let slice = buf.raw_slice(true);
-        let recv_table: fn(&Self) -> &Ring = |qp| &qp.tables().recv;
-        post_owned(self, recv_table, tag, Some(buf), None, |qp, id, _| {
-            let request = RecvRequest::new(0, slice).owned(id);
-            // SAFETY: as in `post_send_owned`: the buffer is in the receive table, where
-            // nothing reaches it, until this receive's completion (receive queues complete in
-            // order), the queue pair's reset or destruction, or a refused post.
-            unsafe { qp.post_recv_one(&request) }
-        })
+        post_owned(
+            self,
+            |qp: &Self| -> &Ring { &qp.tables().recv },
+            tag,
+            Some(buf),
+            None,
+            |qp, id, _| {
+                let request = RecvRequest::new(0, slice).owned(id);
+                // SAFETY: as in `post_send_owned`: the buffer is in the receive table, where
+                // nothing reaches it, until this receive's completion (receive queues complete in
+                // order), the queue pair's reset or destruction, or a refused post.
+                unsafe { qp.post_recv_one(&request) }
+            },
+        )
     }
 }
 
@@ -646,15 +680,21 @@ impl SharedReceiveQueue {
             });
         }
         let slice = buf.raw_slice(true);
-        let srq_table: fn(&Self) -> &SrqTable = |srq| &srq.inner.table;
-        post_owned(self, srq_table, tag, Some(buf), None, |srq, id, _| {
-            let request = RecvRequest::new(0, slice).owned(id);
-            // SAFETY: as in `QueuePair::post_recv_buf`: the buffer is in the SRQ's table, where
-            // nothing reaches it, until the completion with its id (found by id: SRQ receives
-            // complete in any order), the SRQ's destruction, or a refused post. The SRQ
-            // outlives every queue pair that could consume the receive.
-            unsafe { srq.post_recv_one(&request) }
-        })
+        post_owned(
+            self,
+            |srq: &Self| -> &SrqTable { &srq.inner.table },
+            tag,
+            Some(buf),
+            None,
+            |srq, id, _| {
+                let request = RecvRequest::new(0, slice).owned(id);
+                // SAFETY: as in `QueuePair::post_recv_buf`: the buffer is in the SRQ's table, where
+                // nothing reaches it, until the completion with its id (found by id: SRQ receives
+                // complete in any order), the SRQ's destruction, or a refused post. The SRQ
+                // outlives every queue pair that could consume the receive.
+                unsafe { srq.post_recv_one(&request) }
+            },
+        )
     }
 
     /// Owned receives in flight.
@@ -675,52 +715,59 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
 #[must_use = "a completion may hold a buffer"]
 pub struct Completion {
     wc: WorkCompletion,
-    owned: Option<(u64, Option<Buf>)>,
+    /// The owned request's entry, taken from its table: its tag, its buffer, and what it kept
+    /// alive (dropped with the completion).
+    entry: Option<Entry>,
 }
 
 impl Completion {
-    fn new(wc: WorkCompletion, entry: Option<Entry>) -> Self {
-        let owned = entry.map(|entry| {
-            let mut buf = entry.buf;
-            if let Some(buf) = buf.as_mut() {
-                buf.set_received(received_len(&wc, entry.recv));
+    #[inline]
+    fn new(wc: WorkCompletion, mut entry: Option<Entry>) -> Self {
+        if let Some(entry) = entry.as_mut() {
+            let recv = entry.is_recv();
+            if let Some(buf) = entry.buf.as_mut() {
+                buf.set_received(received_len(&wc, recv));
             }
-            (entry.tag, buf)
-        });
-        Self { wc, owned }
+        }
+        Self { wc, entry }
     }
 
     /// The work completion. For an owned request its `wr_id` is the crate's id; use
     /// [`tag`](Self::tag).
+    #[inline]
     pub fn wc(&self) -> &WorkCompletion {
         &self.wc
     }
 
     /// The tag of the owned request this completes, or `None` for a request posted another
     /// way (then [`wc`](Self::wc)`.wr_id()` is its `wr_id`).
+    #[inline]
     pub fn tag(&self) -> Option<u64> {
-        self.owned.as_ref().map(|(tag, _)| *tag)
+        self.entry.as_ref().map(|entry| entry.tag)
     }
 
     /// The buffer the completed owned request hands back. After a receive its length is the
     /// bytes received (see [`Buf::len`]); after a failed completion its contents are
     /// undefined.
+    #[inline]
     pub fn take_buf(&mut self) -> Option<Buf> {
-        self.owned.as_mut().and_then(|(_, buf)| buf.take())
+        self.entry.as_mut().and_then(|entry| entry.buf.take())
     }
 
     /// The buffer the completed owned request hands back, borrowed (as
     /// [`take_buf`](Self::take_buf), which it stays available to).
     pub fn buf(&self) -> Option<&Buf> {
-        self.owned.as_ref().and_then(|(_, buf)| buf.as_ref())
+        self.entry.as_ref().and_then(|entry| entry.buf.as_ref())
     }
 
     /// The completion's status.
+    #[inline]
     pub fn status(&self) -> WcStatus {
         self.wc.status()
     }
 
     /// Whether the request succeeded.
+    #[inline]
     pub fn is_success(&self) -> bool {
         self.wc.is_success()
     }
@@ -729,6 +776,7 @@ impl Completion {
 /// The length a buffer gets back from its completion: for a receive, the bytes that landed in
 /// it (none for an RDMA WRITE with immediate, whose bytes went to the peer's target memory, and
 /// none after an error, whose bytes are undefined); for a send, `None` (unchanged).
+#[inline]
 fn received_len(wc: &WorkCompletion, recv: bool) -> Option<u32> {
     if !recv {
         return None;
@@ -770,11 +818,12 @@ impl CompletionQueue {
             let want = (max - done).min(BATCH);
             let polled = self.poll_uninit(&mut wcs[..want])?;
             let n = polled.len();
+            // After the poll: every queue pair whose completion it returned has its route.
+            self.route_cache.refresh(&self.inner.routes);
             for wc in polled {
-                // The routes are locked per completion and released before `f` runs, which
-                // may create queue pairs on this queue (adding routes) or post (taking table
-                // locks).
-                let entry = take_completed(&self.inner.routes.lock(), wc.qp_num(), wc.wr_id());
+                // No lock is held while `f` runs, which may post (taking table locks) or
+                // create queue pairs on this queue (changing the routes).
+                let entry = self.route_cache.take_completed(wc.qp_num(), wc.wr_id());
                 f(Completion::new(*wc, entry));
             }
             done += n;

@@ -114,7 +114,7 @@ impl Count {
                 _ => format!("{} {mode}", shell_quote(&self.binary)),
             };
             commands.push_str(&format!(
-                "valgrind --tool=callgrind --toggle-collect='measured_*' --callgrind-out-file={out} \
+                "valgrind --tool=callgrind --dump-instr=yes --toggle-collect='measured_*' --callgrind-out-file={out} \
                  {program} {rounds} > {log} 2>&1 || {{ cat {log}; fail \"callgrind {mode} failed\"; }}\n",
                 out = shell_quote(&self.out(mode).to_string_lossy()),
                 log = shell_quote(&self.work.join(format!("{mode}.log")).to_string_lossy()),
