@@ -108,8 +108,9 @@ impl std::fmt::Debug for Entry {
 /// order: such a queue completes in order, so a completion releases every request before
 /// its own too (unsignaled sends).
 ///
-/// A ring of slots, allocated once, between two positions that only grow: `head` (the oldest
-/// request in flight) and `tail` (one past the newest). Two sides use it:
+/// A ring of slots, allocated once, between two positions that grow (`tail` moves back by one
+/// only to undo a refused post): `head` (the oldest request in flight) and `tail` (one past
+/// the newest). Two sides use it:
 ///
 /// - the *poster*, the owner of the queue pair (it posts through `&mut`, and resets and
 ///   destroys the queue pair by value or `&mut`), so one thread at a time: [`push`](Self::push)
@@ -269,8 +270,8 @@ impl Ring {
             return None;
         }
         if position != head {
-            // SAFETY: under the lock, from `head` to a position before the loaded `tail`;
-            // `head` moves past them below.
+            // SAFETY: under the lock, `head` is `head` and `position` is before the loaded
+            // `tail`.
             unsafe { self.release(head, position) };
         }
         // SAFETY: as above; `head` moves past it below, so it is read once.
@@ -279,19 +280,23 @@ impl Ring {
         Some(entry)
     }
 
-    /// Drops the entries from `from` up to (not including) `to`.
+    /// Drops the entries from `from` up to (not including) `to`, moving `head` past each one
+    /// before dropping it: an entry's destructor that panics leaves `head` past that entry,
+    /// so it is never dropped twice (by a later completion, a `clear`, or the ring's drop).
     ///
     /// # Safety
     ///
     /// The caller holds `consumer` (or `&mut self`), `from` is `head` and `to` at most the
-    /// `tail` it loaded, and it moves `head` to `to` or past it before releasing the lock, so
-    /// each entry is dropped once.
+    /// `tail` it loaded.
     unsafe fn release(&self, from: u64, to: u64) {
         let mut position = from;
         while position != to {
-            // SAFETY: an entry between `head` and `tail` (the caller's contract), dropped once.
-            unsafe { (*self.slot(position)).assume_init_drop() };
+            // SAFETY: an entry between `head` and `tail` (the caller's contract); `head`
+            // moves past it before it is dropped, so it is read once.
+            let entry = unsafe { (*self.slot(position)).assume_init_read() };
             position = position.wrapping_add(1);
+            self.head.store(position, Ordering::Release);
+            drop(entry);
         }
     }
 
@@ -301,17 +306,17 @@ impl Ring {
         let _consumer = self.consumer.lock();
         let head = self.head.load(Ordering::Relaxed);
         let tail = self.tail.load(Ordering::Acquire);
-        // SAFETY: under the lock, from `head` to the loaded `tail`, where `head` moves next.
+        // SAFETY: under the lock, from `head` to the loaded `tail`.
         unsafe { self.release(head, tail) };
-        self.head.store(tail, Ordering::Release);
     }
 
     /// Requests in flight.
     pub(crate) fn len(&self) -> usize {
         let head = self.head.load(Ordering::Acquire);
         let tail = self.tail.load(Ordering::Acquire);
-        // `head` was loaded first and both only grow (`unpush` moves `tail` back only above
-        // `head`): at least 0.
+        // `head` was loaded first and only grows; `tail` moves back only in `unpush`, and
+        // never below `head`: the difference is not negative, but may be one too high while
+        // an undo runs.
         tail.saturating_sub(head) as usize
     }
 }
@@ -429,8 +434,8 @@ impl SrqTable {
     }
 
     fn lock(&self) -> MutexGuard<'_, SrqState> {
-        // As `Ring::lock`: a removal's shifts complete before the lock is released, and
-        // nothing in them panics.
+        // A poisoned lock is used as it is: a removal's shifts complete before the lock is
+        // released, and nothing in them panics.
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -576,12 +581,12 @@ impl Routes {
 /// created on the queue or destroyed), so that a completion finds its tables without a lock.
 ///
 /// The copy is checked after every batch polled, before its completions are matched, and a
-/// queue pair's route is added before it can post, so the copy knows every queue pair whose
-/// completions the batch holds. A copy that still has a destroyed queue pair's route is
-/// harmless: a completion is matched by its request's id, which is in flight in one table
-/// only, and a destroyed queue pair's tables were emptied by its destruction. (Were a
-/// completion missed, its request would stay in flight until a later completion of the same
-/// queue, a reset or the destruction released it: a delay, not a hazard.)
+/// queue pair's route is added before it can post; and an owned completion that matches
+/// nothing in the copy reloads it and looks again (see
+/// [`take_completed`](Self::take_completed)), so no completion is missed for a copy too old.
+/// A copy that still has a destroyed queue pair's route is harmless: a completion is matched
+/// by its request's id, which is in flight in one table only, and a destroyed queue pair's
+/// tables were emptied by its destruction.
 #[derive(Debug)]
 pub(crate) struct RouteCache {
     generation: u64,
@@ -622,8 +627,32 @@ impl RouteCache {
     /// Finds the owned request a completion of queue pair `qp_num` with `wr_id` ends: takes
     /// it from its table (releasing the requests before it). `None` for a completion of no
     /// owned request.
+    ///
+    /// An owned id that matches nothing makes it reload the copy from `routes` and look once
+    /// more: Rust's memory model does not order a route's addition (on the thread that created
+    /// the queue pair) before the load of the change count that follows a poll, since what
+    /// links them goes through the device. A stale completion (its request released by a reset
+    /// or destroy) takes that path too, which costs a lock, not an allocation (the copy reuses
+    /// its storage).
     #[inline]
-    pub(crate) fn take_completed(&self, qp_num: u32, wr_id: u64) -> Option<Entry> {
+    pub(crate) fn take_completed(
+        &mut self,
+        routes: &Routes,
+        qp_num: u32,
+        wr_id: u64,
+    ) -> Option<Entry> {
+        let entry = take_completed(&self.routes, qp_num, wr_id);
+        if entry.is_some() || wr_id & OWNED_ID_BIT == 0 {
+            return entry;
+        }
+        self.retry(routes, qp_num, wr_id)
+    }
+
+    /// [`take_completed`](Self::take_completed)'s second look, after a reload.
+    #[cold]
+    #[inline(never)]
+    fn retry(&mut self, routes: &Routes, qp_num: u32, wr_id: u64) -> Option<Entry> {
+        self.reload(routes);
         take_completed(&self.routes, qp_num, wr_id)
     }
 }
@@ -631,7 +660,7 @@ impl RouteCache {
 /// Finds the owned request a completion of queue pair `qp_num` with `wr_id` ends, among
 /// `routes`: takes it from its table (releasing the requests before it). `None` for a
 /// completion of no owned request.
-#[inline]
+#[inline(always)]
 pub(crate) fn take_completed(routes: &[Route], qp_num: u32, wr_id: u64) -> Option<Entry> {
     if wr_id & OWNED_ID_BIT == 0 {
         return None;
@@ -816,6 +845,96 @@ mod ring_tests {
             "each released once"
         );
         assert!(completed.load(Ordering::Relaxed) > 0);
+    }
+
+    fn push(ring: &Ring, tag: u64) -> (u64, bool) {
+        // SAFETY: each test is the only poster of its rings.
+        unsafe { ring.push(tag, None, None) }.unwrap()
+    }
+
+    /// Panics when dropped the first time it is (the ring must not drop it again), and counts
+    /// its drops.
+    struct PanicsOnDrop(Arc<AtomicUsize>);
+
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            if self.0.fetch_add(1, Ordering::Relaxed) == 0 {
+                panic!("an entry's destructor panicked");
+            }
+        }
+    }
+
+    /// An entry whose destructor panics while a completion releases it is not dropped again
+    /// by a later completion, a clear, or the ring's drop: `head` moved past it first.
+    #[test]
+    fn a_panicking_release_drops_nothing_twice() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let ring = Ring::new(4, false);
+        let panicky: Arc<dyn Send + Sync> = Arc::new(PanicsOnDrop(drops.clone()));
+        // SAFETY: this test is the ring's only poster.
+        let (_, _) = unsafe { ring.push(0, None, Some(panicky)) }.unwrap();
+        let (second, _) = push(&ring, 1);
+        let (third, _) = push(&ring, 2);
+        // Completing the second releases the first, whose destructor panics.
+        let unwound =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ring.complete(second)));
+        assert!(unwound.is_err());
+        assert_eq!(drops.load(Ordering::Relaxed), 1);
+        // The panicking entry is gone; the second is still there, found by its id.
+        assert_eq!(ring.len(), 2);
+        assert_eq!(ring.complete(second).unwrap().tag, 1);
+        ring.clear();
+        assert!(ring.complete(third).is_none());
+        drop(ring);
+        assert_eq!(drops.load(Ordering::Relaxed), 1, "dropped once");
+    }
+
+    /// The poster undoes some of its records (a refused post) while a completer completes on
+    /// another thread: every entry is dropped exactly once, whichever side takes it.
+    #[test]
+    fn undo_races_completions() {
+        let n: u64 = if cfg!(miri) { 300 } else { 100_000 };
+        let ring = Arc::new(Ring::new(4, false));
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let (ids_tx, ids_rx) = mpsc::channel::<u64>();
+        let completer = {
+            let ring = ring.clone();
+            std::thread::spawn(move || {
+                for id in ids_rx {
+                    ring.complete(id);
+                }
+            })
+        };
+        let mut made = 0usize;
+        let mut undone = 0usize;
+        for i in 0..n {
+            let keep: Arc<dyn Send + Sync> = Arc::new(Counted(dropped.clone()));
+            // SAFETY: this thread is the ring's only poster.
+            match unsafe { ring.push(i, None, Some(keep)) } {
+                Ok((id, _)) => {
+                    made += 1;
+                    if i % 3 == 0 {
+                        // SAFETY: as above.
+                        let entry = unsafe { ring.unpush(id) }.expect("the newest entry");
+                        assert_eq!(entry.tag, i);
+                        undone += 1;
+                    } else {
+                        ids_tx.send(id).unwrap();
+                    }
+                }
+                Err((Error::QueueFull { .. }, _)) => {
+                    // The refused request's `keep` was dropped: not a release.
+                    dropped.fetch_sub(1, Ordering::Relaxed);
+                    std::thread::yield_now();
+                }
+                Err((other, _)) => panic!("{other:?}"),
+            }
+        }
+        drop(ids_tx);
+        completer.join().unwrap();
+        ring.clear();
+        assert!(undone > 0);
+        assert_eq!(dropped.load(Ordering::Relaxed), made, "each dropped once");
     }
 
     /// Positions wrap the slots many times over; the last free slot is reported each time

@@ -2,11 +2,15 @@
 //! one atomic exchange to take it and one store to release it when nobody else holds it,
 //! where `std::sync::Mutex` adds poisoning checks and an out-of-line call per use.
 //!
-//! Only for sections that are short and bounded: no allocation, no system call on the common
-//! path, no user code, no other lock taken inside. A waiter spins briefly, then yields its
-//! time slice between tries, so a holder that was preempted gets the processor back.
+//! Only for sections that are short and bounded: no allocation and no user code, and no
+//! system call on the common path. (The ring's sections drop the entries they release: the
+//! last buffer of a pool deregisters its region, the last clone of an address handle destroys
+//! it; those calls take no lock of the ring's, so they cannot deadlock, only hold it longer.)
+//! A waiter spins briefly, then yields its time slice between tries, so a holder that was
+//! preempted gets the processor back.
 
 use std::cell::UnsafeCell;
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -41,7 +45,10 @@ impl<T> SpinLock<T> {
         {
             self.lock_contended();
         }
-        SpinGuard { lock: self }
+        SpinGuard {
+            lock: self,
+            _value: PhantomData,
+        }
     }
 
     #[cold]
@@ -71,6 +78,10 @@ impl<T> SpinLock<T> {
 /// Access to a [`SpinLock`]'s value; dropping it releases the lock.
 pub(crate) struct SpinGuard<'a, T> {
     lock: &'a SpinLock<T>,
+    /// The guard gives `&mut T`: it is `Sync` only where `&mut T` is (`T: Sync`), not
+    /// wherever `&SpinLock<T>` is (`T: Send`), or two threads could reach a `Cell` through
+    /// one shared guard.
+    _value: PhantomData<&'a mut T>,
 }
 
 impl<T> Deref for SpinGuard<'_, T> {
@@ -126,6 +137,22 @@ mod tests {
             thread.join().unwrap();
         }
         assert_eq!(*lock.lock(), if cfg!(miri) { 800 } else { 400_000 });
+    }
+
+    /// A guard over a value that is `Send` but not `Sync` is not `Sync`: the call below
+    /// resolves only if `SpinGuard<Cell<u8>>` has one implementation of `NotSync<_>`, which
+    /// a `Sync` guard would not (both implementations would apply).
+    #[test]
+    fn a_guard_is_sync_only_over_sync_values() {
+        trait NotSync<Which> {
+            fn check() {}
+        }
+        impl<T: ?Sized> NotSync<()> for T {}
+        impl<T: ?Sized + Sync> NotSync<u8> for T {}
+        <SpinGuard<'static, std::cell::Cell<u8>> as NotSync<_>>::check();
+        // And the lock itself is `Sync` over `Send` values, as `Mutex` is.
+        fn sync<T: Sync>() {}
+        sync::<SpinLock<std::cell::Cell<u8>>>();
     }
 
     /// A section that panics releases the lock.

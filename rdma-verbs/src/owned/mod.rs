@@ -823,7 +823,9 @@ impl CompletionQueue {
             for wc in polled {
                 // No lock is held while `f` runs, which may post (taking table locks) or
                 // create queue pairs on this queue (changing the routes).
-                let entry = self.route_cache.take_completed(wc.qp_num(), wc.wr_id());
+                let entry =
+                    self.route_cache
+                        .take_completed(&self.inner.routes, wc.qp_num(), wc.wr_id());
                 f(Completion::new(*wc, entry));
             }
             done += n;
