@@ -705,7 +705,8 @@ mod tests {
         }
     }
 
-    fn push(ring: &Ring, tag: u64) -> (u64, bool) {
+    /// Records an entry with `tag` and no buffer; panics if the ring refuses it.
+    pub(super) fn push(ring: &Ring, tag: u64) -> (u64, bool) {
         // SAFETY: each test is the only poster of its rings.
         unsafe { ring.push(tag, None, None) }.unwrap()
     }
@@ -847,10 +848,7 @@ mod ring_tests {
         assert!(completed.load(Ordering::Relaxed) > 0);
     }
 
-    fn push(ring: &Ring, tag: u64) -> (u64, bool) {
-        // SAFETY: each test is the only poster of its rings.
-        unsafe { ring.push(tag, None, None) }.unwrap()
-    }
+    use super::tests::push;
 
     /// Panics when dropped the first time it is (the ring must not drop it again), and counts
     /// its drops.
