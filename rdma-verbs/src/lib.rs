@@ -93,6 +93,7 @@ mod owned;
 mod pd;
 pub mod qp;
 mod scope;
+pub mod shared;
 mod spin;
 mod srq;
 #[cfg(feature = "tokio")]

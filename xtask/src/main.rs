@@ -35,6 +35,7 @@ fn main() -> ExitCode {
         Some("instructions") => harness::instructions(&root, &args[1..]),
         Some("bench-compare") => harness::bench_compare(&root, &args[1..]),
         Some("bench") => harness::bench(&root, &args[1..]),
+        Some("dsm-bench") => harness::dsm_bench(&root, &args[1..]),
         Some("-h" | "--help") | None => {
             print!("{USAGE}");
             Ok(())
@@ -74,6 +75,10 @@ tasks:
                     options: --rounds N (5), --iters N (1000), --sizes a,b,.. (2,64,1024,4096),
                     --write (the table into docs/benchmarks.md, the plot into docs/),
                     --smoke (1 round, 100 iterations, 64 bytes)
+  dsm-bench         the DSM's page-fetch benchmark over tcp, rdma-send and rdma-read, C
+                    perftest's 4 KiB read and send latency, and the applications on 1 and 2
+                    nodes (Soft-RoCE VM if no device); options: --rounds N (3), --pages N
+                    (200), --write (tables into examples/dsm/README.md, plot beside it)
   modules           print rdma-verbs's module graph; fail if it has a cycle
   bindgen           regenerate rdma-verbs-sys/src/bindings from the installed headers
 ";

@@ -156,6 +156,39 @@ impl Run {
     }
 }
 
+/// Shell lines recording the machine's facts in `$work` (read back by [`Machine::read`]).
+pub(crate) const MACHINE_FACTS: &str = r#"uname -r > "$work/kernel"
+dpkg-query -W -f='${Version}' rdma-core > "$work/rdma-core" 2>/dev/null
+dpkg-query -W -f='${Version}' perftest > "$work/perftest" 2>/dev/null
+grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //' > "$work/cpu"
+nproc > "$work/cpus"
+"#;
+
+/// A shell function `pair ID PORT COMMAND`: runs COMMAND as a server and, once it listens on
+/// PORT, COMMAND with `127.0.0.1` appended as its client; records both exit codes in
+/// `$work/statuses` and the outputs in `$work/ID.server` and `$work/ID.client`.
+pub(crate) const PAIR: &str = r#"# Server on CPU 0, client on CPU 1, as perftest's run_perftest_loopback runs them: two
+# spinning processes that share a CPU take turns only at the scheduler's tick (4 ms).
+pin0=; pin1=
+if [ "$(nproc)" -ge 2 ]; then pin0="taskset -c 0"; pin1="taskset -c 1"; fi
+pair() {
+    id=$1; port=$2
+    timeout 300 $pin0 sh -c "$3" > "$work/$id.server" 2>&1 &
+    server=$!
+    i=0
+    until grep -q ":$(printf %04X "$port") .* 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null; do
+        i=$((i+1))
+        if [ $i -gt 600 ]; then echo "guest: $id: the server never listened"; kill $server; break; fi
+        sleep 0.05
+    done
+    timeout 300 $pin1 sh -c "$3 127.0.0.1" > "$work/$id.client" 2>&1
+    client=$?
+    wait $server
+    echo "$client $? $id" >> "$work/statuses"
+    echo "guest: $id client $client"
+}
+"#;
+
 /// The tools in the order round `round` runs them: alternating, so that a drift of the
 /// machine's speed during the run favours neither.
 fn order(round: u32) -> [&'static str; 2] {
@@ -218,34 +251,8 @@ pub(crate) fn bench_compare(root: &Path, args: &[String]) -> Result<(), String> 
     let count = Count::prepare(root, &work, plan.instruction_rounds)?;
     let mut script = String::new();
     script.push_str(&format!(
-        r#"work={work}
-uname -r > "$work/kernel"
-dpkg-query -W -f='${{Version}}' rdma-core > "$work/rdma-core" 2>/dev/null
-dpkg-query -W -f='${{Version}}' perftest > "$work/perftest" 2>/dev/null
-grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //' > "$work/cpu"
-nproc > "$work/cpus"
-# Server on CPU 0, client on CPU 1, as perftest's run_perftest_loopback runs them: two
-# spinning processes that share a CPU take turns only at the scheduler's tick (4 ms).
-pin0=; pin1=
-if [ "$(nproc)" -ge 2 ]; then pin0="taskset -c 0"; pin1="taskset -c 1"; fi
-pair() {{
-    id=$1; port=$2
-    timeout 300 $pin0 sh -c "$3" > "$work/$id.server" 2>&1 &
-    server=$!
-    i=0
-    until grep -q ":$(printf %04X "$port") .* 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null; do
-        i=$((i+1))
-        if [ $i -gt 600 ]; then echo "guest: $id: the server never listened"; kill $server; break; fi
-        sleep 0.05
-    done
-    timeout 300 $pin1 sh -c "$3 127.0.0.1" > "$work/$id.client" 2>&1
-    client=$?
-    wait $server
-    echo "$client $? $id" >> "$work/statuses"
-    echo "guest: $id client $client"
-}}
-"#,
-        work = shell_quote(&work.to_string_lossy())
+        "work={}\n{MACHINE_FACTS}{PAIR}",
+        shell_quote(&work.to_string_lossy())
     ));
     for (n, run) in runs.iter().enumerate() {
         // A new port per run: no run waits for the previous one's socket to close.
@@ -330,13 +337,13 @@ fn collect(work: &Path, runs: &[Run]) -> Result<Results, String> {
 
 /// A value read from a report, if it is a measurement: perftest prints `inf` latencies, or a
 /// rate of 0, when it fails to measure its CPU's clock rate.
-fn measurement(value: f64) -> Option<f64> {
+pub(crate) fn measurement(value: f64) -> Option<f64> {
     (value.is_finite() && value > 0.0).then_some(value)
 }
 
 /// `t_typical` of the result row for `size` in a perftest-shaped latency report: the fifth of
 /// nine numbers.
-fn typical_of(report: &str, size: usize) -> Option<f64> {
+pub(crate) fn typical_of(report: &str, size: usize) -> Option<f64> {
     report.lines().find_map(|line| {
         let fields: Vec<&str> = line.split_whitespace().collect();
         if fields.len() != 9 || fields[0].parse::<usize>().ok()? != size {
@@ -362,16 +369,16 @@ fn msg_rate_of(report: &str, size: usize) -> Option<f64> {
 
 /// Facts of the machine the run was on, as the guest recorded them.
 #[derive(Debug, Default)]
-struct Machine {
-    kernel: String,
-    rdma_core: String,
-    perftest: String,
-    cpu: String,
-    cpus: String,
+pub(crate) struct Machine {
+    pub(crate) kernel: String,
+    pub(crate) rdma_core: String,
+    pub(crate) perftest: String,
+    pub(crate) cpu: String,
+    pub(crate) cpus: String,
 }
 
 impl Machine {
-    fn read(work: &Path) -> Self {
+    pub(crate) fn read(work: &Path) -> Self {
         let read = |name: &str| {
             std::fs::read_to_string(work.join(name))
                 .map(|s| s.trim().to_string())
@@ -388,11 +395,11 @@ impl Machine {
 }
 
 /// The finite values of `values`.
-fn measured(values: &[Option<f64>]) -> Vec<f64> {
+pub(crate) fn measured(values: &[Option<f64>]) -> Vec<f64> {
     values.iter().flatten().copied().collect()
 }
 
-fn median(values: &[f64]) -> f64 {
+pub(crate) fn median(values: &[f64]) -> f64 {
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -532,7 +539,7 @@ fn rate_table(plan: &Plan, results: &Results) -> String {
 }
 
 /// Today's date (UTC), from `date`, for the record.
-fn today() -> String {
+pub(crate) fn today() -> String {
     Command::new("date")
         .args(["-u", "+%Y-%m-%d"])
         .output()
@@ -543,11 +550,16 @@ fn today() -> String {
 
 /// Replaces the text between [`BEGIN`] and [`END`] in `doc` with `table`.
 fn write_section(doc: &Path, table: &str) -> Result<(), String> {
+    write_between(doc, BEGIN, END, table)
+}
+
+/// Replaces the text between the lines `begin` and `end` in `doc` with `table`.
+pub(crate) fn write_between(doc: &Path, begin: &str, end: &str, table: &str) -> Result<(), String> {
     let text = std::fs::read_to_string(doc).map_err(|e| format!("{}: {e}", doc.display()))?;
-    let (Some(begin), Some(end)) = (text.find(BEGIN), text.find(END)) else {
-        return Err(format!("{} lacks the {BEGIN} … {END} lines", doc.display()));
+    let (Some(b), Some(e)) = (text.find(begin), text.find(end)) else {
+        return Err(format!("{} lacks the {begin} … {end} lines", doc.display()));
     };
-    let new = format!("{}{BEGIN}\n{table}{}", &text[..begin], &text[end..]);
+    let new = format!("{}{begin}\n{table}{}", &text[..b], &text[e..]);
     std::fs::write(doc, new).map_err(|e| format!("{}: {e}", doc.display()))
 }
 

@@ -17,6 +17,7 @@
 mod bench;
 mod build;
 mod criterion;
+mod dsm_bench;
 mod instructions;
 mod nodes;
 mod pingpong;
@@ -36,6 +37,7 @@ use verdict::{DeviceReport, Exit, Kind, Skips, Verdict};
 
 pub(crate) use bench::bench_compare;
 pub(crate) use criterion::bench;
+pub(crate) use dsm_bench::dsm_bench;
 pub(crate) use instructions::instructions;
 pub(crate) use pingpong::pingpong;
 pub(crate) use selftest::run as selftest;

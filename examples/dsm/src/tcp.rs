@@ -1,0 +1,372 @@
+//! The `tcp` transport: kernel sockets, one connection from each node's client side to each
+//! node's server side (itself included), requests and replies as [`Msg`]s.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use rdma_verbs::shared::copy_from_shared;
+
+use crate::home::{Home, Out};
+use crate::launch::Launch;
+use crate::region::{PAGE, Region};
+use crate::rendezvous;
+use crate::wire::{HEADER_LEN, Header, Msg};
+
+/// Writes `msg` in one `write_all` (header and payload together).
+fn write_msg(stream: &mut TcpStream, msg: &Msg) -> std::io::Result<()> {
+    let mut bytes = Vec::with_capacity(HEADER_LEN + msg.payload.len());
+    bytes.extend_from_slice(&msg.header().encode());
+    bytes.extend_from_slice(&msg.payload);
+    stream.write_all(&bytes)
+}
+
+/// Writes a reply, copying the frames it carries (if any) out of `region`.
+fn write_out(stream: &mut TcpStream, out: &Out, region: &Region) -> std::io::Result<()> {
+    let header = out.header();
+    let mut bytes = Vec::with_capacity(HEADER_LEN + header.len as usize);
+    bytes.extend_from_slice(&header.encode());
+    bytes.extend_from_slice(&out.msg.payload);
+    if let Some((first, count)) = out.pages {
+        let at = bytes.len();
+        bytes.resize(at + usize::from(count) * PAGE, 0);
+        let frame = region
+            .frame(first as usize)
+            .filter(|_| (first as usize + usize::from(count)) <= region.pages())
+            .ok_or(ErrorKind::InvalidInput)?;
+        // SAFETY: `count` whole frames of the alias (checked to lie in the window), accessed
+        // only atomically or by the device (region.rs).
+        unsafe { copy_from_shared(frame, &mut bytes[at..]) };
+    }
+    stream.write_all(&bytes)
+}
+
+/// Reads one message; `Ok(None)` on a clean end of stream before its first byte.
+fn read_msg(stream: &mut TcpStream) -> std::io::Result<Option<Msg>> {
+    let mut header = [0u8; HEADER_LEN];
+    let mut got = 0;
+    while got < HEADER_LEN {
+        match stream.read(&mut header[got..]) {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let header = Header::decode(&header)
+        .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e.to_string()))?;
+    let mut payload = vec![0u8; header.len as usize];
+    stream.read_exact(&mut payload)?;
+    Ok(Some(Msg::from_header(header, payload)))
+}
+
+/// The client side: a connection to every node's server.
+#[derive(Debug)]
+pub(crate) struct TcpLinks {
+    conns: Vec<TcpStream>,
+    /// A call failed part-way: a stream may hold half a message, so none is used again.
+    broken: Option<String>,
+}
+
+impl TcpLinks {
+    /// Sends `msg` to node `msg.to` and waits at most `bound` for its reply.
+    pub(crate) fn call(&mut self, msg: &Msg, bound: Duration) -> Result<Msg> {
+        let result = self.call_inner(msg, bound);
+        if let Err(e) = &result {
+            self.broken.get_or_insert_with(|| e.to_string());
+        }
+        result
+    }
+
+    fn call_inner(&mut self, msg: &Msg, bound: Duration) -> Result<Msg> {
+        self.send(msg)?;
+        let to = msg.to;
+        let stream = &mut self.conns[usize::from(to)];
+        stream
+            .set_read_timeout(Some(bound.max(Duration::from_millis(1))))
+            .map_err(|e| Error::os("setting a socket timeout", e))?;
+        match read_msg(stream) {
+            Ok(Some(reply)) => Ok(reply),
+            Ok(None) => Err(Error::peer(to, "closed its connection (it died or left)")),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Err(
+                Error::peer(to, format!("no reply within {:.1} s", bound.as_secs_f64())),
+            ),
+            Err(e) => Err(Error::peer(to, format!("connection failed: {e}"))),
+        }
+    }
+
+    /// Sends `msg` to node `msg.to` without waiting for a reply.
+    pub(crate) fn send(&mut self, msg: &Msg) -> Result<()> {
+        if let Some(why) = &self.broken {
+            return Err(Error::Config(format!(
+                "the TCP links are unusable after an earlier failure: {why}"
+            )));
+        }
+        let to = msg.to;
+        let stream = self
+            .conns
+            .get_mut(usize::from(to))
+            .ok_or_else(|| Error::InvalidArgument(format!("no node {to}")))?;
+        let result =
+            write_msg(stream, msg).map_err(|e| Error::peer(to, format!("cannot send to it: {e}")));
+        if let Err(e) = &result {
+            self.broken.get_or_insert_with(|| e.to_string());
+        }
+        result
+    }
+}
+
+/// The server side: a connection from every node's client.
+#[derive(Debug)]
+pub(crate) struct TcpServer {
+    me: u16,
+    conns: Vec<Option<TcpStream>>,
+    bound: Duration,
+}
+
+/// Sets the options every mesh connection gets: no Nagle delay, and keepalive probes after a
+/// second of silence, a second apart, three of them, so that a peer host that vanishes
+/// (rather than a process that dies, which closes its sockets) is noticed within seconds.
+fn tune(stream: &TcpStream) -> Result<()> {
+    stream
+        .set_nodelay(true)
+        .map_err(|e| Error::os("TCP_NODELAY", e))?;
+    let fd = stream.as_raw_fd();
+    for (level, name, value) in [
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3),
+    ] {
+        let value: libc::c_int = value;
+        // SAFETY: a valid socket and a pointer to a c_int of the size given.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                name,
+                (&value as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(Error::last_os("setsockopt (keepalive)"));
+        }
+    }
+    Ok(())
+}
+
+/// A listener for the mesh on `ip`, and the blob that tells the other nodes where it is.
+pub(crate) fn listen(ip: IpAddr) -> Result<(TcpListener, Vec<u8>)> {
+    let l = TcpListener::bind(SocketAddr::new(ip, 0))
+        .map_err(|e| Error::os(format!("listening on {ip}"), e))?;
+    let addr = l.local_addr().map_err(|e| Error::os("listener", e))?;
+    Ok((l, addr.to_string().into_bytes()))
+}
+
+/// Joins the `tcp` transport's mesh: meets at the rendezvous (this node's blob is its
+/// listener's address), then connects (see [`mesh`]).
+pub(crate) fn connect(
+    launch: &Launch,
+    digest: u64,
+    bound: Duration,
+) -> Result<(TcpLinks, TcpServer)> {
+    let mut listener = None;
+    let blobs = rendezvous::meet(launch, digest, bound, |ip| {
+        let (l, blob) = listen(ip)?;
+        listener = Some(l);
+        Ok(blob)
+    })?;
+    let listener = listener.ok_or_else(|| Error::protocol("no listener was made"))?;
+    mesh(launch, listener, &blobs, bound)
+}
+
+/// Connects to every node's listener (its own too; `blobs` are what [`listen`] returned on
+/// each node, by rank) and accepts every node's connection.
+pub(crate) fn mesh(
+    launch: &Launch,
+    listener: TcpListener,
+    blobs: &[Vec<u8>],
+    bound: Duration,
+) -> Result<(TcpLinks, TcpServer)> {
+    let deadline = Instant::now() + bound;
+    let size = usize::from(launch.size);
+    let mut links = Vec::with_capacity(size);
+    for (rank, blob) in blobs.iter().enumerate() {
+        let addr: SocketAddr = std::str::from_utf8(blob)
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(|| Error::protocol(format!("node {rank}'s address is unreadable")))?;
+        let mut stream = TcpStream::connect_timeout(&addr, bound)
+            .map_err(|e| Error::peer(rank as u16, format!("cannot connect to {addr}: {e}")))?;
+        tune(&stream)?;
+        stream
+            .set_write_timeout(Some(bound))
+            .map_err(|e| Error::os("socket timeout", e))?;
+        stream
+            .write_all(&launch.rank.to_le_bytes())
+            .map_err(|e| Error::peer(rank as u16, format!("cannot greet it: {e}")))?;
+        links.push(stream);
+    }
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| Error::os("listener", e))?;
+    let mut conns: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
+    let mut accepted = 0;
+    while accepted < size {
+        match listener.accept() {
+            Ok((mut stream, _)) => {
+                stream
+                    .set_nonblocking(false)
+                    .and_then(|_| stream.set_read_timeout(Some(bound)))
+                    .and_then(|_| stream.set_write_timeout(Some(bound)))
+                    .map_err(|e| Error::os("accepted connection", e))?;
+                tune(&stream)?;
+                let mut rank = [0u8; 2];
+                stream
+                    .read_exact(&mut rank)
+                    .map_err(|e| Error::os("reading a node's greeting", e))?;
+                let rank = u16::from_le_bytes(rank);
+                let slot = conns
+                    .get_mut(usize::from(rank))
+                    .filter(|s| s.is_none())
+                    .ok_or_else(|| Error::protocol(format!("a second or unknown node {rank}")))?;
+                *slot = Some(stream);
+                accepted += 1;
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    let missing = conns.iter().position(Option::is_none).unwrap_or(0);
+                    return Err(Error::peer(
+                        missing as u16,
+                        "never connected to this node's server",
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(Error::os("accepting a node", e)),
+        }
+    }
+    Ok((
+        TcpLinks {
+            conns: links,
+            broken: None,
+        },
+        TcpServer {
+            me: launch.rank,
+            conns,
+            bound,
+        },
+    ))
+}
+
+impl TcpServer {
+    /// Adds a `pollfd` for each open connection to `fds`; returns their ranks, in order.
+    pub(crate) fn poll_fds(&self, fds: &mut Vec<libc::pollfd>) -> Vec<usize> {
+        let mut ranks = Vec::new();
+        for (rank, conn) in self.conns.iter().enumerate() {
+            if let Some(c) = conn {
+                fds.push(libc::pollfd {
+                    fd: c.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+                ranks.push(rank);
+            }
+        }
+        ranks
+    }
+
+    /// For a connection that carries nothing (the RDMA transports' liveness mesh) and polled
+    /// readable: whether it has closed (end of stream, an error, or bytes it should never
+    /// carry); a closed one is dropped.
+    pub(crate) fn closed_now(&mut self, rank: usize) -> bool {
+        let Some(conn) = self.conns.get_mut(rank).and_then(Option::as_mut) else {
+            return false;
+        };
+        let mut byte = [0u8; 1];
+        let _ = conn.set_nonblocking(true);
+        let closed = !matches!(
+            conn.read(&mut byte),
+            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted
+        );
+        if closed {
+            self.conns[rank] = None;
+        }
+        closed
+    }
+
+    /// Serves requests until every node has left, or `stop` becomes readable.
+    pub(crate) fn run(mut self, mut home: Home, region: &Region, stop: &OwnedFd) -> Result<()> {
+        let mut out = Vec::new();
+        while !home.done() {
+            let mut fds: Vec<libc::pollfd> = vec![libc::pollfd {
+                fd: stop.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            let ranks = self.poll_fds(&mut fds);
+            // SAFETY: `fds` is a valid array of pollfd of the given length.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(Error::os("poll", e));
+            }
+            if fds[0].revents != 0 {
+                return Ok(());
+            }
+            for (fd, &rank) in fds[1..].iter().zip(&ranks) {
+                if fd.revents == 0 {
+                    continue;
+                }
+                let Some(conn) = self.conns[rank].as_mut() else {
+                    continue;
+                };
+                conn.set_read_timeout(Some(self.bound))
+                    .map_err(|e| Error::os("socket timeout", e))?;
+                match read_msg(conn) {
+                    Ok(Some(msg)) if usize::from(msg.from) == rank && msg.to == self.me => {
+                        home.handle(msg, &mut out)
+                    }
+                    Ok(Some(msg)) => {
+                        crate::say!(
+                            "dsm: node {}: a message from node {} on node {rank}'s connection; \
+                             closing it",
+                            self.me,
+                            msg.from
+                        );
+                        self.conns[rank] = None;
+                        home.closed(rank as u16, &mut out);
+                    }
+                    Ok(None) | Err(_) => {
+                        self.conns[rank] = None;
+                        home.closed(rank as u16, &mut out);
+                    }
+                }
+            }
+            // A failed write closes that node, whose waiters' failures go out in turn.
+            while !out.is_empty() {
+                let mut more = Vec::new();
+                for reply in out.drain(..) {
+                    let to = reply.msg.to;
+                    let Some(conn) = self.conns.get_mut(usize::from(to)).and_then(Option::as_mut)
+                    else {
+                        continue;
+                    };
+                    if write_out(conn, &reply, region).is_err() {
+                        self.conns[usize::from(to)] = None;
+                        home.closed(to, &mut more);
+                    }
+                }
+                out = more;
+            }
+        }
+        Ok(())
+    }
+}

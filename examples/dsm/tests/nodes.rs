@@ -1,0 +1,513 @@
+//! The DSM on the device, through its launcher and by hand: every application on every
+//! transport (2 nodes, and 4 for some), the fault path, prefetch, and the failures (a node
+//! that dies, one that never joins, unequal collective calls, bad configuration, a touch
+//! outside the window). Each run is bounded; results are checked by the applications against
+//! single-node runs and by the tests against exact output lines.
+
+use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use rdma_test_support::TestDevice;
+
+const DSM: &str = env!("CARGO_BIN_EXE_dsm");
+/// How long one run may take (TCG is slow; a hang fails the test instead of the suite).
+const BOUND: Duration = Duration::from_secs(240);
+const TRANSPORTS: [&str; 3] = ["tcp", "rdma-send", "rdma-read"];
+
+fn device() -> Option<TestDevice> {
+    rdma_test_support::device()
+}
+
+/// Waits for `child` at most `bound`, reading its output as it runs; kills it after.
+fn finish(mut child: Child, bound: Duration, what: &str) -> Output {
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let out = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = stdout.read_to_end(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = stderr.read_to_end(&mut s);
+        s
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if started.elapsed() > bound {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: still running after {} s", bound.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: out.join().expect("stdout reader"),
+        stderr: err.join().expect("stderr reader"),
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `dsm run -n nodes -t transport <run options> <app...>` on `device`.
+fn run(device: &TestDevice, nodes: u16, transport: &str, extra: &[&str], app: &[&str]) -> Output {
+    let mut command = Command::new(DSM);
+    command
+        .args(["run", "-n", &nodes.to_string(), "-t", transport])
+        .args(["-d", &device.name, "-g", &device.gid_index.to_string()])
+        .args(["--window-mib", "8", "--timeout-ms", "20000"])
+        .args(extra)
+        .args(app)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let what = format!("dsm run -n {nodes} -t {transport} {}", app.join(" "));
+    finish(command.spawn().expect("spawn dsm"), BOUND, &what)
+}
+
+/// Fails unless the run succeeded; returns its standard output.
+fn ok(output: Output, what: &str) -> String {
+    assert!(
+        output.status.success(),
+        "{what}: {}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        text(&output.stdout),
+        text(&output.stderr)
+    );
+    text(&output.stdout)
+}
+
+#[test]
+fn the_counter_under_a_lock_counts_every_increment() {
+    let Some(device) = device() else { return };
+    // Two nodes on every transport; four on the one-sided transport (the others run four
+    // nodes in the false-sharing and SOR tests).
+    let runs = TRANSPORTS
+        .iter()
+        .map(|t| (*t, 2u16))
+        .chain([("rdma-read", 4)]);
+    for (transport, nodes) in runs {
+        let what = format!("counter on {nodes} nodes over {transport}");
+        let out = ok(
+            run(
+                &device,
+                nodes,
+                transport,
+                &[],
+                &["counter", "--increments", "40", "--stats"],
+            ),
+            &what,
+        );
+        let expected = format!(
+            "counter: {} after 40 increments on each of {nodes} nodes",
+            40 * u64::from(nodes)
+        );
+        assert_eq!(
+            out.lines().next(),
+            Some(expected.as_str()),
+            "{what}:\n{out}"
+        );
+        // The statistics table: node 0 is the lock's manager and the counter's home, so it
+        // served pages and applied a diff for every increment of every other node.
+        let row = |name: &str| -> Vec<u64> {
+            out.lines()
+                .find(|l| l.split_whitespace().next() == Some(name))
+                .unwrap_or_else(|| panic!("{what}: no {name} row:\n{out}"))
+                .split_whitespace()
+                .skip(1)
+                .map(|v| v.parse().expect("a number"))
+                .collect()
+        };
+        let locks = row("locks");
+        assert_eq!(locks.len(), usize::from(nodes) + 1, "{what}");
+        assert_eq!(locks[usize::from(nodes)], 40 * u64::from(nodes), "{what}");
+        let applied = row("diffs_applied");
+        assert_eq!(applied[0], 40 * u64::from(nodes - 1), "{what}: {applied:?}");
+        let upgrades = row("upgrade_faults");
+        assert_eq!(upgrades[0], 0, "{what}: the home never faults");
+        assert_eq!(
+            upgrades[usize::from(nodes)],
+            40 * u64::from(nodes - 1),
+            "{what}"
+        );
+    }
+}
+
+#[test]
+fn matmul_and_sor_equal_the_single_node_run_bit_for_bit() {
+    let Some(device) = device() else { return };
+    for transport in TRANSPORTS {
+        let out = ok(
+            run(&device, 2, transport, &[], &["matmul", "--n", "48"]),
+            &format!("matmul over {transport}"),
+        );
+        assert!(
+            out.starts_with(
+                "matmul: 48 x 48, every element equal to the single-node product, sum -213.90625"
+            ),
+            "{transport}: {out}"
+        );
+        let out = ok(
+            run(
+                &device,
+                2,
+                transport,
+                &[],
+                &["sor", "--n", "40", "--iterations", "4"],
+            ),
+            &format!("sor over {transport}"),
+        );
+        assert!(
+            out.starts_with("sor: 40 x 40, 4 sweeps, every cell equal to the single-node run, sum 1898.822582543129"),
+            "{transport}: {out}"
+        );
+    }
+    // Four nodes: rows split four ways, pages shared across three borders.
+    for transport in ["tcp", "rdma-read"] {
+        let out = ok(
+            run(
+                &device,
+                4,
+                transport,
+                &[],
+                &["sor", "--n", "40", "--iterations", "4"],
+            ),
+            &format!("sor on 4 nodes over {transport}"),
+        );
+        assert!(out.contains("sum 1898.822582543129"), "{transport}: {out}");
+    }
+}
+
+#[test]
+fn false_sharing_keeps_every_nodes_bytes() {
+    let Some(device) = device() else { return };
+    let runs = TRANSPORTS
+        .iter()
+        .map(|t| (*t, 2u16))
+        .chain([("tcp", 4), ("rdma-send", 4)]);
+    for (transport, nodes) in runs {
+        let out = ok(
+            run(
+                &device,
+                nodes,
+                transport,
+                &[],
+                &["false-sharing", "--pages", "4"],
+            ),
+            &format!("false sharing on {nodes} nodes over {transport}"),
+        );
+        assert_eq!(
+            out.trim(),
+            "false-sharing: every node's bytes kept on 4 pages"
+        );
+    }
+}
+
+#[test]
+fn a_write_to_an_invalid_page_takes_one_fault() {
+    let Some(device) = device() else { return };
+    for transport in TRANSPORTS {
+        let out = ok(
+            run(&device, 2, transport, &[], &["write-fault"]),
+            &format!("write-fault over {transport}"),
+        );
+        assert_eq!(
+            out.trim(),
+            "write-fault: faults 1, write faults 1, read faults 0",
+            "{transport}"
+        );
+    }
+}
+
+#[test]
+fn prefetch_stops_at_home_boundaries_and_the_allocation_end() {
+    let Some(device) = device() else { return };
+    for transport in TRANSPORTS {
+        // Without prefetch: one fetch per page read.
+        let out = ok(
+            run(&device, 2, transport, &[], &["prefetch"]),
+            &format!("prefetch 0 over {transport}"),
+        );
+        for rank in 0..2 {
+            let line = format!("prefetch: node {rank}: fetches 3, pages 3, prefetched 0, hits 0");
+            assert!(out.lines().any(|l| l == line), "{transport}: {out}");
+        }
+        // Two pages ahead: node 0 gets 4, 5, 6 with its first fault, hits 5, and fetches 7
+        // alone (8 belongs to another home); node 1 fetches 11 alone (the end), then 0, 1, 2.
+        let out = ok(
+            run(&device, 2, transport, &["--prefetch", "2"], &["prefetch"]),
+            &format!("prefetch 2 over {transport}"),
+        );
+        for rank in 0..2 {
+            let line = format!("prefetch: node {rank}: fetches 2, pages 4, prefetched 2, hits 1");
+            assert!(out.lines().any(|l| l == line), "{transport}: {out}");
+        }
+    }
+}
+
+#[test]
+fn a_touch_outside_the_window_dies_of_sigsegv() {
+    let Some(_device) = device() else { return };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let child = Command::new(DSM)
+        .arg("outside")
+        .env("DSM_RANK", "0")
+        .env("DSM_SIZE", "1")
+        .env("DSM_RENDEZVOUS", port.to_string())
+        .env("DSM_WINDOW_MIB", "4")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let out = finish(child, BOUND, "outside");
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGSEGV),
+        "{:?}\n{}",
+        out.status,
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn unequal_collective_calls_fail_on_every_node() {
+    let Some(device) = device() else { return };
+    for transport in TRANSPORTS {
+        let out = run(
+            &device,
+            3,
+            transport,
+            &[],
+            &["alloc", "--len", "1024", "--last-len", "5"],
+        );
+        assert_eq!(out.status.code(), Some(1), "{transport}");
+        let err = text(&out.stderr);
+        let line = "dsm: unequal collective calls: nodes 0, 1 called alloc (collective call 1); node 2 called alloc (collective call 1) with other arguments";
+        assert_eq!(
+            err.lines().filter(|l| *l == line).count(),
+            3,
+            "{transport}: {err}"
+        );
+    }
+}
+
+#[test]
+fn an_allocation_larger_than_the_window_is_refused() {
+    let Some(device) = device() else { return };
+    // 8 MiB window: 2048 pages; 2 Mi u64 need 4096.
+    let out = run(&device, 2, "tcp", &[], &["alloc", "--len", "2097152"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.lines().filter(|l| l.starts_with(
+            "dsm: an allocation of 16777216 bytes (4096 pages) does not fit: 2048 of the window's 2048 pages are left"
+        )).count() == 2,
+        "{err}"
+    );
+}
+
+#[test]
+fn a_dead_node_stops_the_others_with_its_name() {
+    let Some(device) = device() else { return };
+    for transport in TRANSPORTS {
+        let started = Instant::now();
+        let out = run(&device, 3, transport, &[], &["die", "--victim", "1"]);
+        let took = started.elapsed();
+        assert_eq!(out.status.code(), Some(1), "{transport}");
+        let err = text(&out.stderr);
+        let noticed = err
+            .lines()
+            .filter(|l| {
+                l.starts_with("dsm: node 1: died (its connection closed without it leaving)")
+            })
+            .count();
+        assert_eq!(
+            noticed, 2,
+            "{transport}: both survivors name node 1:\n{err}"
+        );
+        assert!(
+            err.contains("dsm: run failed: node 0 exit status: 1")
+                || err.contains("exit status: 3"),
+            "{transport}: {err}"
+        );
+        // Well inside the 20-second peer bound: the death is seen, not timed out.
+        assert!(took < Duration::from_secs(60), "{transport}: {took:?}");
+    }
+}
+
+#[test]
+fn a_node_that_never_joins_is_named_within_the_bound() {
+    let Some(_device) = device() else { return };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let started = Instant::now();
+    let child = Command::new(DSM)
+        .args(["counter", "--increments", "1"])
+        .env("DSM_RANK", "0")
+        .env("DSM_SIZE", "2")
+        .env("DSM_RENDEZVOUS", port.to_string())
+        .env("DSM_TIMEOUT_MS", "2000")
+        .env("DSM_WINDOW_MIB", "4")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let out = finish(child, BOUND, "lonely node 0");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr).trim(),
+        "dsm: node 1: never joined (missing: nodes 1; bound DSM_TIMEOUT_MS)"
+    );
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+/// Starts `nodes` processes of `dsm counter` with the variables `vars(rank)` gives, as srun
+/// or mpirun would, and checks node 0's result line.
+fn launch_by_hand(
+    device: &TestDevice,
+    nodes: u16,
+    transport: &str,
+    vars: impl Fn(u16) -> Vec<(&'static str, String)>,
+) {
+    let children: Vec<Child> = (0..nodes)
+        .map(|rank| {
+            let mut c = Command::new(DSM);
+            c.args(["counter", "--increments", "10"])
+                .env_remove("DSM_RANK")
+                .env_remove("DSM_SIZE")
+                .env("DSM_TRANSPORT", transport)
+                .env("DSM_DEVICE", &device.name)
+                .env("DSM_GID_INDEX", device.gid_index.to_string())
+                .env("DSM_WINDOW_MIB", "4")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            for (k, v) in vars(rank) {
+                c.env(k, v);
+            }
+            c.spawn().expect("spawn")
+        })
+        .collect();
+    let outputs: Vec<Output> = children
+        .into_iter()
+        .map(|c| finish(c, BOUND, "a node started by hand"))
+        .collect();
+    let all: Vec<String> = outputs
+        .iter()
+        .enumerate()
+        .map(|(rank, o)| format!("node {rank}: {}: {}", o.status, text(&o.stderr)))
+        .collect();
+    for out in &outputs {
+        assert!(out.status.success(), "{transport}:\n{}", all.join("\n"));
+    }
+    assert_eq!(
+        text(&outputs[0].stdout).trim(),
+        format!(
+            "counter: {} after 10 increments on each of {nodes} nodes",
+            10 * nodes
+        )
+    );
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+#[test]
+fn slurm_and_mpi_variables_launch_it_by_hand() {
+    let Some(device) = device() else { return };
+    // srun: SLURM_PROCID, SLURM_NTASKS, the rendezvous host from the node list.
+    let port = free_port();
+    launch_by_hand(&device, 2, "rdma-read", |rank| {
+        vec![
+            ("SLURM_PROCID", rank.to_string()),
+            ("SLURM_NTASKS", "2".into()),
+            ("SLURM_JOB_NODELIST", "localhost".into()),
+            ("DSM_PORT", port.to_string()),
+        ]
+    });
+    // MPICH / Intel MPI (PMI) and Open MPI: rank and size, the rendezvous given.
+    let port = free_port();
+    launch_by_hand(&device, 3, "tcp", |rank| {
+        vec![
+            ("PMI_RANK", rank.to_string()),
+            ("PMI_SIZE", "3".into()),
+            ("DSM_RENDEZVOUS", format!("127.0.0.1:{port}")),
+        ]
+    });
+    let port = free_port();
+    launch_by_hand(&device, 2, "rdma-send", |rank| {
+        vec![
+            ("OMPI_COMM_WORLD_RANK", rank.to_string()),
+            ("OMPI_COMM_WORLD_SIZE", "2".into()),
+            ("DSM_RENDEZVOUS", format!("127.0.0.1:{port}")),
+        ]
+    });
+}
+
+#[test]
+fn bad_configuration_is_one_line_and_exit_1() {
+    let Some(_device) = device() else { return };
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case<'_>; 4] = [
+        (
+            &["counter"],
+            &[],
+            "dsm: configuration: no rank in the environment: start under `dsm run`, srun or mpirun, or set DSM_RANK, DSM_SIZE and DSM_RENDEZVOUS",
+        ),
+        (
+            &["counter"],
+            &[
+                ("DSM_RANK", "2"),
+                ("DSM_SIZE", "2"),
+                ("DSM_RENDEZVOUS", "127.0.0.1:1"),
+            ],
+            "dsm: configuration: rank 2 of 2 nodes (DSM_RANK, DSM_SIZE)",
+        ),
+        (
+            &["counter"],
+            &[
+                ("DSM_RANK", "0"),
+                ("DSM_SIZE", "1"),
+                ("DSM_RENDEZVOUS", "127.0.0.1:1"),
+                ("DSM_TRANSPORT", "udp"),
+            ],
+            "dsm: configuration: transport \"udp\" (tcp, rdma-send or rdma-read)",
+        ),
+        (
+            &["run", "-n", "0", "counter"],
+            &[],
+            "dsm: -n must be at least 1",
+        ),
+    ];
+    for (args, vars, expected) in cases {
+        let mut c = Command::new(DSM);
+        c.args(args)
+            .env_remove("DSM_RANK")
+            .env_remove("SLURM_PROCID")
+            .env_remove("PMI_RANK")
+            .env_remove("OMPI_COMM_WORLD_RANK")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        let out = finish(c.spawn().expect("spawn"), BOUND, "bad configuration");
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(text(&out.stderr).trim(), expected, "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
