@@ -4,57 +4,19 @@
 //! outside the window). Each run is bounded; results are checked by the applications against
 //! single-node runs and by the tests against exact output lines.
 
-use std::io::Read;
+mod common;
+
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{BOUND, DSM, finish, text};
 use rdma_test_support::TestDevice;
 
-const DSM: &str = env!("CARGO_BIN_EXE_dsm");
-/// How long one run may take (TCG is slow; a hang fails the test instead of the suite).
-const BOUND: Duration = Duration::from_secs(240);
 const TRANSPORTS: [&str; 3] = ["tcp", "rdma-send", "rdma-read"];
 
 fn device() -> Option<TestDevice> {
     rdma_test_support::device()
-}
-
-/// Waits for `child` at most `bound`, reading its output as it runs; kills it after.
-fn finish(mut child: Child, bound: Duration, what: &str) -> Output {
-    let mut stdout = child.stdout.take().expect("piped stdout");
-    let mut stderr = child.stderr.take().expect("piped stderr");
-    let out = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        let _ = stdout.read_to_end(&mut s);
-        s
-    });
-    let err = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        let _ = stderr.read_to_end(&mut s);
-        s
-    });
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if started.elapsed() > bound {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what}: still running after {} s", bound.as_secs());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output {
-        status,
-        stdout: out.join().expect("stdout reader"),
-        stderr: err.join().expect("stderr reader"),
-    }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// `dsm run -n nodes -t transport <run options> <app...>` on `device`.

@@ -361,14 +361,17 @@ fn plot(path: &Path, r: &Results) -> Result<(), String> {
         .margin(20)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d(0..bars.len(), 0.0..top)
+        .build_cartesian_2d((0..bars.len()).into_segmented(), 0.0..top)
         .map_err(|e| err(&e))?;
     let names: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .x_labels(bars.len() + 1)
-        .x_label_formatter(&|i| names.get(*i).cloned().unwrap_or_default())
+        .x_labels(bars.len())
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => names.get(*i).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
         .y_desc("µs")
         .draw()
         .map_err(|e| err(&e))?;
@@ -376,7 +379,15 @@ fn plot(path: &Path, r: &Results) -> Result<(), String> {
         .draw_series(bars.iter().enumerate().map(|(i, (_, v))| {
             let colour = if i < TRANSPORTS.len() { BLUE } else { RED };
             let v = if v.is_finite() { *v } else { 0.0 };
-            Rectangle::new([(i, 0.0), (i + 1, v)], colour.mix(0.6).filled())
+            let mut bar = Rectangle::new(
+                [
+                    (SegmentValue::Exact(i), 0.0),
+                    (SegmentValue::Exact(i + 1), v),
+                ],
+                colour.mix(0.6).filled(),
+            );
+            bar.set_margin(0, 0, 12, 12);
+            bar
         }))
         .map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))
@@ -402,6 +413,57 @@ mod tests {
         assert_eq!(parse_fetch("no such line"), None);
         assert_eq!(parse_time("sor: ...\ntime: 16677 us\n"), Some(16677.0));
         assert_eq!(parse_time("time: x us"), None);
+    }
+
+    /// Each bar is drawn once, under its own label: five filled bars whose heights follow the
+    /// values, and every label in the picture.
+    #[test]
+    fn the_plot_has_one_labelled_bar_per_value() {
+        let fetch = |p50_us: f64| Fetch {
+            fault_p50: p50_us * 1000.0,
+            fault_p99: 0.0,
+            transfer_p50: 0.0,
+            local_p50: 0.0,
+        };
+        let r = Results {
+            fetch: TRANSPORTS
+                .iter()
+                .zip([300.0, 200.0, 100.0])
+                .map(|(t, v)| (*t, vec![fetch(v)]))
+                .collect(),
+            c: [("read", vec![50.0]), ("send", vec![40.0])]
+                .into_iter()
+                .collect(),
+            apps: BTreeMap::new(),
+        };
+        let dir = std::env::temp_dir().join(format!("dsm-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bench.svg");
+        plot(&path, &r).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let labels: Vec<String> = TRANSPORTS
+            .iter()
+            .map(|t| format!("{t} fault"))
+            .chain(["ib_read_lat 4K".into(), "ib_send_lat 4K".into()])
+            .collect();
+        for label in &labels {
+            let count = svg.lines().filter(|l| l.trim() == label).count();
+            assert_eq!(count, 1, "{label}: {svg}");
+        }
+        let bars: Vec<f64> = svg
+            .lines()
+            .filter(|l| l.contains("<rect") && l.contains("opacity=\"0.6\""))
+            .map(|l| {
+                let h = l.split("height=\"").nth(1).unwrap();
+                h[..h.find('"').unwrap()].parse().unwrap()
+            })
+            .collect();
+        assert_eq!(bars.len(), 5, "{svg}");
+        // Heights in the order drawn: 300, 200, 100, 50, 40 µs.
+        assert!(bars.windows(2).all(|w| w[0] > w[1]), "{bars:?}");
+        let ratio = bars[0] / bars[2];
+        assert!((2.9..3.1).contains(&ratio), "{bars:?}");
     }
 
     #[test]

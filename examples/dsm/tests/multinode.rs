@@ -1,0 +1,198 @@
+//! The DSM across hosts (`cargo xtask test --nodes N`): jobs whose ranks are spread over the
+//! pair of VMs (rank r on node r mod 2), so pages, locks and barriers cross the virtual wire:
+//! the counter and SOR with 2 and 4 ranks over `rdma-read` and `tcp`, and a rank killed on one
+//! host while the other waits for it; and jobs of one rank per VM of the whole run (2 VMs with
+//! `--nodes 2`, 4 with `--nodes 4`). Every process is bounded.
+
+mod common;
+
+use std::process::{Child, Output};
+use std::time::{Duration, Instant};
+
+use common::{BOUND, finish, text};
+use rdma_test_support::{Cluster, TestDevice};
+
+fn setup() -> Option<(TestDevice, Cluster)> {
+    let device = rdma_test_support::device()?;
+    let cluster = rdma_test_support::cluster()?;
+    Some((device, cluster))
+}
+
+/// Runs this host's ranks of a `size`-rank job of `dsm <app>` over `transport`, rank 0 on
+/// node 0 listening at the rendezvous (its port published under `key`); returns each local
+/// rank's output.
+fn job(
+    c: &Cluster,
+    device: &TestDevice,
+    transport: &str,
+    size: u16,
+    app: &[&str],
+    key: &str,
+) -> Vec<(u16, Output)> {
+    let port = if c.node() == 0 {
+        let port = std::net::TcpListener::bind((c.addr(0), 0))
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        c.publish(key, &port.to_string());
+        port.to_string()
+    } else {
+        c.fetch(0, key)
+    };
+    let rendezvous = format!("{}:{port}", c.addr(0));
+    let children: Vec<(u16, Child)> = (0..size)
+        .filter(|r| usize::from(*r) % 2 == c.node())
+        .map(|rank| {
+            let child = common::rank(
+                device,
+                transport,
+                usize::from(rank),
+                usize::from(size),
+                &rendezvous,
+                30_000,
+                app,
+            );
+            (rank, child)
+        })
+        .collect();
+    let outputs = children
+        .into_iter()
+        .map(|(rank, child)| (rank, finish(child, BOUND, &format!("{key}: rank {rank}"))))
+        .collect();
+    c.barrier(&format!("{key}-done"));
+    outputs
+}
+
+fn all_ok(outputs: &[(u16, Output)], what: &str) {
+    for (rank, out) in outputs {
+        assert!(
+            out.status.success(),
+            "{what}: rank {rank}: {}\n{}",
+            out.status,
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn multinode_dsm_counter_and_sor_across_hosts() {
+    let Some((device, c)) = setup() else { return };
+    for transport in ["rdma-read", "tcp"] {
+        for size in [2u16, 4] {
+            let what = format!("counter, {size} ranks over {transport}");
+            let key = format!("counter-{transport}-{size}");
+            let outputs = job(
+                &c,
+                &device,
+                transport,
+                size,
+                &["counter", "--increments", "30"],
+                &key,
+            );
+            all_ok(&outputs, &what);
+            if c.node() == 0 {
+                let out = text(&outputs[0].1.stdout);
+                assert_eq!(
+                    out.trim(),
+                    format!(
+                        "counter: {} after 30 increments on each of {size} nodes",
+                        30 * size
+                    ),
+                    "{what}"
+                );
+            }
+            let what = format!("sor, {size} ranks over {transport}");
+            let key = format!("sor-{transport}-{size}");
+            let outputs = job(
+                &c,
+                &device,
+                transport,
+                size,
+                &["sor", "--n", "40", "--iterations", "4"],
+                &key,
+            );
+            all_ok(&outputs, &what);
+            if c.node() == 0 {
+                let out = text(&outputs[0].1.stdout);
+                assert!(
+                    out.starts_with(
+                        "sor: 40 x 40, 4 sweeps, every cell equal to the single-node run, sum 1898.822582543129"
+                    ),
+                    "{what}: {out}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn multinode_dsm_a_rank_killed_on_one_host_stops_the_other() {
+    let Some((device, c)) = setup() else { return };
+    for transport in ["rdma-read", "tcp"] {
+        let key = format!("die-{transport}");
+        let started = Instant::now();
+        let outputs = job(&c, &device, transport, 2, &["die", "--victim", "1"], &key);
+        let (rank, out) = &outputs[0];
+        if c.node() == 1 {
+            assert_eq!(*rank, 1);
+            assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+        } else {
+            assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+            let err = text(&out.stderr);
+            assert!(
+                err.starts_with("dsm: node 1: died (its connection closed without it leaving)"),
+                "{transport}: {err}"
+            );
+            assert!(started.elapsed() < Duration::from_secs(120), "{transport}");
+        }
+    }
+}
+
+/// The whole run's VMs (not only this test's pair): this VM's number, how many there are and
+/// their addresses, from the harness's variables.
+fn whole_cluster() -> (usize, usize, Vec<String>) {
+    let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set"));
+    let node: usize = var(rdma_test_support::cluster::ENV_NODE)
+        .parse()
+        .expect("a node number");
+    let addrs: Vec<String> = var(rdma_test_support::cluster::ENV_NODE_ADDRS)
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    let nodes: usize = var(rdma_test_support::cluster::ENV_NODES)
+        .parse()
+        .expect("a count");
+    assert_eq!(addrs.len(), nodes);
+    (node, nodes, addrs)
+}
+
+#[test]
+fn multinode_dsm_one_rank_per_vm_of_the_whole_run() {
+    let Some((device, _pair)) = setup() else {
+        return;
+    };
+    let (node, nodes, addrs) = whole_cluster();
+    let jobs: [(&str, &[&str]); 4] = [
+        ("rdma-read", &["counter", "--increments", "20"]),
+        ("rdma-read", &["sor", "--n", "40", "--iterations", "4"]),
+        ("tcp", &["counter", "--increments", "20"]),
+        ("tcp", &["sor", "--n", "40", "--iterations", "4"]),
+    ];
+    for (i, (transport, app)) in jobs.into_iter().enumerate() {
+        // Rank 0 (VM 0) listens at a port every VM knows: one per job, so a job never meets
+        // the previous one's rendezvous.
+        let rendezvous = format!("{}:{}", addrs[0], 17300 + i);
+        let what = format!("{} on {nodes} VMs over {transport}", app.join(" "));
+        let child = common::rank(&device, transport, node, nodes, &rendezvous, 60_000, app);
+        let out = finish(child, BOUND, &what);
+        assert!(out.status.success(), "{what}: {}", text(&out.stderr));
+        if node == 0 {
+            let line = text(&out.stdout);
+            let expected = match app[0] {
+                "counter" => format!("counter: {} after 20 increments on each of {nodes} nodes", 20 * nodes),
+                _ => "sor: 40 x 40, 4 sweeps, every cell equal to the single-node run, sum 1898.822582543129".into(),
+            };
+            assert_eq!(line.trim(), expected, "{what}");
+        }
+    }
+}
