@@ -46,12 +46,14 @@ static WINDOW_START: AtomicUsize = AtomicUsize::new(0);
 static WINDOW_LEN: AtomicUsize = AtomicUsize::new(0);
 /// The eventfd that wakes the fault thread.
 static WAKE: AtomicI32 = AtomicI32::new(-1);
-/// Fault-service times, nanoseconds, measured by the handler from entry to return.
+/// Fault-service times, nanoseconds, measured by the handler from entry to return (with
+/// `userfaultfd`, by the fault thread from reading the fault to mapping the page).
 pub(crate) static LATENCY: Histogram = Histogram::new();
 /// Page transfers (the fault thread's fetch call, request to pages in the frames),
 /// nanoseconds.
 pub(crate) static TRANSFER: Histogram = Histogram::new();
-/// Faults the handler served (it counts them itself: the fault thread's counts are by kind).
+/// Faults served (the handler counts them itself, the `userfaultfd` fault thread as it takes
+/// them; the client's counts are by kind).
 pub(crate) static HANDLED: AtomicU64 = AtomicU64::new(0);
 /// Whether a fault thread is running; cleared when it ends, however it ends (see [`Alive`]).
 static ALIVE: AtomicBool = AtomicBool::new(false);
@@ -326,15 +328,38 @@ fn chain(
                 libc::raise(signal);
             }
         }
-    } else if flags & libc::SA_SIGINFO != 0 {
-        // SAFETY: the previous action was installed with SA_SIGINFO, so its address is a
-        // three-argument handler; it gets the kernel's own arguments.
-        let previous: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-            unsafe { std::mem::transmute(handler) };
-        previous(signal, info, context);
     } else {
-        // SAFETY: without SA_SIGINFO the address is a one-argument handler.
-        let previous: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
-        previous(signal);
+        // Run it as the kernel would have: with its own mask added to the blocked signals,
+        // and, if it asked for SA_RESETHAND, with the default action restored first.
+        // SAFETY: a zeroed sigset_t is valid storage for the current mask.
+        let mut blocked: libc::sigset_t = unsafe { std::mem::zeroed() };
+        if let Some(p) = PREVIOUS.get() {
+            // SAFETY: valid sigset_t pointers; sigprocmask is async-signal-safe and changes
+            // the calling thread's mask only.
+            unsafe { libc::sigprocmask(libc::SIG_BLOCK, &p.0.sa_mask, &mut blocked) };
+        }
+        if flags & libc::SA_RESETHAND != 0 {
+            // SAFETY: as for the default action above.
+            unsafe {
+                let mut default: libc::sigaction = std::mem::zeroed();
+                default.sa_sigaction = libc::SIG_DFL;
+                libc::sigaction(signal, &default, std::ptr::null_mut());
+            }
+        }
+        if flags & libc::SA_SIGINFO != 0 {
+            // SAFETY: the previous action was installed with SA_SIGINFO, so its address is a
+            // three-argument handler; it gets the kernel's own arguments.
+            let previous: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                unsafe { std::mem::transmute(handler) };
+            previous(signal, info, context);
+        } else {
+            // SAFETY: without SA_SIGINFO the address is a one-argument handler.
+            let previous: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
+            previous(signal);
+        }
+        if PREVIOUS.get().is_some() {
+            // SAFETY: restores the mask saved above.
+            unsafe { libc::sigprocmask(libc::SIG_SETMASK, &blocked, std::ptr::null_mut()) };
+        }
     }
 }

@@ -11,8 +11,8 @@ use std::sync::atomic::Ordering;
 use rdma_verbs::shared::copy_to_shared;
 
 use crate::error::{Error, Result};
-use crate::node::Shared;
 use crate::region::PAGE;
+use crate::shared::Shared;
 use crate::wire::{FailKind, Msg, Op, Reader, Writer};
 
 /// What a collective call is, for messages and error texts.

@@ -168,7 +168,40 @@ impl TransportKind {
     }
 }
 
-/// Settings every node must share.
+/// How a touch of a page with no valid copy is caught (docs/dsm.md, "The fault path").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum FaultMechanism {
+    /// A `SIGSEGV` handler; window pages opened and closed with `mprotect`, a write to a
+    /// read-only copy faults once more (its twin is made then).
+    #[default]
+    Sigsegv,
+    /// `userfaultfd` minor faults (Linux 5.14 or later, where permitted): the kernel holds the
+    /// faulting thread and the fault thread maps the page; every copy is writable and twinned
+    /// when it is mapped, so writes take no fault and releases diff every cached copy.
+    Userfaultfd,
+}
+
+impl FaultMechanism {
+    /// The name used on the command line and in `DSM_FAULTS`.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultMechanism::Sigsegv => "sigsegv",
+            FaultMechanism::Userfaultfd => "userfaultfd",
+        }
+    }
+
+    fn parse(text: &str) -> Result<FaultMechanism> {
+        match text {
+            "sigsegv" => Ok(FaultMechanism::Sigsegv),
+            "userfaultfd" => Ok(FaultMechanism::Userfaultfd),
+            other => Err(Error::Config(format!(
+                "fault mechanism {other:?} (sigsegv or userfaultfd)"
+            ))),
+        }
+    }
+}
+
+/// Settings every node must share (except `faults`, which each node may choose).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     /// How nodes talk.
@@ -183,10 +216,15 @@ pub struct Config {
     pub sync_timeout: Duration,
     /// Pages fetched after a faulting one from the same home (0: none).
     pub prefetch: u16,
+    /// Pages after a faulting one examined for prefetch (pages with a copy here or another
+    /// home are skipped); below `prefetch` (0 by default) it counts as `prefetch`.
+    pub max_checking: u16,
     /// The RDMA device (the first one if `None`).
     pub device: Option<String>,
     /// The GID index for RoCE.
     pub gid_index: u8,
+    /// How faults are caught on this node.
+    pub faults: FaultMechanism,
 }
 
 impl Default for Config {
@@ -198,16 +236,18 @@ impl Default for Config {
             timeout: Duration::from_secs(30),
             sync_timeout: Duration::from_secs(300),
             prefetch: 0,
+            max_checking: 0,
             device: None,
             gid_index: 1,
+            faults: FaultMechanism::Sigsegv,
         }
     }
 }
 
 impl Config {
     /// Reads `DSM_TRANSPORT`, `DSM_WINDOW_BASE` (hex with `0x` or decimal), `DSM_WINDOW_MIB`,
-    /// `DSM_TIMEOUT_MS`, `DSM_SYNC_TIMEOUT_MS`, `DSM_PREFETCH`, `DSM_DEVICE`, `DSM_GID_INDEX`;
-    /// each unset one keeps its default.
+    /// `DSM_TIMEOUT_MS`, `DSM_SYNC_TIMEOUT_MS`, `DSM_PREFETCH`, `DSM_MAX_CHECKING`,
+    /// `DSM_DEVICE`, `DSM_GID_INDEX`, `DSM_FAULTS`; each unset one keeps its default.
     pub fn from_env() -> Result<Config> {
         Config::from_vars(|name| std::env::var(name).ok())
     }
@@ -247,9 +287,15 @@ impl Config {
         if let Some(t) = get("DSM_PREFETCH") {
             c.prefetch = num("DSM_PREFETCH", &t)?;
         }
+        if let Some(t) = get("DSM_MAX_CHECKING") {
+            c.max_checking = num("DSM_MAX_CHECKING", &t)?;
+        }
         c.device = get("DSM_DEVICE").filter(|d| !d.is_empty());
         if let Some(t) = get("DSM_GID_INDEX") {
             c.gid_index = num("DSM_GID_INDEX", &t)?;
+        }
+        if let Some(t) = get("DSM_FAULTS") {
+            c.faults = FaultMechanism::parse(t.trim())?;
         }
         c.check()?;
         Ok(c)
@@ -268,7 +314,9 @@ impl Config {
                 self.sync_timeout.as_millis().to_string(),
             ),
             ("DSM_PREFETCH", self.prefetch.to_string()),
+            ("DSM_MAX_CHECKING", self.max_checking.to_string()),
             ("DSM_GID_INDEX", self.gid_index.to_string()),
+            ("DSM_FAULTS", self.faults.name().to_string()),
         ];
         if let Some(d) = &self.device {
             vars.push(("DSM_DEVICE", d.clone()));
@@ -276,8 +324,8 @@ impl Config {
         vars
     }
 
-    /// Checks the ranges: timeouts from 1 ms to a day, a window up to 1 TiB, prefetch up to
-    /// 1024 pages.
+    /// Checks the ranges: timeouts from 1 ms to a day, a window up to 1 TiB, prefetch and
+    /// checked pages up to 1024.
     pub fn check(&self) -> Result<()> {
         let day = Duration::from_secs(86_400);
         for (name, t) in [
@@ -300,6 +348,12 @@ impl Config {
             return Err(Error::Config(format!(
                 "prefetch of {} pages (at most 1024)",
                 self.prefetch
+            )));
+        }
+        if self.max_checking > 1024 {
+            return Err(Error::Config(format!(
+                "{} pages checked for prefetch (at most 1024)",
+                self.max_checking
             )));
         }
         Ok(())
@@ -420,8 +474,10 @@ mod tests {
             timeout: Duration::from_millis(1500),
             sync_timeout: Duration::from_secs(9),
             prefetch: 4,
+            max_checking: 9,
             device: Some("rxe0".into()),
             gid_index: 0,
+            faults: FaultMechanism::Userfaultfd,
         };
         let list: Vec<(String, String)> = c
             .to_vars()
@@ -431,9 +487,16 @@ mod tests {
         let map: HashMap<String, String> = list.into_iter().collect();
         assert_eq!(Config::from_vars(|n| map.get(n).cloned()).unwrap(), c);
         assert!(Config::from_vars(vars(&[("DSM_TRANSPORT", "udp")])).is_err());
+        assert_eq!(
+            Config::from_vars(vars(&[("DSM_FAULTS", "uffd")]))
+                .unwrap_err()
+                .to_string(),
+            "configuration: fault mechanism \"uffd\" (sigsegv or userfaultfd)"
+        );
         assert!(Config::from_vars(vars(&[("DSM_WINDOW_MIB", "0")])).is_err());
         assert!(Config::from_vars(vars(&[("DSM_TIMEOUT_MS", "0")])).is_err());
         assert!(Config::from_vars(vars(&[("DSM_PREFETCH", "1025")])).is_err());
+        assert!(Config::from_vars(vars(&[("DSM_MAX_CHECKING", "1025")])).is_err());
         assert!(Config::from_vars(vars(&[("DSM_SYNC_TIMEOUT_MS", "86400001")])).is_err());
         let huge = Config {
             timeout: Duration::MAX,

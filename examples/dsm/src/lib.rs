@@ -39,23 +39,27 @@ macro_rules! say {
 }
 
 pub mod apps;
+mod client;
 mod error;
 mod fault;
 mod global;
 mod home;
 pub mod launch;
 mod node;
+mod prefetch;
 mod rdma;
 mod region;
 mod rendezvous;
+mod shared;
 mod stats;
 mod tcp;
 mod transport;
+mod userfault;
 mod wire;
 
 pub use error::{Error, Result};
 pub use global::{GlobalSlice, Placement};
-pub use launch::{Config, Launch, TransportKind};
+pub use launch::{Config, FaultMechanism, Launch, TransportKind};
 pub use node::{LockGuard, Node};
 pub use region::PAGE;
 pub use stats::{Report, Stats};

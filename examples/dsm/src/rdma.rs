@@ -35,9 +35,9 @@ use rdma_verbs::{
 use crate::error::{Error, Result};
 use crate::home::{Home, Out};
 use crate::launch::Launch;
-use crate::node::Shared;
 use crate::region::PAGE;
 use crate::rendezvous;
+use crate::shared::Shared;
 use crate::tcp::{self, TcpLinks, TcpServer};
 use crate::wire::{HEADER_LEN, Header, Msg, Op, Reader, Writer};
 

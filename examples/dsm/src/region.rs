@@ -4,14 +4,18 @@
 //! The runtime maps all of it read-write at an address of the kernel's choosing (the *alias*):
 //! fetched pages are written there, diffs computed there, and the RDMA transports register it.
 //! The application's *window* maps the frames again at a fixed address, the same on every
-//! node, and `mprotect` gives each of its pages `PROT_NONE`, read or read-write. A page is
-//! installed by filling its frame through the alias while the window page is still
+//! node. With `SIGSEGV` faults, `mprotect` gives each of its pages `PROT_NONE`, read or
+//! read-write; with `userfaultfd` the window is read-write and a page is either mapped
+//! (`UFFDIO_CONTINUE`) or not (`MADV_DONTNEED`), see [`crate::userfault`]. Either way a page
+//! is installed by filling its frame through the alias while the window page is still
 //! inaccessible, and only then opening it: no thread sees a half-written page or writes into
 //! one without faulting. The file is sparse, so untouched pages cost no memory.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use crate::error::{Error, Result};
+use crate::launch::FaultMechanism;
+use crate::userfault::Userfault;
 
 /// The page size the DSM works in (the kernel's must be the same).
 pub const PAGE: usize = 4096;
@@ -21,7 +25,7 @@ pub const PAGE: usize = 4096;
 pub(crate) enum Access {
     /// No access: the next touch faults.
     None,
-    /// Reads only: the next write faults.
+    /// Reads only: the next write faults (`SIGSEGV` faults only).
     Read,
     /// Reads and writes.
     ReadWrite,
@@ -40,10 +44,12 @@ impl Access {
 /// The memfd, its alias mapping and the application window.
 #[derive(Debug)]
 pub(crate) struct Region {
-    _fd: OwnedFd,
+    fd: OwnedFd,
     alias: *mut u8,
     window: *mut u8,
     len: usize,
+    /// The descriptor that reports the window's faults, with `userfaultfd` faults.
+    userfault: Option<Userfault>,
 }
 
 // SAFETY: `Region` holds addresses of mappings it owns; it never makes references into them.
@@ -56,9 +62,10 @@ unsafe impl Sync for Region {}
 
 impl Region {
     /// Creates the memfd (`2 × len` bytes: frames, then twins), maps the alias, and maps the
-    /// window at `base` with no access, failing if anything is mapped there already
-    /// (`MAP_FIXED_NOREPLACE`).
-    pub(crate) fn new(base: usize, len: usize) -> Result<Region> {
+    /// window at `base`, failing if anything is mapped there already (`MAP_FIXED_NOREPLACE`):
+    /// with no access for `SIGSEGV` faults, read-write and registered with a new
+    /// `userfaultfd` for those.
+    pub(crate) fn new(base: usize, len: usize, faults: FaultMechanism) -> Result<Region> {
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
         if page != PAGE as libc::c_long {
@@ -100,13 +107,18 @@ impl Region {
         if alias == libc::MAP_FAILED {
             return Err(Error::last_os("mmap of the runtime alias"));
         }
+        let prot = match faults {
+            FaultMechanism::Sigsegv => libc::PROT_NONE,
+            // Unmapped pages fault whatever the protection says.
+            FaultMechanism::Userfaultfd => libc::PROT_READ | libc::PROT_WRITE,
+        };
         // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; the range is the
         // caller's choice and is checked below.
         let window = unsafe {
             libc::mmap(
                 base as *mut libc::c_void,
                 len,
-                libc::PROT_NONE,
+                prot,
                 libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE | libc::MAP_NORESERVE,
                 fd.as_raw_fd(),
                 0,
@@ -131,12 +143,31 @@ impl Region {
                 error,
             ));
         }
-        Ok(Region {
-            _fd: fd,
+        let mut region = Region {
+            fd,
             alias: alias.cast(),
             window: window.cast(),
             len,
-        })
+            userfault: None,
+        };
+        if faults == FaultMechanism::Userfaultfd {
+            // Registered before any page of the window was touched: every page faults.
+            let userfault = Userfault::open()?;
+            userfault.register(base, len)?;
+            region.userfault = Some(userfault);
+        }
+        Ok(region)
+    }
+
+    /// The `userfaultfd` that reports the window's faults, if that is the mechanism.
+    pub(crate) fn userfault(&self) -> Option<&Userfault> {
+        self.userfault.as_ref()
+    }
+
+    /// Whether a write to a readable page faults (`SIGSEGV` faults), so that twins can wait
+    /// for the first write; with `userfaultfd`, every mapped copy is writable.
+    pub(crate) fn detects_writes(&self) -> bool {
+        self.userfault.is_none()
     }
 
     /// The window's first address.
@@ -169,11 +200,7 @@ impl Region {
         self.window.wrapping_add(page * PAGE)
     }
 
-    /// Sets the access of window pages `first..first + count` (`mprotect`).
-    pub(crate) fn protect(&self, first: usize, count: usize, access: Access) -> Result<()> {
-        if count == 0 {
-            return Ok(());
-        }
+    fn check_pages(&self, first: usize, count: usize) -> Result<()> {
         if first
             .checked_add(count)
             .is_none_or(|end| end > self.pages())
@@ -181,6 +208,41 @@ impl Region {
             return Err(Error::InvalidArgument(format!(
                 "pages {first}..+{count} are outside the window"
             )));
+        }
+        Ok(())
+    }
+
+    /// Sets the access of window pages `first..first + count`: `mprotect` with `SIGSEGV`
+    /// faults; with `userfaultfd`, [`Access::None`] unmaps them from the window
+    /// (`MADV_DONTNEED`, the file keeps their frames) and [`Access::ReadWrite`] maps their
+    /// frames (`UFFDIO_CONTINUE`, which also wakes the threads waiting on them; the frames
+    /// must exist in the file: fetched, or [`Region::populate`]d).
+    pub(crate) fn protect(&self, first: usize, count: usize, access: Access) -> Result<()> {
+        if count == 0 {
+            return Ok(());
+        }
+        self.check_pages(first, count)?;
+        if let Some(userfault) = &self.userfault {
+            let (start, len) = (self.page_addr(first) as usize, count * PAGE);
+            return match access {
+                Access::ReadWrite => userfault.install(start, len),
+                Access::None => {
+                    // SAFETY: the range lies inside the window mapping this region owns; no
+                    // reference into the window exists, and the file keeps the pages.
+                    let rc = unsafe {
+                        libc::madvise(start as *mut libc::c_void, len, libc::MADV_DONTNEED)
+                    };
+                    if rc != 0 {
+                        return Err(Error::last_os(format!(
+                            "madvise(MADV_DONTNEED) of window pages {first}..+{count}"
+                        )));
+                    }
+                    Ok(())
+                }
+                Access::Read => Err(Error::InvalidArgument(
+                    "read-only window pages need SIGSEGV faults".into(),
+                )),
+            };
         }
         // SAFETY: the range lies inside the window mapping this region owns; changing its
         // protection invalidates no reference (none into the window exists).
@@ -192,6 +254,41 @@ impl Region {
             )));
         }
         Ok(())
+    }
+}
+
+impl Region {
+    /// Makes the file hold frames `first..first + count` (`fallocate`; frames it holds
+    /// already keep their bytes), so that they can be mapped with `userfaultfd`.
+    pub(crate) fn populate(&self, first: usize, count: usize) -> Result<()> {
+        if count == 0 {
+            return Ok(());
+        }
+        self.check_pages(first, count)?;
+        // SAFETY: a valid descriptor; the range lies inside the file (its frame half).
+        let rc = unsafe {
+            libc::fallocate(
+                self.fd.as_raw_fd(),
+                0,
+                (first * PAGE) as libc::off_t,
+                (count * PAGE) as libc::off_t,
+            )
+        };
+        if rc != 0 {
+            return Err(Error::last_os(format!(
+                "fallocate of frames {first}..+{count}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Wakes threads waiting for window page `page` to be mapped (with `userfaultfd`: a
+    /// second fault on a page another fault mapped).
+    pub(crate) fn wake(&self, page: usize) -> Result<()> {
+        match &self.userfault {
+            Some(userfault) => userfault.wake(self.page_addr(page) as usize, PAGE),
+            None => Ok(()),
+        }
     }
 }
 
@@ -229,6 +326,112 @@ pub(crate) fn for_each_run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Waits (bounded) for the window's next fault.
+    fn next_fault(region: &Region) -> crate::userfault::Fault {
+        let userfault = region.userfault().expect("userfaultfd");
+        let mut faults = Vec::new();
+        for _ in 0..10_000 {
+            userfault.read(&mut faults).unwrap();
+            if let Some(f) = faults.first() {
+                assert_eq!(faults.len(), 1, "{faults:?}");
+                return *f;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        panic!("no fault reported within 10 s");
+    }
+
+    /// The userfaultfd life of a page, on the kernel of the machine running the test: a read
+    /// of a page the file does not hold faults (missing), a page filled through the alias and
+    /// mapped is read as filled, a write to it takes no fault and shows in the alias, a
+    /// dropped page faults again (minor) and keeps its bytes, and a write to a dropped page is
+    /// reported as a write.
+    #[test]
+    fn userfaultfd_pages_fault_until_mapped_and_again_once_dropped() {
+        let base = 0x2100_0000_0000 + (std::process::id() as usize % 1024) * (1 << 24);
+        let region = Region::new(base, 4 * PAGE, FaultMechanism::Userfaultfd).unwrap();
+        assert!(!region.detects_writes());
+        let at = |page: usize| region.page_addr(page) as usize;
+        let frame = region.frame(1).unwrap() as usize;
+
+        // A reader of page 1 waits in the kernel until the page is mapped.
+        let reader = std::thread::spawn(move || {
+            // SAFETY: a page of the test's window; the kernel holds the thread until it is
+            // mapped, and the test writes it only through the alias before that.
+            unsafe { std::ptr::read_volatile((at_page(base, 1) + 8) as *const u64) }
+        });
+        let fault = next_fault(&region);
+        assert_eq!((fault.addr, fault.write), (at(1), false));
+        let mut bytes = [0u8; PAGE];
+        bytes[8..16].copy_from_slice(&0x1122_3344_5566_7788u64.to_ne_bytes());
+        // SAFETY: a whole page of the alias; nothing else writes it.
+        unsafe { rdma_verbs::shared::copy_to_shared(&bytes, frame as *mut u8) };
+        region.protect(1, 1, Access::ReadWrite).unwrap();
+        assert_eq!(reader.join().unwrap(), 0x1122_3344_5566_7788);
+
+        // Mapped: a write takes no fault and lands in the frame.
+        // SAFETY: page 1 is mapped read-write.
+        unsafe { std::ptr::write_volatile((at(1) + 16) as *mut u64, 7) };
+        let mut now = [0u8; PAGE];
+        // SAFETY: as above.
+        unsafe { rdma_verbs::shared::copy_from_shared(frame as *const u8, &mut now) };
+        assert_eq!(now[16], 7);
+
+        // Dropped: the next touch (a write) faults as a write; the frame kept its bytes.
+        region.protect(1, 1, Access::None).unwrap();
+        let writer = std::thread::spawn(move || {
+            // SAFETY: as for the reader.
+            unsafe { std::ptr::write_volatile((at_page(base, 1) + 24) as *mut u64, 9) };
+        });
+        let fault = next_fault(&region);
+        assert_eq!((fault.addr, fault.write), (at(1), true));
+        region.protect(1, 1, Access::ReadWrite).unwrap();
+        writer.join().unwrap();
+        // SAFETY: page 1 is mapped.
+        let (old, new) = unsafe {
+            (
+                std::ptr::read_volatile((at(1) + 8) as *const u64),
+                std::ptr::read_volatile((at(1) + 24) as *const u64),
+            )
+        };
+        assert_eq!((old, new), (0x1122_3344_5566_7788, 9));
+        assert!(region.protect(0, 1, Access::Read).is_err());
+
+        // Mapping a run in which a page is mapped already maps the rest too: a reader of
+        // every page of the run then takes no fault (any fault it did take is served, so the
+        // test ends, and counted).
+        region.populate(0, 4).unwrap();
+        region.protect(0, 4, Access::ReadWrite).unwrap();
+        let reader = std::thread::spawn(move || {
+            (0..4)
+                // SAFETY: pages of the test's window, mapped (or served below).
+                .map(|p| unsafe { std::ptr::read_volatile(at_page(base, p) as *const u8) })
+                .map(usize::from)
+                .sum::<usize>()
+        });
+        let userfault = region.userfault().unwrap();
+        let mut unexpected = Vec::new();
+        while !reader.is_finished() {
+            let mut faults = Vec::new();
+            userfault.read(&mut faults).unwrap();
+            for f in faults {
+                unexpected.push(f.addr);
+                region
+                    .protect((f.addr - base) / PAGE, 1, Access::ReadWrite)
+                    .unwrap();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // Page 1's first byte is 0 (its words at 8, 16 and 24 were written); the others are
+        // untouched zeros.
+        assert_eq!(reader.join().unwrap(), 0);
+        assert_eq!(unexpected, [0usize; 0], "pages left unmapped");
+    }
+
+    fn at_page(base: usize, page: usize) -> usize {
+        base + page * PAGE
+    }
 
     #[test]
     fn runs_cover_each_page_once() {

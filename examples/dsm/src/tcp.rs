@@ -43,24 +43,42 @@ fn write_out(stream: &mut TcpStream, out: &Out, region: &Region) -> std::io::Res
     stream.write_all(&bytes)
 }
 
-/// Reads one message; `Ok(None)` on a clean end of stream before its first byte.
-fn read_msg(stream: &mut TcpStream) -> std::io::Result<Option<Msg>> {
+/// Reads one whole message within `bound` (a deadline for the message, not for each read:
+/// a peer that sends it a few bytes at a time cannot stretch the wait); `Ok(None)` on a
+/// clean end of stream before its first byte, `TimedOut` past the deadline.
+fn read_msg(stream: &mut TcpStream, bound: Duration) -> std::io::Result<Option<Msg>> {
+    let deadline = Instant::now() + bound;
     let mut header = [0u8; HEADER_LEN];
+    if !read_full(stream, &mut header, deadline)? {
+        return Ok(None);
+    }
+    let header = Header::decode(&header)
+        .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e.to_string()))?;
+    let mut payload = vec![0u8; header.len as usize];
+    if !read_full(stream, &mut payload, deadline)? && !payload.is_empty() {
+        return Err(ErrorKind::UnexpectedEof.into());
+    }
+    Ok(Some(Msg::from_header(header, payload)))
+}
+
+/// Fills `buf` before `deadline`; `Ok(false)` if the stream ended before its first byte.
+fn read_full(stream: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> std::io::Result<bool> {
     let mut got = 0;
-    while got < HEADER_LEN {
-        match stream.read(&mut header[got..]) {
-            Ok(0) if got == 0 => return Ok(None),
+    while got < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ErrorKind::TimedOut.into());
+        }
+        stream.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
+        match stream.read(&mut buf[got..]) {
+            Ok(0) if got == 0 => return Ok(false),
             Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
             Ok(n) => got += n,
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
     }
-    let header = Header::decode(&header)
-        .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e.to_string()))?;
-    let mut payload = vec![0u8; header.len as usize];
-    stream.read_exact(&mut payload)?;
-    Ok(Some(Msg::from_header(header, payload)))
+    Ok(true)
 }
 
 /// The client side: a connection to every node's server.
@@ -85,10 +103,7 @@ impl TcpLinks {
         self.send(msg)?;
         let to = msg.to;
         let stream = &mut self.conns[usize::from(to)];
-        stream
-            .set_read_timeout(Some(bound.max(Duration::from_millis(1))))
-            .map_err(|e| Error::os("setting a socket timeout", e))?;
-        match read_msg(stream) {
+        match read_msg(stream, bound.max(Duration::from_millis(1))) {
             Ok(Some(reply)) => Ok(reply),
             Ok(None) => Err(Error::peer(to, "closed its connection (it died or left)")),
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Err(
@@ -127,19 +142,25 @@ pub(crate) struct TcpServer {
     bound: Duration,
 }
 
-/// Sets the options every mesh connection gets: no Nagle delay, and keepalive probes after a
-/// second of silence, a second apart, three of them, so that a peer host that vanishes
-/// (rather than a process that dies, which closes its sockets) is noticed within seconds.
-fn tune(stream: &TcpStream) -> Result<()> {
+/// Sets the options every mesh connection gets: no Nagle delay; keepalive probes after a
+/// second of silence, a second apart, three of them; and `TCP_USER_TIMEOUT` of `bound` (data
+/// sent but unacknowledged for that long aborts the connection, where the kernel would
+/// otherwise retransmit for many minutes; with keepalive on, it also decides when unanswered
+/// probes end an idle connection). A peer host that vanishes (rather than a process that
+/// dies, which closes its sockets) is so noticed within about `bound` whether the connection
+/// was idle or busy.
+fn tune(stream: &TcpStream, bound: Duration) -> Result<()> {
     stream
         .set_nodelay(true)
         .map_err(|e| Error::os("TCP_NODELAY", e))?;
     let fd = stream.as_raw_fd();
+    let user_timeout = libc::c_int::try_from(bound.as_millis()).unwrap_or(libc::c_int::MAX);
     for (level, name, value) in [
         (libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1),
         (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 1),
         (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 1),
         (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3),
+        (libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, user_timeout),
     ] {
         let value: libc::c_int = value;
         // SAFETY: a valid socket and a pointer to a c_int of the size given.
@@ -153,7 +174,7 @@ fn tune(stream: &TcpStream) -> Result<()> {
             )
         };
         if rc != 0 {
-            return Err(Error::last_os("setsockopt (keepalive)"));
+            return Err(Error::last_os("setsockopt (keepalive, user timeout)"));
         }
     }
     Ok(())
@@ -202,7 +223,7 @@ pub(crate) fn mesh(
             .ok_or_else(|| Error::protocol(format!("node {rank}'s address is unreadable")))?;
         let mut stream = TcpStream::connect_timeout(&addr, bound)
             .map_err(|e| Error::peer(rank as u16, format!("cannot connect to {addr}: {e}")))?;
-        tune(&stream)?;
+        tune(&stream, bound)?;
         stream
             .set_write_timeout(Some(bound))
             .map_err(|e| Error::os("socket timeout", e))?;
@@ -224,7 +245,7 @@ pub(crate) fn mesh(
                     .and_then(|_| stream.set_read_timeout(Some(bound)))
                     .and_then(|_| stream.set_write_timeout(Some(bound)))
                     .map_err(|e| Error::os("accepted connection", e))?;
-                tune(&stream)?;
+                tune(&stream, bound)?;
                 let mut rank = [0u8; 2];
                 stream
                     .read_exact(&mut rank)
@@ -328,9 +349,7 @@ impl TcpServer {
                 let Some(conn) = self.conns[rank].as_mut() else {
                     continue;
                 };
-                conn.set_read_timeout(Some(self.bound))
-                    .map_err(|e| Error::os("socket timeout", e))?;
-                match read_msg(conn) {
+                match read_msg(conn, self.bound) {
                     Ok(Some(msg)) if usize::from(msg.from) == rank && msg.to == self.me => {
                         home.handle(msg, &mut out)
                     }

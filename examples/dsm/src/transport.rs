@@ -10,9 +10,9 @@ use rdma_verbs::shared::copy_to_shared;
 use crate::error::{Error, Result};
 use crate::home::Home;
 use crate::launch::{Launch, TransportKind};
-use crate::node::Shared;
 use crate::rdma::{self, RdmaLinks, RdmaServer};
 use crate::region::PAGE;
+use crate::shared::Shared;
 use crate::tcp::{self, TcpLinks, TcpServer};
 use crate::wire::{MAX_PAYLOAD, Msg, Op, Reader};
 

@@ -1,11 +1,13 @@
 //! The DSM across hosts (`cargo xtask test --nodes N`): jobs whose ranks are spread over the
 //! pair of VMs (rank r on node r mod 2), so pages, locks and barriers cross the virtual wire:
-//! the counter and SOR with 2 and 4 ranks over `rdma-read` and `tcp`, and a rank killed on one
-//! host while the other waits for it; and jobs of one rank per VM of the whole run (2 VMs with
-//! `--nodes 2`, 4 with `--nodes 4`). Every process is bounded.
+//! the counter and SOR with 2 and 4 ranks over `rdma-read` and `tcp`, a rank killed on one
+//! host while the other waits for it, and a host whose link goes down mid-run; and jobs of one
+//! rank per VM of the whole run (2 VMs with `--nodes 2`, 4 with `--nodes 4`). Every process is
+//! bounded.
 
 mod common;
 
+use std::io::Write as _;
 use std::process::{Child, Output};
 use std::time::{Duration, Instant};
 
@@ -194,5 +196,62 @@ fn multinode_dsm_one_rank_per_vm_of_the_whole_run() {
             };
             assert_eq!(line.trim(), expected, "{what}");
         }
+    }
+}
+
+/// A host that vanishes mid-run (its link taken down: no FIN, no RST, nothing more on the
+/// wire): each side names the other and exits 1, through the liveness checks (TCP keepalive,
+/// the transports' bounded waits), not after the long lock and barrier bound.
+#[test]
+fn multinode_dsm_a_host_that_vanishes_is_named_by_the_other() {
+    let Some((device, c)) = setup() else { return };
+    for transport in ["rdma-read", "tcp"] {
+        let key = format!("vanish-{transport}");
+        let port = if c.node() == 0 {
+            let port = std::net::TcpListener::bind((c.addr(0), 0))
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            c.publish(&key, &port.to_string());
+            port.to_string()
+        } else {
+            c.fetch(0, &key)
+        };
+        let rendezvous = format!("{}:{port}", c.addr(0));
+        // Far more increments than can finish before the link goes down.
+        let app = ["counter", "--increments", "1000000"];
+        let child = common::rank(&device, transport, c.node(), 2, &rendezvous, 10_000, &app);
+        let what = format!("{transport}: node {}", c.node());
+        let started = Instant::now();
+        let out = if c.node() == 1 {
+            // Mid-run: joined (a few seconds under emulation) and counting.
+            std::thread::sleep(Duration::from_secs(8));
+            let down = c.link_down();
+            let out = finish(child, BOUND, &what);
+            down.restore();
+            out
+        } else {
+            finish(child, BOUND, &what)
+        };
+        let took = started.elapsed();
+        let peer = 1 - c.node();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{what}: {err}");
+        // Named as the cause: `dsm: node P: ...`, or inside a failed fault's line
+        // (`dsm: node N: the access at ... cannot be served: node P: ...`).
+        let named = format!("node {peer}: ");
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("dsm: ") && l.contains(&named)),
+            "{what}: the other node is not named:\n{err}"
+        );
+        // On the real stderr: libtest keeps a passing test's `eprintln!` to itself.
+        let _ = writeln!(
+            std::io::stderr(),
+            "NOTE: {what}: exit 1 after {:.1} s (link down at 8 s on node 1): {}",
+            took.as_secs_f64(),
+            err.lines().next().unwrap_or("")
+        );
+        c.barrier(&format!("{key}-done"));
     }
 }

@@ -34,6 +34,17 @@ fn run(device: &TestDevice, nodes: u16, transport: &str, extra: &[&str], app: &[
     finish(command.spawn().expect("spawn dsm"), BOUND, &what)
 }
 
+/// The values of the statistics table's row `name` in `out` (one per node, then the total).
+fn stats_row(out: &str, name: &str) -> Vec<u64> {
+    out.lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("no {name} row:\n{out}"))
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().expect("a number"))
+        .collect()
+}
+
 /// Fails unless the run succeeded; returns its standard output.
 fn ok(output: Output, what: &str) -> String {
     assert!(
@@ -78,15 +89,7 @@ fn the_counter_under_a_lock_counts_every_increment() {
         );
         // The statistics table: node 0 is the lock's manager and the counter's home, so it
         // served pages and applied a diff for every increment of every other node.
-        let row = |name: &str| -> Vec<u64> {
-            out.lines()
-                .find(|l| l.split_whitespace().next() == Some(name))
-                .unwrap_or_else(|| panic!("{what}: no {name} row:\n{out}"))
-                .split_whitespace()
-                .skip(1)
-                .map(|v| v.parse().expect("a number"))
-                .collect()
-        };
+        let row = |name: &str| stats_row(&out, name);
         let locks = row("locks");
         assert_eq!(locks.len(), usize::from(nodes) + 1, "{what}");
         assert_eq!(locks[usize::from(nodes)], 40 * u64::from(nodes), "{what}");
@@ -211,33 +214,178 @@ fn prefetch_stops_at_home_boundaries_and_the_allocation_end() {
             let line = format!("prefetch: node {rank}: fetches 2, pages 4, prefetched 2, hits 1");
             assert!(out.lines().any(|l| l == line), "{transport}: {out}");
         }
+        // One page ahead, six checked (the choice itself is unit-tested in `prefetch.rs`):
+        // node 0 gets 4 and 5, hits 5, then 7 alone; node 1 gets 11, then 0 and 1.
+        let out = ok(
+            run(
+                &device,
+                2,
+                transport,
+                &["--prefetch", "1", "--max-checking", "6"],
+                &["prefetch"],
+            ),
+            &format!("prefetch 1, checking 6, over {transport}"),
+        );
+        for rank in 0..2 {
+            let line = format!("prefetch: node {rank}: fetches 2, pages 3, prefetched 1, hits 1");
+            assert!(out.lines().any(|l| l == line), "{transport}: {out}");
+        }
     }
 }
 
 #[test]
 fn a_touch_outside_the_window_dies_of_sigsegv() {
     let Some(_device) = device() else { return };
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port");
-    let child = Command::new(DSM)
-        .arg("outside")
-        .env("DSM_RANK", "0")
-        .env("DSM_SIZE", "1")
-        .env("DSM_RENDEZVOUS", port.to_string())
-        .env("DSM_WINDOW_MIB", "4")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let out = finish(child, BOUND, "outside");
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGSEGV),
-        "{:?}\n{}",
-        out.status,
-        text(&out.stderr)
+    for faults in ["sigsegv", "userfaultfd"] {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port");
+        let child = Command::new(DSM)
+            .arg("outside")
+            .env("DSM_RANK", "0")
+            .env("DSM_SIZE", "1")
+            .env("DSM_RENDEZVOUS", port.to_string())
+            .env("DSM_WINDOW_MIB", "4")
+            .env("DSM_FAULTS", faults)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let out = finish(child, BOUND, "outside");
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGSEGV),
+            "{faults}: {:?}\n{}",
+            out.status,
+            text(&out.stderr)
+        );
+    }
+}
+
+/// The applications with `userfaultfd` faults: the same results as with `SIGSEGV`, a write
+/// to an invalid page still one fault, no upgrade faults at all (every mapped copy is
+/// writable), prefetch unchanged, a dead node named by the others.
+#[test]
+fn userfaultfd_faults_serve_every_application() {
+    let Some(device) = device() else { return };
+    let uffd = ["--faults", "userfaultfd"];
+    for transport in TRANSPORTS {
+        let what = |app: &str| format!("{app} over {transport} with userfaultfd");
+        let out = ok(
+            run(
+                &device,
+                2,
+                transport,
+                &uffd,
+                &["counter", "--increments", "40", "--stats"],
+            ),
+            &what("counter"),
+        );
+        assert_eq!(
+            out.lines().next(),
+            Some("counter: 80 after 40 increments on each of 2 nodes"),
+            "{}:\n{out}",
+            what("counter")
+        );
+        let row = |name: &str| stats_row(&out, name);
+        assert_eq!(row("upgrade_faults"), [0, 0, 0], "{out}");
+        // Node 1 reads the counter once per increment (its copy was dropped at the lock) and
+        // once more at the end; each read is a fault that fetches; the write takes none.
+        assert_eq!(row("read_faults")[1], 41, "{out}");
+        assert_eq!(row("write_faults")[1], 0, "{out}");
+        assert_eq!(row("faults")[1], 41, "{out}");
+        assert_eq!(row("diffs_applied")[0], 40, "{out}");
+
+        let out = ok(
+            run(&device, 2, transport, &uffd, &["matmul", "--n", "48"]),
+            &what("matmul"),
+        );
+        assert!(
+            out.starts_with(
+                "matmul: 48 x 48, every element equal to the single-node product, sum -213.90625"
+            ),
+            "{}: {out}",
+            what("matmul")
+        );
+        let out = ok(
+            run(
+                &device,
+                2,
+                transport,
+                &uffd,
+                &["sor", "--n", "40", "--iterations", "4"],
+            ),
+            &what("sor"),
+        );
+        assert!(
+            out.contains("sum 1898.822582543129"),
+            "{}: {out}",
+            what("sor")
+        );
+        let out = ok(
+            run(
+                &device,
+                2,
+                transport,
+                &uffd,
+                &["false-sharing", "--pages", "4"],
+            ),
+            &what("false sharing"),
+        );
+        assert_eq!(
+            out.trim(),
+            "false-sharing: every node's bytes kept on 4 pages"
+        );
+        let out = ok(
+            run(&device, 2, transport, &uffd, &["write-fault"]),
+            &what("write-fault"),
+        );
+        assert_eq!(
+            out.trim(),
+            "write-fault: faults 1, write faults 1, read faults 0",
+            "{}",
+            what("write-fault")
+        );
+        let out = ok(
+            run(
+                &device,
+                2,
+                transport,
+                &["--faults", "userfaultfd", "--prefetch", "2"],
+                &["prefetch"],
+            ),
+            &what("prefetch 2"),
+        );
+        for rank in 0..2 {
+            let line = format!("prefetch: node {rank}: fetches 2, pages 4, prefetched 2, hits 1");
+            assert!(
+                out.lines().any(|l| l == line),
+                "{}: {out}",
+                what("prefetch")
+            );
+        }
+        let out = run(&device, 3, transport, &uffd, &["die", "--victim", "1"]);
+        assert_eq!(out.status.code(), Some(1), "{}", what("die"));
+        let err = text(&out.stderr);
+        let named = err
+            .lines()
+            .filter(|l| {
+                l.starts_with("dsm: node 1: died (its connection closed without it leaving)")
+            })
+            .count();
+        assert_eq!(named, 2, "{}: {err}", what("die"));
+    }
+    let out = ok(
+        run(
+            &device,
+            4,
+            "rdma-read",
+            &uffd,
+            &["sor", "--n", "40", "--iterations", "4"],
+        ),
+        "sor on 4 nodes over rdma-read with userfaultfd",
     );
+    assert!(out.contains("sum 1898.822582543129"), "{out}");
 }
 
 #[test]

@@ -12,7 +12,13 @@ use super::bench::{MACHINE_FACTS, Machine, PAIR, median, today, typical_of, writ
 use super::build::build_release_bin;
 use super::vm::{self, GUEST_DEVICE, shell_quote};
 
-const TRANSPORTS: [&str; 3] = ["tcp", "rdma-send", "rdma-read"];
+/// What is measured: a label, the transport and the fault mechanism.
+const RUNS: [(&str, &str, &str); 4] = [
+    ("tcp", "tcp", "sigsegv"),
+    ("rdma-send", "rdma-send", "sigsegv"),
+    ("rdma-read", "rdma-read", "sigsegv"),
+    ("rdma-read, userfaultfd", "rdma-read", "userfaultfd"),
+];
 const BEGIN: &str = "<!-- dsm-bench:begin -->";
 const END: &str = "<!-- dsm-bench:end -->";
 const README: &str = "examples/dsm/README.md";
@@ -124,10 +130,10 @@ pub(crate) fn dsm_bench(root: &Path, args: &[String]) -> Result<(), String> {
     let device = format!("-d {GUEST_DEVICE} -g 1 --window-mib 16");
     let mut port = 21000;
     for round in 0..plan.rounds {
-        for t in TRANSPORTS {
+        for (i, (_, t, faults)) in RUNS.iter().enumerate() {
             let _ = writeln!(
                 script,
-                "node_run fetch-{t}-{round} -n 2 -t {t} {device} fetch-bench --pages {}",
+                "node_run fetch-{i}-{round} -n 2 -t {t} -f {faults} {device} fetch-bench --pages {}",
                 plan.pages
             );
         }
@@ -141,12 +147,12 @@ pub(crate) fn dsm_bench(root: &Path, args: &[String]) -> Result<(), String> {
                 ))
             );
         }
-        for t in TRANSPORTS {
+        for (i, (_, t, faults)) in RUNS.iter().enumerate() {
             for nodes in [1, 2] {
                 for (name, app) in APPS {
                     let _ = writeln!(
                         script,
-                        "node_run app-{name}-{t}-{nodes}-{round} -n {nodes} -t {t} {device} {app} --time"
+                        "node_run app-{name}-{i}-{nodes}-{round} -n {nodes} -t {t} -f {faults} {device} {app} --time"
                     );
                 }
             }
@@ -204,17 +210,21 @@ fn collect(work: &Path, plan: &Plan) -> Result<Results, String> {
     let pairs = read(work, "statuses");
     let mut results = Results::default();
     for round in 0..plan.rounds {
-        for t in TRANSPORTS {
-            let id = format!("fetch-{t}-{round}");
+        for (i, (label, _, _)) in RUNS.iter().enumerate() {
+            let id = format!("fetch-{i}-{round}");
             let out = ran(&id)?;
             let fetch = parse_fetch(&out).ok_or_else(|| format!("{id}: no result line:\n{out}"))?;
-            results.fetch.entry(t).or_default().push(fetch);
+            results.fetch.entry(label).or_default().push(fetch);
             for nodes in [1, 2] {
                 for (name, _) in APPS {
-                    let id = format!("app-{name}-{t}-{nodes}-{round}");
+                    let id = format!("app-{name}-{i}-{nodes}-{round}");
                     let out = ran(&id)?;
                     let time = parse_time(&out).ok_or_else(|| format!("{id}: no time:\n{out}"))?;
-                    results.apps.entry((name, t, nodes)).or_default().push(time);
+                    results
+                        .apps
+                        .entry((name, label, nodes))
+                        .or_default()
+                        .push(time);
                 }
             }
         }
@@ -265,7 +275,7 @@ fn tables(plan: &Plan, r: &Results, machine: &Machine) -> String {
     let c_send = med(r.c.get("send").into_iter().flatten().copied());
     let _ = writeln!(
         out,
-        "| transport | fault service p50 (µs) | p99 (µs) | page transfer p50 (µs) | local fault p50 (µs) | fault p50 / tcp's |"
+        "| transport, faults | fault service p50 (µs) | p99 (µs) | page transfer p50 (µs) | write after read p50 (µs) | fault p50 / tcp's |"
     );
     let _ = writeln!(out, "|---|---|---|---|---|---|");
     let tcp = med(r
@@ -274,7 +284,7 @@ fn tables(plan: &Plan, r: &Results, machine: &Machine) -> String {
         .into_iter()
         .flatten()
         .map(|f| f.fault_p50));
-    for t in TRANSPORTS {
+    for (t, _, _) in RUNS {
         let f: Vec<Fetch> = r.fetch.get(t).cloned().unwrap_or_default();
         let p50 = med(f.iter().map(|x| x.fault_p50));
         let _ = writeln!(
@@ -306,11 +316,11 @@ fn tables(plan: &Plan, r: &Results, machine: &Machine) -> String {
     );
     let _ = writeln!(
         out,
-        "| application | transport | 1 node (ms) | 2 nodes (ms) | speed-up |"
+        "| application | transport, faults | 1 node (ms) | 2 nodes (ms) | speed-up |"
     );
     let _ = writeln!(out, "|---|---|---|---|---|");
     for (name, args) in APPS {
-        for t in TRANSPORTS {
+        for (t, _, _) in RUNS {
             let one = med(r.apps.get(&(name, t, 1)).into_iter().flatten().copied());
             let two = med(r.apps.get(&(name, t, 2)).into_iter().flatten().copied());
             let _ = writeln!(
@@ -329,14 +339,11 @@ fn tables(plan: &Plan, r: &Results, machine: &Machine) -> String {
 fn plot(path: &Path, r: &Results) -> Result<(), String> {
     use plotters::prelude::*;
     let err = |e: &dyn std::fmt::Display| format!("plotting {}: {e}", path.display());
-    let mut bars: Vec<(String, f64)> = TRANSPORTS
+    let mut bars: Vec<(String, f64)> = RUNS
         .iter()
-        .map(|t| {
+        .map(|(t, _, _)| {
             let f = r.fetch.get(t).cloned().unwrap_or_default();
-            (
-                format!("{t} fault"),
-                med(f.iter().map(|x| x.fault_p50)) / 1000.0,
-            )
+            (t.to_string(), med(f.iter().map(|x| x.fault_p50)) / 1000.0)
         })
         .collect();
     for test in ["read", "send"] {
@@ -351,7 +358,7 @@ fn plot(path: &Path, r: &Results) -> Result<(), String> {
         .filter(|v| v.is_finite())
         .fold(1.0, f64::max)
         * 1.15;
-    let root = SVGBackend::new(path, (900, 480)).into_drawing_area();
+    let root = SVGBackend::new(path, (1100, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
@@ -377,7 +384,7 @@ fn plot(path: &Path, r: &Results) -> Result<(), String> {
         .map_err(|e| err(&e))?;
     chart
         .draw_series(bars.iter().enumerate().map(|(i, (_, v))| {
-            let colour = if i < TRANSPORTS.len() { BLUE } else { RED };
+            let colour = if i < RUNS.len() { BLUE } else { RED };
             let v = if v.is_finite() { *v } else { 0.0 };
             let mut bar = Rectangle::new(
                 [
@@ -415,7 +422,7 @@ mod tests {
         assert_eq!(parse_time("time: x us"), None);
     }
 
-    /// Each bar is drawn once, under its own label: five filled bars whose heights follow the
+    /// Each bar is drawn once, under its own label: six filled bars whose heights follow the
     /// values, and every label in the picture.
     #[test]
     fn the_plot_has_one_labelled_bar_per_value() {
@@ -426,10 +433,10 @@ mod tests {
             local_p50: 0.0,
         };
         let r = Results {
-            fetch: TRANSPORTS
+            fetch: RUNS
                 .iter()
-                .zip([300.0, 200.0, 100.0])
-                .map(|(t, v)| (*t, vec![fetch(v)]))
+                .zip([300.0, 200.0, 100.0, 90.0])
+                .map(|((t, _, _), v)| (*t, vec![fetch(v)]))
                 .collect(),
             c: [("read", vec![50.0]), ("send", vec![40.0])]
                 .into_iter()
@@ -442,9 +449,9 @@ mod tests {
         plot(&path, &r).unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
-        let labels: Vec<String> = TRANSPORTS
+        let labels: Vec<String> = RUNS
             .iter()
-            .map(|t| format!("{t} fault"))
+            .map(|(t, _, _)| t.to_string())
             .chain(["ib_read_lat 4K".into(), "ib_send_lat 4K".into()])
             .collect();
         for label in &labels {
@@ -459,8 +466,8 @@ mod tests {
                 h[..h.find('"').unwrap()].parse().unwrap()
             })
             .collect();
-        assert_eq!(bars.len(), 5, "{svg}");
-        // Heights in the order drawn: 300, 200, 100, 50, 40 µs.
+        assert_eq!(bars.len(), 6, "{svg}");
+        // Heights in the order drawn: 300, 200, 100, 90, 50, 40 µs.
         assert!(bars.windows(2).all(|w| w[0] > w[1]), "{bars:?}");
         let ratio = bars[0] / bars[2];
         assert!((2.9..3.1).contains(&ratio), "{bars:?}");

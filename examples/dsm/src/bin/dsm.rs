@@ -7,7 +7,7 @@ use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
-use dsm::{Config, Node, Placement, TransportKind, apps};
+use dsm::{Config, FaultMechanism, Node, Placement, TransportKind, apps};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -124,12 +124,19 @@ struct RunArgs {
     /// Pages prefetched after a faulting one.
     #[arg(long, default_value_t = 0)]
     prefetch: u16,
+    /// Pages after a faulting one examined for prefetch (those with a copy or another home
+    /// are skipped); below --prefetch it counts as --prefetch.
+    #[arg(long, default_value_t = 0)]
+    max_checking: u16,
     /// RDMA device.
     #[arg(short = 'd', long)]
     device: Option<String>,
     /// GID index (RoCE).
     #[arg(short = 'g', long, default_value_t = 1)]
     gid_index: u8,
+    /// How faults on the shared window are caught.
+    #[arg(short = 'f', long, value_enum, default_value_t = FaultMechanism::Sigsegv)]
+    faults: FaultMechanism,
     /// The application and its options.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
     app: Vec<String>,
@@ -330,8 +337,10 @@ fn run(args: RunArgs) -> Result<(), String> {
         timeout: Duration::from_millis(args.timeout_ms),
         sync_timeout: Duration::from_millis(args.sync_timeout_ms),
         prefetch: args.prefetch,
+        max_checking: args.max_checking,
         device: args.device,
         gid_index: args.gid_index,
+        faults: args.faults,
         ..Config::default()
     };
     if let Some(base) = args.window_base {
