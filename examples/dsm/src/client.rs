@@ -333,11 +333,19 @@ impl Client {
         })?;
         let region = &shared.region;
         match (self.pages[page], write) {
+            // With userfaultfd, a page this node keeps mapped faults again when the kernel
+            // dropped its mapping (reclaim swapped it out), or when a second fault on it was
+            // reported before the first was served: map it again (the file holds it; if it is
+            // mapped already, the waiting thread is woken).
+            (PageState::Home | PageState::Dirty, _) if !region.detects_writes() => {
+                region.protect(page, 1, Access::ReadWrite)
+            }
             (PageState::Home, _) => Err(Error::protocol(format!(
                 "a fault on home page {page}, which is always mapped"
             ))),
-            // Another fault on the page mapped it (userfaultfd: wake this one too).
-            (PageState::Dirty, _) => region.wake(page),
+            // With SIGSEGV faults a dirty page is read-write: another thread's fault on it
+            // was served first.
+            (PageState::Dirty, _) => Ok(()),
             // Reads are allowed on a read-only page, so its fault is a write whatever the
             // decoded bit says (it is not decoded off x86-64).
             (PageState::ReadOnly, _) => {
@@ -419,8 +427,9 @@ impl Client {
         Ok(())
     }
 
-    /// Sends the changes of every dirty page home and waits until each home has them; the
-    /// pages become read-only copies.
+    /// Sends the changes of every dirty page home and waits until each home has them. With
+    /// SIGSEGV faults the pages become read-only copies; with userfaultfd they stay mapped
+    /// read-write and dirty, each changed one with a new twin.
     pub(crate) fn flush(&mut self, shared: &Shared) -> Result<()> {
         if self.dirty.is_empty() {
             return Ok(());
@@ -499,7 +508,8 @@ impl Client {
         Ok(())
     }
 
-    /// Drops every cached copy of a non-home page (after `flush`, none is dirty).
+    /// Drops every cached copy of a non-home page (called after a successful `flush`: their
+    /// changes are home).
     pub(crate) fn invalidate(&mut self, shared: &Shared) -> Result<()> {
         let mut cached = std::mem::take(&mut self.cached);
         let region = &shared.region;

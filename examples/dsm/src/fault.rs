@@ -2,7 +2,7 @@
 //! "The fault path").
 //!
 //! The handler does only async-signal-safe work: atomics, `write` to an `eventfd`, `futex`,
-//! `clock_gettime`, `sigaction`, `_exit`. A fault outside the window goes to the handler that
+//! `clock_gettime`, `sched_yield`, `sigaction`, `sigprocmask`, `raise`, `_exit`. A fault outside the window goes to the handler that
 //! was installed before ours (Rust's runtime installs one that reports stack overflows), or, if
 //! that was the default action, the default is restored and the instruction faults again, so
 //! the process dies of `SIGSEGV` as it would without the DSM. A fault inside the window claims
@@ -87,6 +87,8 @@ unsafe impl Sync for Previous {}
 // SAFETY: as for `Sync`.
 unsafe impl Send for Previous {}
 static PREVIOUS: OnceLock<Previous> = OnceLock::new();
+/// The previous action was one-shot (`SA_RESETHAND`) and has run: treat it as the default.
+static PREVIOUS_RESET: AtomicBool = AtomicBool::new(false);
 static INSTALL: Mutex<()> = Mutex::new(());
 
 /// Installs the handler (once per process; it stays, serving whichever window is live).
@@ -313,7 +315,11 @@ fn chain(
     context: *mut libc::c_void,
     resend: bool,
 ) {
-    let handler = PREVIOUS.get().map_or(libc::SIG_DFL, |p| p.0.sa_sigaction);
+    let handler = if PREVIOUS_RESET.load(Ordering::Acquire) {
+        libc::SIG_DFL
+    } else {
+        PREVIOUS.get().map_or(libc::SIG_DFL, |p| p.0.sa_sigaction)
+    };
     let flags = PREVIOUS.get().map_or(0, |p| p.0.sa_flags);
     if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
         // SAFETY: a zeroed sigaction with SIG_DFL is the default action; sigaction is
@@ -339,12 +345,9 @@ fn chain(
             unsafe { libc::sigprocmask(libc::SIG_BLOCK, &p.0.sa_mask, &mut blocked) };
         }
         if flags & libc::SA_RESETHAND != 0 {
-            // SAFETY: as for the default action above.
-            unsafe {
-                let mut default: libc::sigaction = std::mem::zeroed();
-                default.sa_sigaction = libc::SIG_DFL;
-                libc::sigaction(signal, &default, std::ptr::null_mut());
-            }
+            // One-shot: from now on the previous action is the default one. Our own handler
+            // stays installed (the window's faults still need it).
+            PREVIOUS_RESET.store(true, Ordering::Release);
         }
         if flags & libc::SA_SIGINFO != 0 {
             // SAFETY: the previous action was installed with SA_SIGINFO, so its address is a

@@ -265,29 +265,27 @@ impl Region {
             return Ok(());
         }
         self.check_pages(first, count)?;
-        // SAFETY: a valid descriptor; the range lies inside the file (its frame half).
-        let rc = unsafe {
-            libc::fallocate(
-                self.fd.as_raw_fd(),
-                0,
-                (first * PAGE) as libc::off_t,
-                (count * PAGE) as libc::off_t,
-            )
-        };
-        if rc != 0 {
-            return Err(Error::last_os(format!(
-                "fallocate of frames {first}..+{count}"
-            )));
-        }
-        Ok(())
-    }
-
-    /// Wakes threads waiting for window page `page` to be mapped (with `userfaultfd`: a
-    /// second fault on a page another fault mapped).
-    pub(crate) fn wake(&self, page: usize) -> Result<()> {
-        match &self.userfault {
-            Some(userfault) => userfault.wake(self.page_addr(page) as usize, PAGE),
-            None => Ok(()),
+        loop {
+            // SAFETY: a valid descriptor; the range lies inside the file (its frame half).
+            let rc = unsafe {
+                libc::fallocate(
+                    self.fd.as_raw_fd(),
+                    0,
+                    (first * PAGE) as libc::off_t,
+                    (count * PAGE) as libc::off_t,
+                )
+            };
+            if rc == 0 {
+                return Ok(());
+            }
+            let error = std::io::Error::last_os_error();
+            // A signal arrived while shmem allocated: the pages it made are kept; go on.
+            if error.kind() != std::io::ErrorKind::Interrupted {
+                return Err(Error::os(
+                    format!("fallocate of frames {first}..+{count}"),
+                    error,
+                ));
+            }
         }
     }
 }
@@ -350,7 +348,16 @@ mod tests {
     #[test]
     fn userfaultfd_pages_fault_until_mapped_and_again_once_dropped() {
         let base = 0x2100_0000_0000 + (std::process::id() as usize % 1024) * (1 << 24);
-        let region = Region::new(base, 4 * PAGE, FaultMechanism::Userfaultfd).unwrap();
+        let region = match Region::new(base, 4 * PAGE, FaultMechanism::Userfaultfd) {
+            Ok(region) => region,
+            // Outside the harness (a container that refuses the system call, a kernel
+            // without it) there is nothing to test; inside it, this must run.
+            Err(e) if std::env::var_os("RDMA_TEST_REQUIRE_DEVICE").is_none() => {
+                eprintln!("userfaultfd is not available here ({e}); not tested");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
         assert!(!region.detects_writes());
         let at = |page: usize| region.page_addr(page) as usize;
         let frame = region.frame(1).unwrap() as usize;

@@ -138,7 +138,8 @@ counters! {
     pages_served,
     /// Diff pages this node applied as a home.
     diffs_applied,
-    /// Faults served (the handler's count).
+    /// Faults served: the handler's count with `SIGSEGV` faults, the faults the kernel
+    /// reported with `userfaultfd`.
     faults,
     /// Fault-service time, median, nanoseconds.
     fault_p50_ns,

@@ -15,8 +15,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use crate::error::{Error, Result};
 
-// From <linux/userfaultfd.h> (the uapi is stable; the numbers are the ioctl encodings for
-// x86-64 and the other architectures Linux shares `_IOWR` with).
+// From <linux/userfaultfd.h> (the uapi is stable). The numbers are the ioctl encodings of the
+// generic `_IOC` layout (x86, arm, arm64, riscv, loongarch, s390); powerpc, mips and sparc
+// encode `_IOR` differently, and there `open` refuses (see `SUPPORTED`).
 const UFFD_API: u64 = 0xaa;
 const UFFD_USER_MODE_ONLY: libc::c_int = 1;
 const UFFD_FEATURE_MINOR_SHMEM: u64 = 1 << 10;
@@ -32,6 +33,16 @@ const UFFD_EVENT_PAGEFAULT: u8 = 0x12;
 const UFFD_PAGEFAULT_FLAG_WRITE: u64 = 1 << 0;
 #[cfg(test)]
 const UFFD_PAGEFAULT_FLAG_MINOR: u64 = 1 << 2;
+/// Whether this architecture uses the generic ioctl encoding the numbers above are in.
+const SUPPORTED: bool = cfg!(any(
+    target_arch = "x86_64",
+    target_arch = "x86",
+    target_arch = "aarch64",
+    target_arch = "arm",
+    target_arch = "riscv64",
+    target_arch = "loongarch64",
+    target_arch = "s390x"
+));
 /// `sizeof(struct uffd_msg)`.
 const MSG_LEN: usize = 32;
 
@@ -84,6 +95,12 @@ impl Userfault {
     /// `CAP_SYS_PTRACE`), it falls back to faults from user mode only: a system call handed a
     /// window address that is not mapped then fails with `EFAULT`, as with `SIGSEGV`.
     pub(crate) fn open() -> Result<Userfault> {
+        if !SUPPORTED {
+            return Err(Error::Config(
+                "userfaultfd faults are not built for this architecture; use --faults sigsegv"
+                    .into(),
+            ));
+        }
         let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
         // SAFETY: userfaultfd takes flags only.
         let mut raw = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };

@@ -262,6 +262,28 @@ fn a_touch_outside_the_window_dies_of_sigsegv() {
     }
 }
 
+/// A page the node keeps mapped (its home page, a fetched copy) dropped from the page tables
+/// behind the DSM's back, as memory reclaim does: the next touch sees the same bytes without a
+/// fetch; with `userfaultfd` each such touch is a fault that maps the page again (before this
+/// was handled, a home page's fault ended the process and a dirty page's looped for ever).
+#[test]
+fn pages_dropped_by_the_kernel_come_back_unchanged() {
+    let Some(device) = device() else { return };
+    for transport in TRANSPORTS {
+        for (faults, count) in [("sigsegv", 1), ("userfaultfd", 2)] {
+            let out = ok(
+                run(&device, 2, transport, &["--faults", faults], &["refault"]),
+                &format!("refault over {transport} with {faults}"),
+            );
+            assert_eq!(
+                out.trim(),
+                format!("refault: home page 7, remote page 41 then 41, fetches 0, faults {count}"),
+                "{transport}, {faults}"
+            );
+        }
+    }
+}
+
 /// The applications with `userfaultfd` faults: the same results as with `SIGSEGV`, a write
 /// to an invalid page still one fault, no upgrade faults at all (every mapped copy is
 /// writable), prefetch unchanged, a dead node named by the others.

@@ -70,6 +70,10 @@ enum Cmd {
     },
     /// Touches memory just past the shared window (the process must die of SIGSEGV).
     Outside,
+    /// Node 0 reads a page homed at node 1 and writes one of its own, then drops both from
+    /// its page tables behind the DSM's back (`MADV_DONTNEED`, as memory reclaim does) and
+    /// reads them again; prints the values and what that cost.
+    Refault,
     /// Allocates a shared array, optionally of a different size on the last node (to show
     /// the unequal-call error), and holds a barrier.
     Alloc {
@@ -246,6 +250,10 @@ fn node_main(app: Cmd) -> Result<(), String> {
             }
             None
         }
+        Cmd::Refault => {
+            refault(&node)?;
+            None
+        }
         Cmd::Outside => {
             node.barrier().map_err(|e| e.to_string())?;
             let end = node.config().window_base + node.config().window_bytes;
@@ -293,6 +301,50 @@ fn node_main(app: Cmd) -> Result<(), String> {
             print!("{}", report.table());
         }
     }
+    Ok(())
+}
+
+/// The `refault` application (see [`Cmd::Refault`]).
+fn refault(node: &Node) -> Result<(), String> {
+    let e = |e: dsm::Error| e.to_string();
+    if node.nodes() != 2 {
+        return Err("refault runs on exactly two nodes".into());
+    }
+    const PER_PAGE: usize = dsm::PAGE / 8;
+    // Page 0 homed at node 0, page 1 at node 1.
+    let pages = node
+        .alloc::<u64>(2 * PER_PAGE, Placement::Cyclic { pages: 1 })
+        .map_err(e)?;
+    if node.rank() == 1 {
+        pages.set(PER_PAGE, 41).map_err(e)?;
+    }
+    node.barrier().map_err(e)?;
+    if node.rank() == 0 {
+        pages.set(0, 7).map_err(e)?;
+        let remote = pages.get(PER_PAGE).map_err(e)?;
+        let before = node.stats();
+        for i in [0, PER_PAGE] {
+            let addr = pages.addr_of(i).map_err(e)?;
+            // SAFETY: a whole page of the DSM's window (page aligned: each page starts an
+            // element run of PER_PAGE); MADV_DONTNEED on its shared file mapping drops the
+            // page-table entry and keeps the file's page, as reclaim does, and no reference
+            // into the window exists.
+            let rc =
+                unsafe { libc::madvise(addr as *mut libc::c_void, dsm::PAGE, libc::MADV_DONTNEED) };
+            if rc != 0 {
+                return Err(format!("madvise: {}", std::io::Error::last_os_error()));
+            }
+        }
+        let (home, again) = (pages.get(0).map_err(e)?, pages.get(PER_PAGE).map_err(e)?);
+        pages.set(PER_PAGE + 1, 1).map_err(e)?;
+        let after = node.stats();
+        println!(
+            "refault: home page {home}, remote page {remote} then {again}, fetches {}, faults {}",
+            after.fetches - before.fetches,
+            after.faults - before.faults
+        );
+    }
+    node.barrier().map_err(e)?;
     Ok(())
 }
 
