@@ -139,7 +139,50 @@ impl TcpLinks {
 pub(crate) struct TcpServer {
     me: u16,
     conns: Vec<Option<TcpStream>>,
+    /// Per connection, the bytes of a message not yet whole, and since when it has waited.
+    partial: Vec<Partial>,
     bound: Duration,
+}
+
+/// Reassembles the messages of one connection from what each non-blocking read returned, so
+/// that one peer sending slowly never holds the server (and every other node's requests).
+#[derive(Debug, Default)]
+struct Partial {
+    bytes: Vec<u8>,
+    since: Option<Instant>,
+}
+
+impl Partial {
+    /// Adds `data` (read at `now`) and moves every whole message into `out`; an error if the
+    /// bytes are not a message (the connection is then closed).
+    fn push(&mut self, data: &[u8], now: Instant, out: &mut Vec<Msg>) -> Result<()> {
+        self.bytes.extend_from_slice(data);
+        let mut at = 0;
+        while self.bytes.len() - at >= HEADER_LEN {
+            let mut raw = [0u8; HEADER_LEN];
+            raw.copy_from_slice(&self.bytes[at..at + HEADER_LEN]);
+            let header = Header::decode(&raw)?;
+            let end = at + HEADER_LEN + header.len as usize;
+            if self.bytes.len() < end {
+                break;
+            }
+            out.push(Msg::from_header(
+                header,
+                self.bytes[at + HEADER_LEN..end].to_vec(),
+            ));
+            at = end;
+        }
+        self.bytes.drain(..at);
+        self.since = if self.bytes.is_empty() {
+            None
+        } else if at > 0 {
+            // A message completed: the bound runs from here for the next one.
+            Some(now)
+        } else {
+            self.since.or(Some(now))
+        };
+        Ok(())
+    }
 }
 
 /// Sets the options every mesh connection gets: no Nagle delay; keepalive probes after a
@@ -278,6 +321,7 @@ pub(crate) fn mesh(
         },
         TcpServer {
             me: launch.rank,
+            partial: (0..conns.len()).map(|_| Partial::default()).collect(),
             conns,
             bound,
         },
@@ -320,7 +364,50 @@ impl TcpServer {
         closed
     }
 
-    /// Serves requests until every node has left, or `stop` becomes readable.
+    /// Reads what connection `rank` has now without blocking; returns its whole messages and
+    /// whether it is still open (not ended, no error, no bytes that are not a message).
+    fn receive(&mut self, rank: usize, now: Instant) -> (Vec<Msg>, bool) {
+        let mut msgs = Vec::new();
+        let Some(conn) = self.conns[rank].as_ref() else {
+            return (msgs, false);
+        };
+        let fd = conn.as_raw_fd();
+        let mut buf = [0u8; 64 * 1024];
+        loop {
+            // SAFETY: reads at most `buf.len()` bytes into `buf`; MSG_DONTWAIT makes this one
+            // call non-blocking without changing the socket (its replies are written
+            // blocking, with the write timeout).
+            let n =
+                unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+            match n {
+                0 => return (msgs, false),
+                n if n > 0 => {
+                    let got = &buf[..n as usize];
+                    if self.partial[rank].push(got, now, &mut msgs).is_err() {
+                        return (msgs, false);
+                    }
+                }
+                _ => {
+                    let error = std::io::Error::last_os_error();
+                    match error.kind() {
+                        ErrorKind::Interrupted => {}
+                        ErrorKind::WouldBlock => return (msgs, true),
+                        _ => return (msgs, false),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Drops connection `rank` and whatever it had half sent.
+    fn close(&mut self, rank: usize) {
+        self.conns[rank] = None;
+        self.partial[rank] = Partial::default();
+    }
+
+    /// Serves requests until every node has left, or `stop` becomes readable. Reads never
+    /// block: a message is reassembled from what arrives, and a connection whose message
+    /// stays incomplete for the bound is closed as a dead node's.
     pub(crate) fn run(mut self, mut home: Home, region: &Region, stop: &OwnedFd) -> Result<()> {
         let mut out = Vec::new();
         while !home.done() {
@@ -330,8 +417,19 @@ impl TcpServer {
                 revents: 0,
             }];
             let ranks = self.poll_fds(&mut fds);
+            // Wake in time to close a connection whose message stopped half-way.
+            let now = Instant::now();
+            let timeout = self
+                .partial
+                .iter()
+                .filter_map(|p| p.since)
+                .map(|since| (since + self.bound).saturating_duration_since(now))
+                .min()
+                .map_or(-1, |left| {
+                    libc::c_int::try_from(left.as_millis() + 1).unwrap_or(libc::c_int::MAX)
+                });
             // SAFETY: `fds` is a valid array of pollfd of the given length.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
             if n < 0 {
                 let e = std::io::Error::last_os_error();
                 if e.kind() == ErrorKind::Interrupted {
@@ -342,31 +440,46 @@ impl TcpServer {
             if fds[0].revents != 0 {
                 return Ok(());
             }
+            let now = Instant::now();
             for (fd, &rank) in fds[1..].iter().zip(&ranks) {
-                if fd.revents == 0 {
+                let stalled = self.partial[rank]
+                    .since
+                    .is_some_and(|since| now.duration_since(since) >= self.bound);
+                if fd.revents == 0 && !stalled {
                     continue;
                 }
-                let Some(conn) = self.conns[rank].as_mut() else {
-                    continue;
-                };
-                match read_msg(conn, self.bound) {
-                    Ok(Some(msg)) if usize::from(msg.from) == rank && msg.to == self.me => {
-                        home.handle(msg, &mut out)
+                let (msgs, open) = self.receive(rank, now);
+                for msg in msgs {
+                    if self.conns[rank].is_none() {
+                        break;
                     }
-                    Ok(Some(msg)) => {
+                    if usize::from(msg.from) == rank && msg.to == self.me {
+                        home.handle(msg, &mut out);
+                    } else {
                         crate::say!(
                             "dsm: node {}: a message from node {} on node {rank}'s connection; \
                              closing it",
                             self.me,
                             msg.from
                         );
-                        self.conns[rank] = None;
+                        self.close(rank);
                         home.closed(rank as u16, &mut out);
                     }
-                    Ok(None) | Err(_) => {
-                        self.conns[rank] = None;
-                        home.closed(rank as u16, &mut out);
+                }
+                let stalled = self.partial[rank]
+                    .since
+                    .is_some_and(|since| now.duration_since(since) >= self.bound);
+                if self.conns[rank].is_some() && (!open || stalled) {
+                    if stalled {
+                        crate::say!(
+                            "dsm: node {}: node {rank} sent part of a message and nothing more \
+                             for {:.1} s; closing its connection",
+                            self.me,
+                            self.bound.as_secs_f64()
+                        );
                     }
+                    self.close(rank);
+                    home.closed(rank as u16, &mut out);
                 }
             }
             // A failed write closes that node, whose waiters' failures go out in turn.
@@ -379,7 +492,7 @@ impl TcpServer {
                         continue;
                     };
                     if write_out(conn, &reply, region).is_err() {
-                        self.conns[usize::from(to)] = None;
+                        self.close(usize::from(to));
                         home.closed(to, &mut more);
                     }
                 }
@@ -387,5 +500,54 @@ impl TcpServer {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::Op;
+
+    fn wire(msg: &Msg) -> Vec<u8> {
+        let mut bytes = msg.header().encode().to_vec();
+        bytes.extend_from_slice(&msg.payload);
+        bytes
+    }
+
+    /// Messages come out whole whatever the chunks the reads return; an incomplete one is
+    /// timed from its first byte (and again from the end of the previous whole one); bytes
+    /// that are not a message are refused.
+    #[test]
+    fn messages_are_reassembled_from_any_chunks() {
+        let a = Msg::new(Op::GetPage, 1, 0).with(vec![1, 2, 3, 4, 5, 6]);
+        let b = Msg::new(Op::Release, 1, 0).with(Vec::new());
+        let c = Msg::new(Op::Acquire, 1, 0).with(vec![9; 4]);
+        let stream: Vec<u8> = [wire(&a), wire(&b), wire(&c)].concat();
+        let t0 = Instant::now();
+        for chunk in [1, 3, 7, 16, 17, 22, stream.len()] {
+            let mut p = Partial::default();
+            let mut out = Vec::new();
+            for (i, piece) in stream.chunks(chunk).enumerate() {
+                p.push(piece, t0 + Duration::from_millis(i as u64), &mut out)
+                    .unwrap();
+            }
+            assert_eq!(out, [a.clone(), b.clone(), c.clone()], "chunks of {chunk}");
+            assert!(p.bytes.is_empty() && p.since.is_none(), "chunks of {chunk}");
+        }
+        // Half a header: waiting since its first byte; the rest completes it.
+        let mut p = Partial::default();
+        let mut out = Vec::new();
+        let ab = [wire(&a), wire(&b)].concat();
+        p.push(&ab[..5], t0, &mut out).unwrap();
+        assert_eq!((out.len(), p.since), (0, Some(t0)));
+        let t1 = t0 + Duration::from_secs(1);
+        p.push(&ab[5..HEADER_LEN + 6 + 3], t1, &mut out).unwrap();
+        assert_eq!((out.len(), p.since), (1, Some(t1)));
+        p.push(&ab[HEADER_LEN + 6 + 3..], t1, &mut out).unwrap();
+        assert_eq!((out.len(), p.since), (2, None));
+        // A header no message has.
+        let mut bad = wire(&a);
+        bad[0] = 0xff;
+        assert!(Partial::default().push(&bad, t0, &mut out).is_err());
     }
 }
