@@ -105,6 +105,16 @@ case!(
 );
 case!(OwnedWriteToUd, "owned_write_to_ud.rs", "compile_fail,E0599");
 case!(OwnedOpsOk, "owned_ops_ok.rs", "rust");
+case!(
+    OwnedBindWindowDropped,
+    "owned_bind_window_dropped.rs",
+    "compile_fail,E0505"
+);
+case!(
+    OwnedBindWindowDroppedOk,
+    "owned_bind_window_dropped_ok.rs",
+    "rust"
+);
 
 // Values that do nothing unless used (`#[must_use]`). A lint has no error code: the control,
 // which differs only in using the value, shows that nothing else fails.

@@ -114,7 +114,7 @@ pub use flags::{AccessFlags, SendFlags, WcFlags};
 pub use mr::{MemoryRegion, MrSlice, MrSliceMut, RemoteMemory};
 pub use mw::{MemoryWindow, MwType};
 pub use owned::{
-    AtomicOp, Completion, InvalidateOp, OwnedOp, OwnedRecvList, OwnedSend, OwnedSendList,
+    AtomicOp, BindOp, Completion, InvalidateOp, OwnedOp, OwnedRecvList, OwnedSend, OwnedSendList,
     PostRefused, ReadOp, SendOp, WriteOp,
 };
 pub use pd::ProtectionDomain;

@@ -190,6 +190,24 @@ impl MemoryWindow {
         self.rkey
     }
 
+    /// The key a type 2 bind of the window gives it (`ibv_inc_rkey` of the current one),
+    /// without taking it yet: the owned path takes it ([`commit_rkey`](Self::commit_rkey))
+    /// once the bind is posted, so a refused or dropped request leaves the window as the
+    /// device knows it. Also stores the current key where the provider reads the key a bind
+    /// replaces (`ibv_mw.rkey`).
+    pub(crate) fn preview_type2_rkey(&mut self) -> u32 {
+        // SAFETY: live window; `&mut self` means no request borrowing it is being posted.
+        unsafe { (*self.raw.as_ptr()).rkey = self.rkey };
+        // SAFETY: `ibv_inc_rkey` only computes on its argument.
+        unsafe { ffi::ibv_inc_rkey(self.rkey) }
+    }
+
+    /// Takes key `rkey`, from [`preview_type2_rkey`](Self::preview_type2_rkey), once its bind
+    /// has been posted.
+    pub(crate) fn commit_rkey(&mut self, rkey: u32) {
+        self.rkey = rkey;
+    }
+
     pub(crate) fn next_type2_rkey(&mut self) -> u32 {
         // SAFETY: live window; `&mut self` means no request borrowing it is being posted.
         unsafe { (*self.raw.as_ptr()).rkey = self.rkey };

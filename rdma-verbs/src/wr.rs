@@ -15,7 +15,7 @@ use crate::ffi;
 use crate::flags::{AccessFlags, SendFlags};
 use crate::inflight::OWNED_ID_BIT;
 use crate::mr::{MemoryRegion, MrSlice, RemoteMemory};
-use crate::mw::{MemoryWindow, MwType, check_bind};
+use crate::mw::{BindRange, MemoryWindow, MwType, check_bind};
 
 /// A scatter/gather entry (`struct ibv_sge`) over registered memory. Same layout as the C
 /// structure, so lists of them go to the hardware as they are.
@@ -367,6 +367,19 @@ impl<'a> SendRequest<'a> {
     ) -> Result<Self> {
         let range = check_bind(mw, MwType::Type2, mr, range, access)?;
         let rkey = mw.next_type2_rkey();
+        Ok(Self::bind_checked(wr_id, mw, rkey, mr, range, access))
+    }
+
+    /// A BIND_MW request of a bind [`check_bind`] accepted, with the window's new key `rkey`.
+    #[inline]
+    pub(crate) fn bind_checked(
+        wr_id: u64,
+        mw: &'a MemoryWindow,
+        rkey: u32,
+        mr: &'a MemoryRegion,
+        range: BindRange,
+        access: AccessFlags,
+    ) -> Self {
         let mut request = Self::new(wr_id, ffi::IBV_WR_BIND_MW, op::BIND_MW, Payload::None);
         request.bind = Some(MwBind {
             mw,
@@ -376,7 +389,7 @@ impl<'a> SendRequest<'a> {
             length: range.length,
             access,
         });
-        Ok(request)
+        request
     }
 
     /// LOCAL_INV (`IBV_WR_LOCAL_INV`): invalidates the type 2 memory window with remote key

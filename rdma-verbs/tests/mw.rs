@@ -105,6 +105,16 @@ fn contents(mr: &MemoryRegion) -> Vec<u8> {
     out
 }
 
+/// Reaps one completion from `cq` and checks that it is the successful one of the owned
+/// request tagged `tag`, with `opcode`; drops it (its buffer, if any, goes back).
+fn reap_success(cq: &mut CompletionQueue, tag: u64, opcode: WcOpcode) {
+    let done = reap(cq, 1);
+    assert_eq!(
+        (done[0].tag(), done[0].status(), done[0].wc().opcode()),
+        (Some(tag), WcStatus::Success, opcode)
+    );
+}
+
 /// Binds type 1 window `mw` to `range` of `mr` through `qp`, waits for the bind's completion and
 /// returns the new key.
 fn bind_type1(
@@ -501,11 +511,7 @@ fn mw_type2_owned_invalidations_revoke_the_key() {
 
     p.b.post_send_owned(OwnedSend::local_invalidate(first).tag(77))
         .unwrap();
-    let done = reap(&mut p.cq_b, 1);
-    assert_eq!(
-        (done[0].tag(), done[0].status(), done[0].wc().opcode()),
-        (Some(77), WcStatus::Success, WcOpcode::LocalInv)
-    );
+    reap_success(&mut p.cq_b, 77, WcOpcode::LocalInv);
     assert_eq!(
         p.write(3, &src, 64, target.addr(), first),
         WcStatus::RemAccessErr
@@ -525,12 +531,7 @@ fn mw_type2_owned_invalidations_revoke_the_key() {
     message.fill_from(&pattern(200, 52)).unwrap();
     q.a.post_send_owned(OwnedSend::send_with_invalidate(message, second).tag(99))
         .unwrap();
-    let sent = reap(&mut q.cq_a, 1);
-    assert_eq!(
-        (sent[0].tag(), sent[0].status(), sent[0].wc().opcode()),
-        (Some(99), WcStatus::Success, WcOpcode::Send)
-    );
-    drop(sent);
+    reap_success(&mut q.cq_a, 99, WcOpcode::Send);
     let mut got = reap(&mut q.cq_b, 1);
     assert_eq!(
         (got[0].tag(), got[0].wc().opcode()),
@@ -555,5 +556,121 @@ fn mw_type2_owned_invalidations_revoke_the_key() {
         landed[128..192].iter().all(|&x| x == 0),
         "the revoked key wrote nothing"
     );
+    drop(mw);
+}
+
+/// A bind through the owned path: no `unsafe`, and the request keeps its region registered
+/// until the bind has executed (the entry holds a reference, counted here before and after
+/// the completion). The key it reports is the window's, and a peer's write through it lands,
+/// every byte; an owned LOCAL_INV then revokes it. Binds the post refuses (a type 1 window,
+/// a window of another protection domain, a UD queue pair) come back as errors, and their
+/// requests release the region at once.
+#[test]
+fn mw_type2_owned_bind_keeps_its_region_until_it_executes() {
+    let Some(f) = fixture_with(MwType::Type2) else {
+        return;
+    };
+    let mut p = pair(&f);
+    let target = std::sync::Arc::new(f.pd.register(4096, BINDABLE).unwrap());
+    let src = source(&f, 256, 61);
+    let mut mw = f.pd.alloc_mw(MwType::Type2).unwrap();
+    let old = mw.rkey();
+
+    let bind = OwnedSend::bind_mw(&mut mw, &target, 1024..2048, AccessFlags::REMOTE_WRITE)
+        .unwrap()
+        .tag(41);
+    let rkey = bind.rkey();
+    assert_ne!(rkey, old, "a bind gives the window a new key");
+    p.b.post_send_owned(bind).unwrap();
+    assert_eq!(mw.rkey(), rkey);
+    assert_eq!(
+        std::sync::Arc::strong_count(&target),
+        2,
+        "the in-flight bind holds the region"
+    );
+    reap_success(&mut p.cq_b, 41, WcOpcode::BindMw);
+    assert_eq!(
+        std::sync::Arc::strong_count(&target),
+        1,
+        "the completion released the region"
+    );
+
+    assert_eq!(
+        p.write(2, &src, 256, target.addr() + 1024, rkey),
+        WcStatus::Success
+    );
+    let landed = contents(&target);
+    assert_eq!(&landed[1024..1280], &pattern(256, 61)[..]);
+    assert!(
+        landed[..1024]
+            .iter()
+            .chain(&landed[1280..])
+            .all(|&x| x == 0)
+    );
+
+    p.b.post_send_owned(OwnedSend::local_invalidate(rkey).tag(42))
+        .unwrap();
+    reap_success(&mut p.cq_b, 42, WcOpcode::LocalInv);
+
+    // Refused binds.
+    let invalid = |e: &Error| matches!(e, Error::InvalidArgument(_));
+    let mut t1 = f.pd.alloc_mw(MwType::Type1).unwrap();
+    let refused = OwnedSend::bind_mw(&mut t1, &target, .., AccessFlags::REMOTE_WRITE);
+    assert!(invalid(refused.as_ref().unwrap_err()), "{refused:?}");
+    let other_pd = f.context.alloc_pd().unwrap();
+    let mut foreign = other_pd.alloc_mw(MwType::Type2).unwrap();
+    let refused = OwnedSend::bind_mw(&mut foreign, &target, .., AccessFlags::REMOTE_WRITE);
+    assert!(invalid(refused.as_ref().unwrap_err()), "{refused:?}");
+    drop(refused);
+    let foreign_target = std::sync::Arc::new(other_pd.register(4096, BINDABLE).unwrap());
+    let request =
+        OwnedSend::bind_mw(&mut foreign, &foreign_target, .., AccessFlags::REMOTE_WRITE).unwrap();
+    let refused = p.b.post_send_owned(request).unwrap_err();
+    assert!(invalid(refused.error()), "{refused:?}");
+    assert_eq!(std::sync::Arc::strong_count(&foreign_target), 1);
+    let mut ud = f.ud_qp(f.pd.qp_builder(&p.cq_a, &p.cq_a), 0x1111);
+    let request = OwnedSend::bind_mw(&mut mw, &target, 0..64, AccessFlags::REMOTE_WRITE).unwrap();
+    let refused = ud.post_send_owned(request).unwrap_err();
+    assert!(invalid(refused.error()), "{refused:?}");
+    assert_eq!(std::sync::Arc::strong_count(&target), 1);
+    assert_eq!(
+        mw.rkey(),
+        rkey,
+        "a refused bind gives the window its key back"
+    );
+    // A bind in a list that is cleared before it is posted, and one in a list dropped.
+    let mut list = OwnedSendList::with_capacity(1);
+    list.push(OwnedSend::bind_mw(&mut mw, &target, 0..64, AccessFlags::REMOTE_WRITE).unwrap())
+        .unwrap();
+    list.clear();
+    assert!(list.is_empty());
+    drop(list);
+    assert_eq!(mw.rkey(), rkey);
+    let mut list = OwnedSendList::with_capacity(1);
+    list.push(OwnedSend::bind_mw(&mut mw, &target, 0..64, AccessFlags::REMOTE_WRITE).unwrap())
+        .unwrap();
+    drop(list);
+    assert_eq!(mw.rkey(), rkey);
+    assert_no_completion_each(&mut p.cq_a);
+
+    // So the device's next bind of the window (through a list) works, and its key lets the
+    // peer write.
+    let request = OwnedSend::bind_mw(&mut mw, &target, 0..512, AccessFlags::REMOTE_WRITE)
+        .unwrap()
+        .tag(43);
+    let again = request.rkey();
+    assert_ne!(again, rkey);
+    let mut list = OwnedSendList::with_capacity(1);
+    list.push(request).unwrap();
+    p.b.post_send_list(&mut list).unwrap();
+    assert!(list.is_empty());
+    drop(list);
+    assert_eq!(mw.rkey(), again, "a posted bind keeps its key");
+    reap_success(&mut p.cq_b, 43, WcOpcode::BindMw);
+    assert_eq!(
+        p.write(3, &src, 256, target.addr(), again),
+        WcStatus::Success
+    );
+    assert_eq!(&contents(&target)[..256], &pattern(256, 61)[..]);
     drop(mw);
 }

@@ -1,7 +1,7 @@
 //! `instructions`: the user-space instructions of one post+poll round, counted by callgrind, on
 //! the `unsafe` post calls and on the safe owned-buffer path.
 //!
-//! `instructions <unsafe|owned> <rounds>` runs `rounds` rounds on an RC queue pair connected
+//! `instructions <unsafe|owned|reuse> <rounds>` runs `rounds` rounds on an RC queue pair connected
 //! to another on the same device (loopback): post a receive, post a 64-byte send, wait for both
 //! completions, poll each. Only the functions named `measured_*` are meant to be counted: run
 //! it as
@@ -21,7 +21,9 @@
 //!
 //! The owned path's measured functions include what it does that the `unsafe` path leaves to
 //! the caller: taking a buffer from its pool and returning it (the `unsafe` path reuses one
-//! region). The bytes are written into the buffer outside them in both modes.
+//! region). The bytes are written into the buffer outside them in both modes. Mode `reuse` is
+//! the owned path used as the `unsafe` one is: two buffers taken once, each re-posted when its
+//! completion hands it back, so the measured calls are the posts and polls alone.
 
 use std::process::ExitCode;
 
@@ -49,7 +51,9 @@ fn main() -> ExitCode {
             Ok(rounds) => (mode.clone(), rounds),
             Err(_) => return fail("the rounds must be a number"),
         },
-        _ => return fail("usage: instructions <unsafe|owned> <rounds> | instructions device"),
+        _ => {
+            return fail("usage: instructions <unsafe|owned|reuse> <rounds> | instructions device");
+        }
     };
     match run(&mode, rounds) {
         Ok(()) => ExitCode::SUCCESS,
@@ -117,6 +121,32 @@ fn run(mode: &str, rounds: u32) -> Result<(), String> {
                 }
             }
         }
+        "reuse" => {
+            let pool = BufferPool::new(&pd, 2, SIZE).map_err(|e| e.to_string())?;
+            let mut recv = pool.take();
+            let mut send = pool.take();
+            send.as_mut()
+                .ok_or("the pool is empty")?
+                .fill_from(&[0x5a; SIZE])
+                .map_err(|e| e.to_string())?;
+            for round in 0..rounds {
+                pair.arm()?;
+                let buf = recv.take().ok_or("no receive buffer came back")?;
+                measured_post_recv_owned(&mut pair.b, buf).map_err(|e| e.to_string())?;
+                let buf = send.take().ok_or("no send buffer came back")?;
+                measured_post_send_owned(&mut pair.a, buf).map_err(|e| e.to_string())?;
+                pair.wait_both()?;
+                let sent = measured_poll_keep(&mut pair.cq_a, &mut send);
+                let received = measured_poll_keep(&mut pair.cq_b, &mut recv);
+                if (sent, received) != (1, 1) {
+                    return Err(format!("round {round}: polled {sent} and {received}"));
+                }
+                let got = recv.as_deref().ok_or("no receive buffer came back")?;
+                if got != [0x5a; SIZE] {
+                    return Err(format!("round {round}: received {got:?}"));
+                }
+            }
+        }
         other => return Err(format!("unknown mode {other:?}")),
     }
     println!("{mode}: {rounds} rounds");
@@ -174,6 +204,18 @@ fn measured_post_recv_owned(qp: &mut QueuePair<Rc, Rts>, buf: Buf) -> rdma_verbs
 fn measured_post_send_owned(qp: &mut QueuePair<Rc, Rts>, buf: Buf) -> rdma_verbs::Result<()> {
     qp.post_send_owned(OwnedSend::send(buf).tag(2))
         .map_err(rdma_verbs::Error::from)
+}
+
+/// Polls one completion and keeps the buffer it hands back in `slot`, to post again.
+#[unsafe(no_mangle)]
+#[inline(never)]
+fn measured_poll_keep(cq: &mut CompletionQueue, slot: &mut Option<Buf>) -> usize {
+    cq.poll_each(4, |mut completion: Completion| {
+        if completion.is_success() {
+            *slot = completion.take_buf();
+        }
+    })
+    .unwrap_or(0)
 }
 
 /// Polls one completion and drops it, which returns its buffer to the pool.

@@ -72,6 +72,8 @@ trait Item {
     fn disarm(&mut self);
     fn tag(&self) -> u64;
     fn keep(&self) -> Option<Arc<dyn Send + Sync>>;
+    /// The provider may have the item's request (see `Prepared::hand_over`).
+    fn hand_over(&mut self);
 }
 
 impl Item for Prepared<'_> {
@@ -86,6 +88,9 @@ impl Item for Prepared<'_> {
     }
     fn keep(&self) -> Option<Arc<dyn Send + Sync>> {
         Prepared::keep(self)
+    }
+    fn hand_over(&mut self) {
+        Prepared::hand_over(self);
     }
 }
 
@@ -102,6 +107,7 @@ impl Item for RecvItem {
     fn keep(&self) -> Option<Arc<dyn Send + Sync>> {
         None
     }
+    fn hand_over(&mut self) {}
 }
 
 /// The methods both lists have, and their `Debug`.
@@ -341,6 +347,9 @@ fn post_list<Q, Tb: Table, I: Item>(
                 item.disarm();
             }
         }
+    }
+    for item in &mut items[..posted] {
+        item.hand_over();
     }
     items.drain(..posted);
     ids.clear();

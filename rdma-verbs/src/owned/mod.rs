@@ -15,14 +15,17 @@
 use std::fmt;
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
+use std::ops::RangeBounds;
 use std::sync::Arc;
 
 use crate::ah::AddressHandle;
 use crate::buf::Buf;
 use crate::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 use crate::error::{Error, Result};
+use crate::flags::AccessFlags;
 use crate::inflight::{Entry, Ring, SrqTable};
-use crate::mr::{MrSlice, RemoteMemory};
+use crate::mr::{MemoryRegion, MrSlice, RemoteMemory};
+use crate::mw::{BindRange, MemoryWindow, MwType, check_bind};
 use crate::qp::{CanPostRecv, QpState, QueuePair, Rts, Transport, may_have_posted};
 use crate::srq::SharedReceiveQueue;
 use crate::wr::{Payload, RecvRequest, SendRequest};
@@ -38,7 +41,7 @@ pub use list::{OwnedRecvList, OwnedSendList};
 /// request of the same queue pair completes.
 ///
 /// The operation is part of the type (`K`: [`SendOp`], [`WriteOp`], [`ReadOp`],
-/// [`AtomicOp`]), so what an operation cannot carry is refused at compile time: only SEND and
+/// [`AtomicOp`], [`InvalidateOp`], [`BindOp`]), so what an operation cannot carry is refused at compile time: only SEND and
 /// RDMA WRITE have [`with_imm`](OwnedSend::with_imm), only SEND has a UD destination
 /// ([`to`](OwnedSend::to)):
 ///
@@ -57,12 +60,16 @@ pub struct OwnedSend<'a, K: OwnedOp = SendOp> {
     _op: PhantomData<fn() -> K>,
 }
 
-/// The operation of an [`OwnedSend`], as a type: [`SendOp`], [`WriteOp`], [`ReadOp`] or
-/// [`AtomicOp`]. Sealed.
+/// The operation of an [`OwnedSend`], as a type: [`SendOp`], [`WriteOp`], [`ReadOp`],
+/// [`AtomicOp`], [`InvalidateOp`] or [`BindOp`]. Sealed.
 pub trait OwnedOp: sealed::Sealed {}
 
 mod sealed {
-    pub trait Sealed {}
+    pub trait Sealed {
+        /// Whether requests of the operation may be binds: the post path pays for what a bind
+        /// needs (its region in the entry, its key kept or given back) only when they may.
+        const BIND: bool = false;
+    }
 }
 
 /// SEND (with or without immediate data, inline or from a buffer, to a UD destination).
@@ -80,17 +87,24 @@ pub enum AtomicOp {}
 /// LOCAL_INV and SEND_WITH_INV: invalidating a memory window's key (type 2 windows).
 #[derive(Debug)]
 pub enum InvalidateOp {}
+/// BIND_MW: binding a type 2 memory window to part of a region.
+#[derive(Debug)]
+pub enum BindOp {}
 
 impl sealed::Sealed for SendOp {}
 impl sealed::Sealed for WriteOp {}
 impl sealed::Sealed for ReadOp {}
 impl sealed::Sealed for AtomicOp {}
 impl sealed::Sealed for InvalidateOp {}
+impl sealed::Sealed for BindOp {
+    const BIND: bool = true;
+}
 impl OwnedOp for SendOp {}
 impl OwnedOp for WriteOp {}
 impl OwnedOp for ReadOp {}
 impl OwnedOp for AtomicOp {}
 impl OwnedOp for InvalidateOp {}
+impl OwnedOp for BindOp {}
 
 enum Kind<'a> {
     Send(Option<Buf>),
@@ -102,6 +116,17 @@ enum Kind<'a> {
     CompareSwap(Buf, RemoteMemory, u64, u64),
     LocalInvalidate(u32),
     SendInvalidate(Option<Buf>, u32),
+    Bind(Bind<'a>, Arc<MemoryRegion>),
+}
+
+/// A checked BIND_MW: the window, the key the bind gives it (taken by the window only once
+/// the request is posted, so that a request the device never sees leaves the window's key as
+/// the device knows it), the range and the rights. The region travels beside it.
+struct Bind<'a> {
+    mw: &'a mut MemoryWindow,
+    rkey: u32,
+    range: BindRange,
+    access: AccessFlags,
 }
 
 impl<'a, K: OwnedOp> OwnedSend<'a, K> {
@@ -178,6 +203,65 @@ impl OwnedSend<'_, InvalidateOp> {
     }
 }
 
+impl<'a> OwnedSend<'a, BindOp> {
+    /// BIND_MW: binds type 2 window `mw` to bytes `range` of `mr` with rights `access`, giving
+    /// it a new key ([`rkey`](Self::rkey)), as [`SendRequest::bind_mw`] does, without its
+    /// `unsafe` post: the request keeps `mr` (a reference count) until the bind has executed —
+    /// until its completion, a later one of the same queue pair, or the queue pair's reset or
+    /// destruction — so the device cannot find another region under the key.
+    ///
+    /// The window is borrowed by the request (and by an [`OwnedSendList`] it is pushed to, for
+    /// the list's life). It takes the new key only when the request is posted (or its post's
+    /// outcome is unknown): a request the device never sees — refused by the post, dropped,
+    /// cleared from a list, forgotten — leaves the window's key as the device knows it, so a
+    /// retry works. The completion is
+    /// [`WcOpcode::BindMw`](crate::WcOpcode::BindMw); hand the key to a peer after it. The
+    /// window is bound to the queue pair the request is posted on, which must be of the
+    /// window's protection domain. A bound type 2 window cannot be bound again before it is
+    /// invalidated ([`local_invalidate`](OwnedSend::local_invalidate), or a peer's
+    /// SEND_WITH_INV).
+    ///
+    /// While the window is bound, rxe refuses to deregister the region: keep a reference to
+    /// `mr` until the window is dropped, or invalidated with the invalidation's completion
+    /// polled. If the request's reference is the last one when the bind completes, the region's
+    /// deregistration fails there, unreported, and its memory leaks (which is safe).
+    ///
+    /// # Errors
+    ///
+    /// As [`SendRequest::bind_mw`]: [`Error::InvalidArgument`] if `mw` is not of type 2, the
+    /// window and region belong to different protection domains, the region does not own its
+    /// memory, the range is empty or outside the region, or the region lacks
+    /// [`MW_BIND`](crate::AccessFlags::MW_BIND) or a right the window would grant.
+    pub fn bind_mw(
+        mw: &'a mut MemoryWindow,
+        mr: &Arc<MemoryRegion>,
+        range: impl RangeBounds<usize>,
+        access: AccessFlags,
+    ) -> Result<Self> {
+        let range = check_bind(mw, MwType::Type2, mr, range, access)?;
+        let rkey = mw.preview_type2_rkey();
+        Ok(Self::new(Kind::Bind(
+            Bind {
+                mw,
+                rkey,
+                range,
+                access,
+            },
+            Arc::clone(mr),
+        )))
+    }
+
+    /// The window's key once the bind has executed (its [`rkey`](MemoryWindow::rkey) from
+    /// the moment the request is posted).
+    pub fn rkey(&self) -> u32 {
+        match &self.kind {
+            Kind::Bind(bind, _) => bind.rkey,
+            // Only `bind_mw` makes an `OwnedSend<BindOp>`.
+            _ => 0,
+        }
+    }
+}
+
 impl<'a> OwnedSend<'a, WriteOp> {
     /// RDMA WRITE of the buffer's first `len` bytes to `remote` (the peer's memory).
     pub fn write(buf: Buf, remote: RemoteMemory) -> Self {
@@ -230,6 +314,7 @@ impl<K: OwnedOp> fmt::Debug for OwnedSend<'_, K> {
             Kind::CompareSwap(..) => "ATOMIC_CMP_AND_SWP",
             Kind::LocalInvalidate(_) => "LOCAL_INV",
             Kind::SendInvalidate(..) => "SEND_WITH_INV",
+            Kind::Bind(..) => "BIND_MW",
         };
         f.debug_struct("OwnedSend")
             .field("op", &op)
@@ -244,8 +329,9 @@ impl<K: OwnedOp> fmt::Debug for OwnedSend<'_, K> {
 ///
 /// `buf` is `None` when the request had none, and when the provider did not say whether it
 /// took the request ([`Error::PostIndeterminate`], or the extended path's `ibv_wr_complete`
-/// failing): the buffer then stays in flight until a completion, a reset or the destruction
-/// of the queue pair releases it.
+/// failing): the buffer (and what else the request keeps: a UD address handle, a bind's
+/// region) then stays in flight until a completion, a reset or the destruction of the queue
+/// pair releases it, and a bind's window takes the bind's key.
 #[derive(Debug)]
 pub struct PostRefused {
     error: Error,
@@ -403,6 +489,7 @@ impl<'a, K: OwnedOp> OwnedSend<'a, K> {
             dest,
             _op,
         } = self;
+        let mut region = None;
         let (mut buf, build): (Option<Buf>, Build<'_>) = match kind {
             Kind::Send(buf) => (buf, Build::Send),
             Kind::SendInline(bytes) => (None, Build::SendInline(bytes)),
@@ -415,6 +502,10 @@ impl<'a, K: OwnedOp> OwnedSend<'a, K> {
             }
             Kind::LocalInvalidate(rkey) => (None, Build::LocalInvalidate(rkey)),
             Kind::SendInvalidate(buf, rkey) => (buf, Build::SendInvalidate(rkey)),
+            Kind::Bind(bind, mr) => {
+                region = Some(mr);
+                (None, Build::Bind(bind))
+            }
         };
         if build.is_atomic() {
             if let Some(result) = buf.as_mut() {
@@ -438,6 +529,7 @@ impl<'a, K: OwnedOp> OwnedSend<'a, K> {
             buf,
             slice,
             build,
+            region,
             tag,
             imm,
             signaled,
@@ -449,7 +541,10 @@ impl<'a, K: OwnedOp> OwnedSend<'a, K> {
     pub fn into_buf(self) -> Option<Buf> {
         match self.kind {
             Kind::Send(buf) => buf,
-            Kind::SendInline(_) | Kind::WriteInline(..) | Kind::LocalInvalidate(_) => None,
+            Kind::SendInline(_)
+            | Kind::WriteInline(..)
+            | Kind::LocalInvalidate(_)
+            | Kind::Bind(..) => None,
             Kind::SendInvalidate(buf, _) => buf,
             Kind::Write(buf, _)
             | Kind::Read(buf, _)
@@ -466,6 +561,8 @@ pub(crate) struct Prepared<'a> {
     pub(crate) buf: Option<Buf>,
     slice: Option<MrSlice<'static>>,
     build: Build<'a>,
+    /// The region a bind ([`Build::Bind`]) names, which its in-flight entry keeps registered.
+    region: Option<Arc<MemoryRegion>>,
     pub(crate) tag: u64,
     imm: Option<u32>,
     signaled: bool,
@@ -478,9 +575,28 @@ impl Prepared<'_> {
         self.slice = None;
     }
 
-    /// What the in-flight entry keeps alive besides the buffer: a UD destination's handle.
+    /// Marks the request as one the provider may have taken (posted, or its post's outcome
+    /// unknown): a bind's window takes the bind's key.
+    #[inline]
+    pub(crate) fn hand_over(&mut self) {
+        if let Build::Bind(bind) = &mut self.build {
+            bind.mw.commit_rkey(bind.rkey);
+        }
+    }
+
+    /// What the in-flight entry keeps alive besides the buffer: a UD destination's handle, or
+    /// the region a window is bound to.
     #[inline]
     pub(crate) fn keep(&self) -> Option<Arc<dyn Send + Sync>> {
+        if let Some(region) = &self.region {
+            return Some(region.clone());
+        }
+        self.keep_destination()
+    }
+
+    /// [`keep`](Self::keep) of a request that is not a bind.
+    #[inline]
+    fn keep_destination(&self) -> Option<Arc<dyn Send + Sync>> {
         self.dest.as_ref().map(|(ah, _, _)| ah.keep_alive())
     }
 
@@ -490,7 +606,7 @@ impl Prepared<'_> {
     #[inline]
     pub(crate) fn request(&self, id: u64, last_slot: bool) -> SendRequest<'_> {
         let payload = self.slice.map_or(Payload::None, Payload::Slice);
-        let mut request = self.build.request(payload).owned(id);
+        let mut request = self.build.request(payload, &self.region).owned(id);
         if let Some((ah, remote_qpn, remote_qkey)) = &self.dest {
             request = request.to(ah, *remote_qpn, *remote_qkey);
         }
@@ -525,9 +641,10 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// # Errors
     ///
     /// [`PostRefused`], with the buffer when the device never saw it:
-    /// [`Error::InvalidArgument`] for an operation the transport does not allow, immediate
-    /// data where it cannot go, an atomic whose buffer holds fewer than 8 bytes, a read longer
-    /// than its remote memory, or a buffer of another protection domain;
+    /// [`Error::InvalidArgument`] for an operation the transport does not allow (a bind on
+    /// UD), immediate data where it cannot go, an atomic whose buffer holds fewer than 8
+    /// bytes, a read longer than its remote memory, or a buffer, address handle or memory
+    /// window of another protection domain;
     /// [`Error::QueueFull`] when as many requests are in flight as the send queue holds; else
     /// as [`post_send_one`](Self::post_send_one).
     pub fn post_send_owned<K: OwnedOp>(
@@ -541,9 +658,13 @@ impl<T: Transport> QueuePair<T, Rts> {
                 buf: prepared.buf,
             });
         }
-        let keep = prepared.keep();
+        let keep = if K::BIND {
+            prepared.keep()
+        } else {
+            prepared.keep_destination()
+        };
         let buf = prepared.buf.take();
-        post_owned(
+        let result = post_owned(
             self,
             |qp: &Self| -> &Ring { &qp.tables().send },
             prepared.tag,
@@ -560,7 +681,16 @@ impl<T: Transport> QueuePair<T, Rts> {
                 // so no other completion can release the buffer.
                 unsafe { qp.post_send_one(&prepared.request(id, last_slot)) }
             },
-        )
+        );
+        // The provider may have the request: a bind keeps the window's new key.
+        if K::BIND
+            && result
+                .as_ref()
+                .map_or_else(|refused| may_have_posted(&refused.error), |()| true)
+        {
+            prepared.hand_over();
+        }
+        result
     }
 }
 
@@ -575,6 +705,8 @@ enum Build<'a> {
     CompareSwap(RemoteMemory, u64, u64),
     LocalInvalidate(u32),
     SendInvalidate(u32),
+    /// The region is `Prepared::region`.
+    Bind(Bind<'a>),
 }
 
 impl<'a> Build<'a> {
@@ -585,7 +717,11 @@ impl<'a> Build<'a> {
 
     /// The request, with `payload` (the buffer's slice, or none) and a placeholder id.
     #[inline]
-    fn request(&self, payload: Payload<'a>) -> SendRequest<'a> {
+    fn request<'s>(
+        &'s self,
+        payload: Payload<'s>,
+        region: &'s Option<Arc<MemoryRegion>>,
+    ) -> SendRequest<'s> {
         match *self {
             Build::Send => SendRequest::send(0, payload),
             Build::SendInline(bytes) => SendRequest::send(0, Payload::Inline(bytes)),
@@ -605,6 +741,15 @@ impl<'a> Build<'a> {
             },
             Build::LocalInvalidate(rkey) => SendRequest::local_invalidate(0, rkey),
             Build::SendInvalidate(rkey) => SendRequest::send_with_invalidate(0, payload, rkey),
+            Build::Bind(ref bind) => match region {
+                Some(mr) => {
+                    SendRequest::bind_checked(0, bind.mw, bind.rkey, mr, bind.range, bind.access)
+                }
+                // Cannot happen (`prepare` sets both). Were it to, a request naming no memory
+                // that fails loudly on the device (key 0 is no window's) rather than one that
+                // silently does something.
+                None => SendRequest::local_invalidate(0, 0),
+            },
         }
     }
 }

@@ -10,8 +10,10 @@ use std::process::Command;
 use super::build::{build_c_program, build_release_bin};
 use super::vm::{self, shell_quote};
 
-/// The modes `instructions` measures: C (`benches/c/post_poll.c`), then rdma-verbs' two paths.
-const MODES: [&str; 3] = ["c", "unsafe", "owned"];
+/// The modes `instructions` measures: C (`benches/c/post_poll.c`), then rdma-verbs' two paths,
+/// the owned one twice: taking and returning a buffer per request (`owned`), and re-posting
+/// the buffers its completions hand back (`reuse`), as the `unsafe` mode reuses one region.
+const MODES: [&str; 4] = ["c", "unsafe", "owned", "reuse"];
 
 /// `cargo xtask instructions [ROUNDS]` (default 2000).
 pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
@@ -43,7 +45,7 @@ pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
             println!("  {function:<28} {cost:>8.1}");
         }
     }
-    let [c, unsafe_, owned] = &counts.modes;
+    let [c, unsafe_, owned, reuse] = &counts.modes;
     println!(
         "unsafe / c: {:.3} (in the program itself: {:.2})",
         unsafe_.total / c.total,
@@ -53,6 +55,11 @@ pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
         "owned / unsafe: {:.3} (in the program itself: {:.2})",
         owned.total / unsafe_.total,
         owned.own / unsafe_.own
+    );
+    println!(
+        "reuse / unsafe: {:.3} (in the program itself: {:.2})",
+        reuse.total / unsafe_.total,
+        reuse.own / unsafe_.own
     );
     Ok(())
 }
@@ -67,7 +74,7 @@ pub(crate) struct Count {
 
 /// One mode's counts, per round.
 pub(crate) struct Mode {
-    /// `c`, `unsafe` or `owned`.
+    /// `c`, `unsafe`, `owned` or `reuse`.
     pub(crate) name: &'static str,
     /// Every measured function's inclusive count.
     pub(crate) functions: BTreeMap<String, f64>,
@@ -77,9 +84,9 @@ pub(crate) struct Mode {
     pub(crate) own: f64,
 }
 
-/// The three modes' counts, in [`MODES`] order.
+/// The modes' counts, in [`MODES`] order.
 pub(crate) struct Counts {
-    pub(crate) modes: [Mode; 3],
+    pub(crate) modes: [Mode; 4],
 }
 
 impl Count {
@@ -100,7 +107,7 @@ impl Count {
         self.work.join(format!("callgrind.{mode}.out"))
     }
 
-    /// The shell commands that run the three modes under callgrind on the device (for
+    /// The shell commands that run the modes under callgrind on the device (for
     /// [`vm::run_on_device`], whose prelude defines `fail`).
     pub(crate) fn script(&self) -> String {
         // The C program takes the device the Rust one finds: `instructions device` prints it.
@@ -152,9 +159,9 @@ impl Count {
                 own: per(own),
             })
         };
-        let [c, unsafe_, owned] = MODES;
+        let [c, unsafe_, owned, reuse] = MODES;
         Ok(Counts {
-            modes: [mode(c)?, mode(unsafe_)?, mode(owned)?],
+            modes: [mode(c)?, mode(unsafe_)?, mode(owned)?, mode(reuse)?],
         })
     }
 }
@@ -163,24 +170,27 @@ impl Counts {
     /// The Markdown table of the counts: per round, each mode's total, its part in the
     /// program's own code, and the ratios.
     pub(crate) fn table(&self, rounds: u32) -> String {
-        let [c, unsafe_, owned] = &self.modes;
+        let [c, unsafe_, owned, reuse] = &self.modes;
         let mut out = format!(
             "Instructions per post+poll round (callgrind, {rounds} rounds; post one receive, \
-             post one 64-byte signaled SEND, poll both):\n\n\
-             | | C | `unsafe` | owned |\n|---|---:|---:|---:|\n"
+             post one 64-byte signaled SEND, poll both; owned: a buffer taken from the pool for \
+             each request and returned by its completion; owned, reused: the buffers the \
+             completions hand back posted again):\n\n\
+             | | C | `unsafe` | owned | owned, reused |\n|---|---:|---:|---:|---:|\n"
         );
         out.push_str(&format!(
-            "| round | {:.0} | {:.0} | {:.0} |\n",
-            c.total, unsafe_.total, owned.total
+            "| round | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+            c.total, unsafe_.total, owned.total, reuse.total
         ));
         out.push_str(&format!(
-            "| in the program's own code | {:.0} | {:.0} | {:.0} |\n",
-            c.own, unsafe_.own, owned.own
+            "| in the program's own code | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+            c.own, unsafe_.own, owned.own, reuse.own
         ));
         out.push_str(&format!(
-            "| ratio | 1 | {:.3} × C | {:.3} × `unsafe` |\n",
+            "| ratio | 1 | {:.3} × C | {:.3} × `unsafe` | {:.3} × `unsafe` |\n",
             unsafe_.total / c.total,
-            owned.total / unsafe_.total
+            owned.total / unsafe_.total,
+            reuse.total / unsafe_.total
         ));
         out
     }

@@ -1,0 +1,18 @@
+// The control of `owned_bind_window_dropped`: the window is dropped after the post, and its
+// key read once the request is gone.
+
+use std::sync::Arc;
+
+use rdma_verbs::{AccessFlags, MemoryRegion, MemoryWindow, OwnedSend, QueuePair, Rc, Rts};
+
+fn bind(qp: &mut QueuePair<Rc, Rts>, mut mw: MemoryWindow, mr: Arc<MemoryRegion>) -> u32 {
+    let request = OwnedSend::bind_mw(&mut mw, &mr, .., AccessFlags::REMOTE_WRITE).unwrap();
+    let _ = qp.post_send_owned(request);
+    let rkey = mw.rkey();
+    drop(mw);
+    rkey
+}
+
+fn main() {
+    let _ = bind;
+}
