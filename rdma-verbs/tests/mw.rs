@@ -674,3 +674,72 @@ fn mw_type2_owned_bind_keeps_its_region_until_it_executes() {
     assert_eq!(&contents(&target)[..256], &pattern(256, 61)[..]);
     drop(mw);
 }
+
+/// An owned bind on the extended send path (`ibv_wr_bind_mw`), unsignaled: the completion of
+/// a later signaled request of the same queue pair releases the region, and the key works; a
+/// second unsignaled bind still in flight when its queue pair is dropped is released by the
+/// drop.
+#[test]
+fn mw_type2_owned_bind_extended_unsignaled_and_dropped() {
+    let Some(f) = fixture_with(MwType::Type2) else {
+        return;
+    };
+    let (cq_a, cq_b) = (f.cq(16), f.cq(16));
+    let (a, b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b).send_path(SendPath::Extended),
+        AccessFlags::REMOTE_WRITE,
+    );
+    let mut p = Pair { cq_a, cq_b, a, b };
+    let target = std::sync::Arc::new(f.pd.register(4096, BINDABLE).unwrap());
+    let src = source(&f, 128, 71);
+    let pool = BufferPool::new(&f.pd, 2, 64).unwrap();
+    let mut mw = f.pd.alloc_mw(MwType::Type2).unwrap();
+
+    let bind = OwnedSend::bind_mw(&mut mw, &target, 0..4096, AccessFlags::REMOTE_WRITE)
+        .unwrap()
+        .unsignaled()
+        .tag(1);
+    let rkey = bind.rkey();
+    p.b.post_send_owned(bind).unwrap();
+    assert_eq!(std::sync::Arc::strong_count(&target), 2);
+    p.a.post_recv_buf(pool.take().unwrap(), 3).unwrap();
+    p.b.post_send_owned(OwnedSend::send_inline(b"after the bind").tag(2))
+        .unwrap();
+    reap_success(&mut p.cq_b, 2, WcOpcode::Send);
+    assert_no_completion_each(&mut p.cq_b);
+    assert_eq!(
+        std::sync::Arc::strong_count(&target),
+        1,
+        "the later completion released the unsignaled bind's region"
+    );
+    let mut got = reap(&mut p.cq_a, 1);
+    assert_eq!(
+        (got[0].tag(), got[0].wc().opcode()),
+        (Some(3), WcOpcode::Recv)
+    );
+    assert_eq!(&got[0].take_buf().unwrap()[..], b"after the bind");
+    drop(got);
+    assert_eq!(
+        p.write(4, &src, 128, target.addr() + 256, rkey),
+        WcStatus::Success
+    );
+    assert_eq!(&contents(&target)[256..384], &pattern(128, 71)[..]);
+
+    p.b.post_send_owned(OwnedSend::local_invalidate(rkey).tag(5))
+        .unwrap();
+    reap_success(&mut p.cq_b, 5, WcOpcode::LocalInv);
+    let bind = OwnedSend::bind_mw(&mut mw, &target, 0..64, AccessFlags::REMOTE_WRITE)
+        .unwrap()
+        .unsignaled();
+    p.b.post_send_owned(bind).unwrap();
+    assert_eq!(p.b.owned_in_flight(), 1);
+    drop(p);
+    assert_eq!(
+        std::sync::Arc::strong_count(&target),
+        1,
+        "dropping the queue pair released the bind in flight"
+    );
+    drop(mw);
+    assert_eq!(pool.available(), 2);
+}

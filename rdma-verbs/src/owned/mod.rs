@@ -232,6 +232,30 @@ impl<'a> OwnedSend<'a, BindOp> {
     /// window and region belong to different protection domains, the region does not own its
     /// memory, the range is empty or outside the region, or the region lacks
     /// [`MW_BIND`](crate::AccessFlags::MW_BIND) or a right the window would grant.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    ///
+    /// use rdma_verbs::{AccessFlags, MwType, OwnedSend, ProtectionDomain, QueuePair, Rc, Rts};
+    ///
+    /// # fn f(qp: &mut QueuePair<Rc, Rts>, pd: &ProtectionDomain) -> rdma_verbs::Result<()> {
+    /// let rights = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    /// let mr = Arc::new(pd.register(8192, rights | AccessFlags::MW_BIND)?);
+    /// let mut mw = pd.alloc_mw(MwType::Type2)?;
+    /// let bind = OwnedSend::bind_mw(&mut mw, &mr, 0..4096, AccessFlags::REMOTE_WRITE)?.tag(1);
+    /// let rkey = bind.rkey();
+    /// qp.post_send_owned(bind)?;
+    /// // ... reap the completion tagged 1 with `poll_each`, then send `mr.addr()`, 4096 and
+    /// // `rkey` to the peer; keep `mr` until the window is dropped or invalidated.
+    /// # let _ = rkey;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # References
+    ///
+    /// [`ibv_post_send(3)`](https://man7.org/linux/man-pages/man3/ibv_post_send.3.html)
     pub fn bind_mw(
         mw: &'a mut MemoryWindow,
         mr: &Arc<MemoryRegion>,
