@@ -208,12 +208,15 @@ impl MemoryWindow {
         self.rkey = rkey;
     }
 
+    /// [`preview_type2_rkey`](Self::preview_type2_rkey) and
+    /// [`commit_rkey`](Self::commit_rkey) at once, for [`SendRequest::bind_mw`], whose caller
+    /// keeps the request and posts it (`unsafe`) when it likes.
+    ///
+    /// [`SendRequest::bind_mw`]: crate::SendRequest::bind_mw
     pub(crate) fn next_type2_rkey(&mut self) -> u32 {
-        // SAFETY: live window; `&mut self` means no request borrowing it is being posted.
-        unsafe { (*self.raw.as_ptr()).rkey = self.rkey };
-        // SAFETY: `ibv_inc_rkey` only computes on its argument.
-        self.rkey = unsafe { ffi::ibv_inc_rkey(self.rkey) };
-        self.rkey
+        let rkey = self.preview_type2_rkey();
+        self.commit_rkey(rkey);
+        rkey
     }
 }
 

@@ -51,10 +51,15 @@ struct Pair {
 }
 
 fn pair(f: &Fixture) -> Pair {
+    pair_with(f, |b| b)
+}
+
+/// As [`pair`], with `b`'s builder passed through `b_options` (a send path, for instance).
+fn pair_with(f: &Fixture, b_options: impl FnOnce(QpBuilder<'_, Rc>) -> QpBuilder<'_, Rc>) -> Pair {
     let (cq_a, cq_b) = (f.cq(16), f.cq(16));
     let (a, b) = f.rc_pair(
         f.pd.qp_builder(&cq_a, &cq_a),
-        f.pd.qp_builder(&cq_b, &cq_b),
+        b_options(f.pd.qp_builder(&cq_b, &cq_b)),
         AccessFlags::REMOTE_WRITE,
     );
     Pair { cq_a, cq_b, a, b }
@@ -684,13 +689,7 @@ fn mw_type2_owned_bind_extended_unsignaled_and_dropped() {
     let Some(f) = fixture_with(MwType::Type2) else {
         return;
     };
-    let (cq_a, cq_b) = (f.cq(16), f.cq(16));
-    let (a, b) = f.rc_pair(
-        f.pd.qp_builder(&cq_a, &cq_a),
-        f.pd.qp_builder(&cq_b, &cq_b).send_path(SendPath::Extended),
-        AccessFlags::REMOTE_WRITE,
-    );
-    let mut p = Pair { cq_a, cq_b, a, b };
+    let mut p = pair_with(&f, |b| b.send_path(SendPath::Extended));
     let target = std::sync::Arc::new(f.pd.register(4096, BINDABLE).unwrap());
     let src = source(&f, 128, 71);
     let pool = BufferPool::new(&f.pd, 2, 64).unwrap();

@@ -41,8 +41,8 @@ pub use list::{OwnedRecvList, OwnedSendList};
 /// request of the same queue pair completes.
 ///
 /// The operation is part of the type (`K`: [`SendOp`], [`WriteOp`], [`ReadOp`],
-/// [`AtomicOp`], [`InvalidateOp`], [`BindOp`]), so what an operation cannot carry is refused at compile time: only SEND and
-/// RDMA WRITE have [`with_imm`](OwnedSend::with_imm), only SEND has a UD destination
+/// [`AtomicOp`], [`InvalidateOp`], [`BindOp`]), so what an operation cannot carry is refused
+/// at compile time: only SEND and RDMA WRITE have [`with_imm`](OwnedSend::with_imm), only SEND has a UD destination
 /// ([`to`](OwnedSend::to)):
 ///
 /// ```compile_fail,E0599
@@ -67,7 +67,8 @@ pub trait OwnedOp: sealed::Sealed {}
 mod sealed {
     pub trait Sealed {
         /// Whether requests of the operation may be binds: the post path pays for what a bind
-        /// needs (its region in the entry, its key kept or given back) only when they may.
+        /// needs (its region in the entry, the window's new key taken after the post) only
+        /// when they may.
         const BIND: bool = false;
     }
 }
