@@ -169,9 +169,10 @@ pub enum Error {
     /// A blocking wait ran out of time.
     #[error("timed out after {0:?}")]
     Timeout(std::time::Duration),
-    /// The memory region allows remote write or atomic access, so a peer may change it at any
+    /// The memory region allows remote write or atomic access, or is
+    /// [shared](crate::MemoryRegion::into_shared), so a peer or the device may change it at any
     /// time: it is read and written by copying, never through a Rust reference.
-    #[error("the memory region is remotely writable: use its copy methods")]
+    #[error("the memory region is remotely writable or shared: use its copy methods")]
     RemotelyWritable,
     /// A [`PostScope`](crate::PostScope) ended with requests whose completions never came: the
     /// queue pair was moved to the error state to flush them (and to RESET if even that failed),

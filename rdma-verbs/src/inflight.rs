@@ -80,7 +80,9 @@ pub(crate) struct Entry {
     pub(crate) tag: u64,
     pub(crate) buf: Option<Buf>,
     /// What else the device may use while the request is in flight (a UD send's address
-    /// handle), kept alive until it is done.
+    /// handle, the region a bind or a [`RegionRange`] names), kept alive until it is done.
+    ///
+    /// [`RegionRange`]: crate::RegionRange
     pub(crate) keep: Option<Arc<dyn Send + Sync>>,
 }
 
@@ -446,6 +448,7 @@ impl SrqTable {
         &self,
         tag: u64,
         buf: Option<Buf>,
+        keep: Option<Arc<dyn Send + Sync>>,
     ) -> std::result::Result<u64, (Error, Option<Buf>)> {
         let mut state = self.lock();
         if state.len >= state.capacity {
@@ -466,12 +469,7 @@ impl SrqTable {
         while state.slots[i].is_some() {
             i = (i + 1) & state.mask;
         }
-        state.slots[i] = Some(Entry {
-            id,
-            tag,
-            buf,
-            keep: None,
-        });
+        state.slots[i] = Some(Entry { id, tag, buf, keep });
         state.len += 1;
         Ok(id)
     }
@@ -980,11 +978,11 @@ mod srq_tests {
         let mut tag = 0u64;
         for round in 0..2000usize {
             while live.len() < 8 {
-                let id = table.push(tag, None).unwrap();
+                let id = table.push(tag, None, None).unwrap();
                 live.push((id, tag));
                 tag += 1;
             }
-            assert!(table.push(99, None).is_err(), "full at capacity");
+            assert!(table.push(99, None, None).is_err(), "full at capacity");
             // Take one from a position that varies with the round.
             let (id, want) = live.remove((round * 5) % live.len());
             assert_eq!(table.take(id).unwrap().tag, want);

@@ -114,8 +114,8 @@ pub use flags::{AccessFlags, SendFlags, WcFlags};
 pub use mr::{MemoryRegion, MrSlice, MrSliceMut, RemoteMemory};
 pub use mw::{MemoryWindow, MwType};
 pub use owned::{
-    AtomicOp, BindOp, Completion, InvalidateOp, OwnedOp, OwnedRecvList, OwnedSend, OwnedSendList,
-    PostRefused, ReadOp, SendOp, WriteOp,
+    AtomicOp, BindOp, Completion, InvalidateOp, OwnedOp, OwnedRecv, OwnedRecvList, OwnedSend,
+    OwnedSendList, PostRefused, ReadOp, RegionRange, SendOp, WriteOp,
 };
 pub use pd::ProtectionDomain;
 pub use qp::{

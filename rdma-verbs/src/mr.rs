@@ -38,7 +38,9 @@ enum Storage {
 ///   [`as_slice`](Self::as_slice) and [`as_mut_slice`](Self::as_mut_slice).
 /// - A region a peer may write ([`AccessFlags::remotely_writable`]) could change under any Rust
 ///   reference, so it hands none out: [`read_at`](Self::read_at) and
-///   [`write_at`](Self::write_at) copy through raw pointers instead.
+///   [`write_at`](Self::write_at) copy through raw pointers instead, with atomic loads and
+///   stores. So does a region made [`into_shared`](Self::into_shared), which owned receives and
+///   RDMA READs ([`RegionRange`](crate::RegionRange)) may write while Rust holds it shared.
 /// - Memory a posted work request uses must not be touched until the request completes; the
 ///   `unsafe` post functions make that the caller's promise.
 pub struct MemoryRegion {
@@ -46,6 +48,8 @@ pub struct MemoryRegion {
     addr: NonNull<u8>,
     len: usize,
     access: AccessFlags,
+    /// Rust reaches the bytes only through atomic copies ([`MemoryRegion::into_shared`]).
+    shared: bool,
     storage: Storage,
     pd: ProtectionDomain,
     /// Set once `ibv_dereg_mr` succeeded (by [`close`](MemoryRegion::close) or `Drop`).
@@ -176,6 +180,7 @@ impl ProtectionDomain {
             addr,
             len,
             access,
+            shared: false,
             storage,
             pd: self.clone(),
             deregistered: false,
@@ -226,6 +231,45 @@ impl MemoryRegion {
         self.access
     }
 
+    /// Makes the region *shared*: from now on Rust reads and writes its bytes only with atomic
+    /// copies ([`read_at`](Self::read_at), [`write_at`](Self::write_at),
+    /// [`load_u64`](Self::load_u64)); [`as_slice`](Self::as_slice) and
+    /// [`as_mut_slice`](Self::as_mut_slice) refuse. That is what lets the device write ranges
+    /// of it while Rust still holds it: an owned receive or RDMA READ into a
+    /// [`RegionRange`](crate::RegionRange) needs a shared region (or a remotely writable one,
+    /// which is shared already). Taking the region by value, it knows no reference into its
+    /// bytes is alive.
+    ///
+    /// A region without [`LOCAL_WRITE`](AccessFlags::LOCAL_WRITE) is returned as it was: the
+    /// device cannot write it, and atomic loads need writable memory.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::sync::Arc;
+    /// # use rdma_verbs::*;
+    /// # fn f(pd: &ProtectionDomain) -> Result<()> {
+    /// let frames = Arc::new(pd.register(1 << 20, AccessFlags::LOCAL_WRITE)?.into_shared());
+    /// assert!(frames.is_shared());
+    /// // Receives may now land in ranges of `frames` (see `RegionRange`).
+    /// let range = RegionRange::new(&frames, 4096..8192)?;
+    /// # drop(range); Ok(()) }
+    /// ```
+    #[must_use = "the shared region is returned"]
+    pub fn into_shared(mut self) -> Self {
+        if self.access.contains(AccessFlags::LOCAL_WRITE) {
+            self.shared = true;
+        }
+        self
+    }
+
+    /// Whether Rust reaches the region's bytes only through atomic copies: it grants remote
+    /// write or atomic access, or was made [`into_shared`](Self::into_shared).
+    #[inline]
+    pub fn is_shared(&self) -> bool {
+        self.shared || self.access.remotely_writable()
+    }
+
     /// Whether the region owns its memory ([`register`](ProtectionDomain::register)), as
     /// opposed to memory the caller promised ([`register_raw`](ProtectionDomain::register_raw)).
     pub(crate) fn owns_memory(&self) -> bool {
@@ -247,13 +291,14 @@ impl MemoryRegion {
         self.addr.as_ptr()
     }
 
-    /// The bytes, for a region no peer can write.
+    /// The bytes, for a region nothing may write behind Rust's back.
     ///
     /// # Errors
     ///
-    /// [`Error::RemotelyWritable`] if the region grants remote write or atomic access.
+    /// [`Error::RemotelyWritable`] if the region grants remote write or atomic access, or is
+    /// [shared](Self::is_shared).
     pub fn as_slice(&self) -> Result<&[u8]> {
-        if self.access.remotely_writable() {
+        if self.is_shared() {
             return Err(Error::RemotelyWritable);
         }
         // SAFETY: the region owns (or was promised) `len` valid bytes, and no peer may write
@@ -262,13 +307,14 @@ impl MemoryRegion {
         Ok(unsafe { std::slice::from_raw_parts(self.addr.as_ptr(), self.len) })
     }
 
-    /// The bytes, mutably, for a region no peer can write.
+    /// The bytes, mutably, for a region nothing may write behind Rust's back.
     ///
     /// # Errors
     ///
-    /// [`Error::RemotelyWritable`] if the region grants remote write or atomic access.
+    /// [`Error::RemotelyWritable`] if the region grants remote write or atomic access, or is
+    /// [shared](Self::is_shared).
     pub fn as_mut_slice(&mut self) -> Result<&mut [u8]> {
-        if self.access.remotely_writable() {
+        if self.is_shared() {
             return Err(Error::RemotelyWritable);
         }
         // SAFETY: as `as_slice`, and `&mut self` makes the borrow unique.
@@ -278,12 +324,14 @@ impl MemoryRegion {
     /// Copies `out.len()` bytes starting at `offset` into `out`, without forming a reference to
     /// the region's memory.
     ///
-    /// In a remotely writable region a peer may write these bytes while they are copied, which
-    /// a plain copy would make a data race: the copy is made of relaxed atomic loads instead
-    /// (`AtomicU8` up to the first 8-byte boundary and after the last one, `AtomicU64` for the
-    /// aligned words between), so a concurrent write yields some mix of old and new bytes,
-    /// never undefined behaviour. Other regions (no peer writes them, and the post contract
-    /// keeps local device writes away from reads) are copied with a plain `memcpy`.
+    /// In a [shared](Self::is_shared) region (remotely writable, or made
+    /// [`into_shared`](Self::into_shared)) a peer or an owned request may write these bytes
+    /// while they are copied, which a plain copy would make a data race: the copy is made of
+    /// relaxed atomic loads instead (`AtomicU8` up to the first 8-byte boundary and after the
+    /// last one, `AtomicU64` for the aligned words between), so a concurrent write yields some
+    /// mix of old and new bytes, never undefined behaviour. Other regions (nothing writes them
+    /// behind Rust: the `unsafe` post contract keeps local device writes away from reads) are
+    /// copied with a plain `memcpy`.
     ///
     /// # Errors
     ///
@@ -291,16 +339,17 @@ impl MemoryRegion {
     pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check_range(offset, out.len())?;
         let src = self.addr.as_ptr().wrapping_add(offset);
-        // SAFETY: the range is inside the region. A remotely writable region has LOCAL_WRITE
-        // (checked at registration), so its memory is valid for writes as atomic loads need,
-        // and Rust reaches it only through atomics (`read_at`, `write_at`, `load_u64`); any
-        // other region has no concurrent writer (see above). `out` is a distinct Rust buffer.
-        unsafe { copy_out(self.access, src, out) };
+        // SAFETY: the range is inside the region. A shared region has LOCAL_WRITE (checked at
+        // registration for remote rights, by `into_shared` otherwise), so its memory is valid
+        // for writes as atomic loads need, and Rust reaches it only through atomics (`read_at`,
+        // `write_at`, `load_u64`; `as_slice` refuses); any other region has no concurrent
+        // writer (see above). `out` is a distinct Rust buffer.
+        unsafe { copy_out(self.is_shared(), src, out) };
         Ok(())
     }
 
     /// Copies `data` into the region at `offset`, without forming a reference to the region's
-    /// memory. In a remotely writable region the copy is made of relaxed atomic stores, as
+    /// memory. In a [shared](Self::is_shared) region the copy is made of relaxed atomic stores, as
     /// [`read_at`](Self::read_at) describes for loads (a peer may write the same bytes
     /// meanwhile: which write lands last is up to the timing).
     ///
@@ -311,7 +360,7 @@ impl MemoryRegion {
         self.check_range(offset, data.len())?;
         let dst = self.addr.as_ptr().wrapping_add(offset);
         // SAFETY: as in `read_at`.
-        unsafe { copy_in(self.access, data, dst) };
+        unsafe { copy_in(self.is_shared(), data, dst) };
         Ok(())
     }
 
@@ -685,19 +734,20 @@ impl RemoteMemory {
     }
 }
 
-/// The copy [`MemoryRegion::read_at`] makes out of a region with rights `access`: relaxed
-/// atomic loads if a peer may write it ([`AccessFlags::remotely_writable`]), a `memcpy`
-/// otherwise. Separate from the region so that Miri can check it against a concurrent writer.
+/// The copy [`MemoryRegion::read_at`] makes out of a region: relaxed atomic loads if the
+/// region is shared ([`MemoryRegion::is_shared`]: a peer or an owned request may write it while
+/// Rust holds it), a `memcpy` otherwise. Separate from the region so that Miri can check it
+/// against a concurrent writer.
 ///
 /// # Safety
 ///
-/// `src..src + out.len()` is valid for reads; if `access` is remotely writable it is also
-/// valid for writes and, while this runs, accessed only atomically or by the device;
-/// otherwise nothing writes it while this runs.
+/// `src..src + out.len()` is valid for reads; if `shared`, it is also valid for writes and,
+/// while this runs, accessed only atomically or by the device; otherwise nothing writes it
+/// while this runs.
 #[inline]
-unsafe fn copy_out(access: AccessFlags, src: *const u8, out: &mut [u8]) {
-    if access.remotely_writable() {
-        // SAFETY: the caller's contract for remotely writable memory is `copy_from_shared`'s.
+unsafe fn copy_out(shared: bool, src: *const u8, out: &mut [u8]) {
+    if shared {
+        // SAFETY: the caller's contract for shared memory is `copy_from_shared`'s.
         unsafe { copy_from_shared(src, out) };
     } else {
         // SAFETY: valid for reads with no concurrent writer (the contract); `out` is a
@@ -718,16 +768,15 @@ unsafe fn load_word(ptr: *const u8) -> u64 {
     unsafe { AtomicU64::from_ptr(ptr.cast_mut().cast()) }.load(Ordering::Acquire)
 }
 
-/// The copy [`MemoryRegion::write_at`] makes into a region with rights `access`, as
-/// [`copy_out`] chooses it.
+/// The copy [`MemoryRegion::write_at`] makes into a region, as [`copy_out`] chooses it.
 ///
 /// # Safety
 ///
 /// As [`copy_out`], for `dst..dst + data.len()`, which must be valid for writes in any case.
 #[inline]
-unsafe fn copy_in(access: AccessFlags, data: &[u8], dst: *mut u8) {
-    if access.remotely_writable() {
-        // SAFETY: the caller's contract for remotely writable memory is `copy_to_shared`'s.
+unsafe fn copy_in(shared: bool, data: &[u8], dst: *mut u8) {
+    if shared {
+        // SAFETY: the caller's contract for shared memory is `copy_to_shared`'s.
         unsafe { copy_to_shared(data, dst) };
     } else {
         // SAFETY: valid for writes with no concurrent writer (the contract); `data` is a
@@ -788,28 +837,30 @@ mod tests {
                 done.store(true, Ordering::Relaxed);
             })
         };
+        // A remotely writable region is shared.
         let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+        let shared = access.remotely_writable();
         let mut out = [0u8; 50];
         let mut seen_done = false;
         while !seen_done {
             seen_done = done.load(Ordering::Relaxed);
             // SAFETY: inside the backing store, which is writable and accessed only
             // atomically (the writer, these copies) while the writer runs.
-            unsafe { copy_out(access, base.wrapping_add(start), &mut out) };
+            unsafe { copy_out(shared, base.wrapping_add(start), &mut out) };
             // Each byte is one that a store left there (or the initial zero).
             assert!(out.iter().all(|&b| b <= 3 || b == 9), "{out:?}");
             // SAFETY: an aligned word of the backing store (bytes 8..16), as above.
             let word = unsafe { load_word(base.wrapping_add(8)) }.to_ne_bytes();
             assert!(word.iter().all(|&b| b == word[0]), "{word:?}");
             // SAFETY: as above; a local write racing the peer's.
-            unsafe { copy_in(access, &[9; 50], base.wrapping_add(start)) };
+            unsafe { copy_in(shared, &[9; 50], base.wrapping_add(start)) };
             std::thread::yield_now();
         }
         writer.join().unwrap();
         // After the join the writer's stores happen before this copy.
         nic_store(base, start, len, 4);
         // SAFETY: as above, no other thread left.
-        unsafe { copy_out(access, base.wrapping_add(start), &mut out) };
+        unsafe { copy_out(shared, base.wrapping_add(start), &mut out) };
         assert_eq!(out, [4; 50]);
     }
 

@@ -40,6 +40,14 @@ impl<'a> From<MrSlice<'a>> for Sge<'a> {
     }
 }
 
+impl Sge<'static> {
+    /// The entry as a slice of its region (for the owned path, whose entries are `'static`).
+    #[inline]
+    pub(crate) fn as_slice(&self) -> MrSlice<'static> {
+        MrSlice::from_raw_parts(self.raw.addr, self.raw.length, self.raw.lkey)
+    }
+}
+
 impl Sge<'_> {
     /// Length in bytes.
     pub fn len(&self) -> u32 {

@@ -10,12 +10,13 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::{OwnedOp, OwnedSend, PostRefused, Prepared, Table, check_pd};
+use super::{
+    OwnedOp, OwnedRecv, OwnedSend, OwnedSges, PostRefused, Prepared, RegionRange, Table, check_pd,
+};
 use crate::buf::Buf;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::inflight::{Ring, SrqTable};
-use crate::mr::MrSlice;
 use crate::qp::{CanPostRecv, QueuePair, Rts, Transport, check_ops, may_have_posted};
 use crate::srq::SharedReceiveQueue;
 use crate::wr::{PostList, RecvList, RecvRequest, SendList, SendRequest, WorkRequest, op};
@@ -57,11 +58,12 @@ pub struct OwnedRecvList {
 }
 
 /// An owned receive waiting in a list: its buffer (in the list, or in flight while a post
-/// runs), the whole of its bytes, and its tag.
+/// runs), its range's region, the entries of both, and its tag.
 struct RecvItem {
     buf: Option<Buf>,
-    /// `None` once disarmed.
-    slice: Option<MrSlice<'static>>,
+    range: Option<RegionRange>,
+    /// Empty once disarmed.
+    sges: OwnedSges,
     tag: u64,
 }
 
@@ -71,6 +73,7 @@ trait Item {
     /// Makes the item name no memory: its buffer did not come back (see `post_list`).
     fn disarm(&mut self);
     fn tag(&self) -> u64;
+    /// What the item's in-flight entry keeps alive (a reference of its own).
     fn keep(&self) -> Option<Arc<dyn Send + Sync>>;
     /// The provider may have the item's request (see `Prepared::hand_over`).
     fn hand_over(&mut self);
@@ -99,13 +102,14 @@ impl Item for RecvItem {
         &mut self.buf
     }
     fn disarm(&mut self) {
-        self.slice = None;
+        self.sges.clear();
     }
     fn tag(&self) -> u64 {
         self.tag
     }
     fn keep(&self) -> Option<Arc<dyn Send + Sync>> {
-        None
+        let region = self.range.as_ref()?.region();
+        Some(Arc::clone(region) as Arc<dyn Send + Sync>)
     }
     fn hand_over(&mut self) {}
 }
@@ -229,16 +233,29 @@ impl OwnedRecvList {
     ///
     /// [`PostRefused`] with the buffer: [`Error::InvalidArgument`] for a full list.
     pub fn push(&mut self, buf: Buf, tag: u64) -> std::result::Result<(), PostRefused> {
+        self.push_owned(OwnedRecv::buf(buf).tag(tag))
+    }
+
+    /// Appends an owned receive (a buffer, a range of a shared region, or both). Does not
+    /// allocate. The range's protection domain and sharing are checked when the list is
+    /// posted, as its buffer's are.
+    ///
+    /// # Errors
+    ///
+    /// [`PostRefused`] with the buffer: [`Error::InvalidArgument`] for a full list.
+    pub fn push_owned(&mut self, request: OwnedRecv) -> std::result::Result<(), PostRefused> {
         if self.items.len() >= self.capacity() {
             return Err(PostRefused {
                 error: list_full(self.capacity()),
-                buf: Some(buf),
+                buf: request.buf,
             });
         }
-        let slice = Some(buf.raw_slice(true));
+        let OwnedRecv { buf, range, tag } = request;
+        let sges = OwnedSges::new(buf.as_ref().map(|b| b.raw_slice(true)), range.as_ref());
         self.items.push(RecvItem {
-            buf: Some(buf),
-            slice,
+            buf,
+            range,
+            sges,
             tag,
         });
         Ok(())
@@ -256,12 +273,25 @@ fn check_pds<I: Item>(items: &mut [I], pd: *mut ffi::ibv_pd) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a receive list unless every buffer and range is in protection domain `pd` and
+/// every range's region is shared (see [`RegionRange`](super::RegionRange)).
+fn check_recvs(items: &mut [RecvItem], pd: *mut ffi::ibv_pd) -> Result<()> {
+    check_pds(items, pd)?;
+    for (index, item) in items.iter().enumerate() {
+        if let Some(range) = &item.range {
+            range.check(pd, true).map_err(|error| at(index, error))?;
+        }
+    }
+    Ok(())
+}
+
 /// Refuses a send list holding a request a `T` queue pair in protection domain `pd` does not
 /// take: as [`check_pds`], and an operation the transport does not allow, a destination on a
 /// connected queue pair or none on UD, an address handle of another protection domain.
 fn check_sends<T: Transport>(items: &mut [Prepared<'_>], pd: *mut ffi::ibv_pd) -> Result<()> {
     check_pds(items, pd)?;
     for (index, item) in items.iter().enumerate() {
+        item.check_range(pd).map_err(|error| at(index, error))?;
         let request = item.request(0, false);
         check_ops::<T>(request.op(), usize::from(request.is_datagram()), 1)
             .and_then(|()| request.check_object_pd(pd))
@@ -479,7 +509,7 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
                 "a queue pair on an SRQ receives through the SRQ".into(),
             ));
         }
-        check_pds(&mut list.items, self.pd().as_raw())?;
+        check_recvs(&mut list.items, self.pd().as_raw())?;
         let OwnedRecvList { items, ids, chain } = list;
         post_list(
             self,
@@ -517,7 +547,7 @@ impl SharedReceiveQueue {
         if list.is_empty() {
             return Ok(());
         }
-        check_pds(&mut list.items, self.pd().as_raw())?;
+        check_recvs(&mut list.items, self.pd().as_raw())?;
         let OwnedRecvList { items, ids, chain } = list;
         post_list(
             self,
@@ -538,10 +568,7 @@ impl SharedReceiveQueue {
 
 /// The receive request of a list item with owned id `id`.
 fn recv_request(item: &RecvItem, id: u64, _last_slot: bool) -> RecvRequest<'_> {
-    match item.slice {
-        Some(slice) => RecvRequest::new(0, slice).owned(id),
-        None => RecvRequest::empty(0).owned(id),
-    }
+    RecvRequest::new(0, item.sges.payload()).owned(id)
 }
 
 /// The send request of a list item with owned id `id`.

@@ -24,14 +24,17 @@ use crate::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 use crate::error::{Error, Result};
 use crate::flags::AccessFlags;
 use crate::inflight::{Entry, Ring, SrqTable};
-use crate::mr::{MemoryRegion, MrSlice, RemoteMemory};
+use crate::mr::{MemoryRegion, RemoteMemory};
 use crate::mw::{BindRange, MemoryWindow, MwType, check_bind};
 use crate::qp::{CanPostRecv, QpState, QueuePair, Rts, Transport, may_have_posted};
 use crate::srq::SharedReceiveQueue;
 use crate::wr::{Payload, RecvRequest, SendRequest};
 
 mod list;
+mod range;
 pub use list::{OwnedRecvList, OwnedSendList};
+pub use range::RegionRange;
+use range::{OwnedSges, check_region};
 
 /// A send request of the owned-buffer path: what it sends (a [`Buf`], or inline bytes), the
 /// operation, a tag the completion gives back, and whether it is signaled.
@@ -57,6 +60,8 @@ pub struct OwnedSend<'a, K: OwnedOp = SendOp> {
     imm: Option<u32>,
     signaled: bool,
     dest: Option<(AddressHandle, u32, u32)>,
+    /// Bytes of a caller's region, after the buffer's ([`OwnedSend::and_range`]).
+    range: Option<RegionRange>,
     _op: PhantomData<fn() -> K>,
 }
 
@@ -67,8 +72,7 @@ pub trait OwnedOp: sealed::Sealed {}
 mod sealed {
     pub trait Sealed {
         /// Whether requests of the operation may be binds: the post path pays for what a bind
-        /// needs (its region in the entry, the window's new key taken after the post) only
-        /// when they may.
+        /// needs (the window's new key taken after the post) only when they may.
         const BIND: bool = false;
     }
 }
@@ -110,9 +114,9 @@ impl OwnedOp for BindOp {}
 enum Kind<'a> {
     Send(Option<Buf>),
     SendInline(&'a [u8]),
-    Write(Buf, RemoteMemory),
+    Write(Option<Buf>, RemoteMemory),
     WriteInline(&'a [u8], RemoteMemory),
-    Read(Buf, RemoteMemory),
+    Read(Option<Buf>, RemoteMemory),
     FetchAdd(Buf, RemoteMemory, u64),
     CompareSwap(Buf, RemoteMemory, u64, u64),
     LocalInvalidate(u32),
@@ -138,8 +142,16 @@ impl<'a, K: OwnedOp> OwnedSend<'a, K> {
             imm: None,
             signaled: true,
             dest: None,
+            range: None,
             _op: PhantomData,
         }
+    }
+
+    /// Appends `range` to the request's memory, after the buffer's bytes (a second
+    /// scatter/gather entry; the queue pair needs `max_send_sge` of 2 for both).
+    fn with_range(mut self, range: RegionRange) -> Self {
+        self.range = Some(range);
+        self
     }
 
     /// The tag [`Completion::tag`] gives back (0 by default).
@@ -164,6 +176,19 @@ impl<'a> OwnedSend<'a, SendOp> {
     /// A SEND of no bytes (no buffer).
     pub fn send_empty() -> Self {
         Self::new(Kind::Send(None))
+    }
+
+    /// SEND of the bytes of `range`, zero-copy from the caller's region (see [`RegionRange`]).
+    pub fn send_range(range: RegionRange) -> Self {
+        Self::new(Kind::Send(None)).with_range(range)
+    }
+
+    /// The bytes of `range` sent after the buffer's (gathered: the buffer's
+    /// [`len`](Buf::len) bytes, then the range's), for example a header from a pool buffer
+    /// and a payload straight from the caller's region. Refused at post on an inline request
+    /// and on a UD send (whose in-flight entry keeps its address handle instead).
+    pub fn and_range(self, range: RegionRange) -> Self {
+        self.with_range(range)
     }
 
     /// SEND of `bytes`, copied into the request when it is posted (`IBV_SEND_INLINE`, up to
@@ -290,7 +315,17 @@ impl<'a> OwnedSend<'a, BindOp> {
 impl<'a> OwnedSend<'a, WriteOp> {
     /// RDMA WRITE of the buffer's first `len` bytes to `remote` (the peer's memory).
     pub fn write(buf: Buf, remote: RemoteMemory) -> Self {
-        Self::new(Kind::Write(buf, remote))
+        Self::new(Kind::Write(Some(buf), remote))
+    }
+
+    /// RDMA WRITE of the bytes of `range` (the caller's region, zero-copy) to `remote`.
+    pub fn write_range(range: RegionRange, remote: RemoteMemory) -> Self {
+        Self::new(Kind::Write(None, remote)).with_range(range)
+    }
+
+    /// The bytes of `range` written after the buffer's. Refused at post on an inline request.
+    pub fn and_range(self, range: RegionRange) -> Self {
+        self.with_range(range)
     }
 
     /// RDMA WRITE of `bytes`, inline.
@@ -308,7 +343,20 @@ impl<'a> OwnedSend<'a, WriteOp> {
 impl OwnedSend<'_, ReadOp> {
     /// RDMA READ of `remote` into the buffer's first `len` bytes.
     pub fn read(target: Buf, remote: RemoteMemory) -> Self {
-        Self::new(Kind::Read(target, remote))
+        Self::new(Kind::Read(Some(target), remote))
+    }
+
+    /// RDMA READ of `remote` into `range`, zero-copy into the caller's region, which must be
+    /// [shared](MemoryRegion::is_shared) (see [`RegionRange`]): as many bytes as the range
+    /// holds.
+    pub fn read_range(range: RegionRange, remote: RemoteMemory) -> Self {
+        Self::new(Kind::Read(None, remote)).with_range(range)
+    }
+
+    /// Scatters the READ's bytes: the buffer's first `len` bytes, then `range`'s (of a shared
+    /// region).
+    pub fn and_range(self, range: RegionRange) -> Self {
+        self.with_range(range)
     }
 }
 
@@ -346,6 +394,7 @@ impl<K: OwnedOp> fmt::Debug for OwnedSend<'_, K> {
             .field("tag", &self.tag)
             .field("imm", &self.imm)
             .field("signaled", &self.signaled)
+            .field("range", &self.range)
             .finish()
     }
 }
@@ -463,10 +512,10 @@ impl Table for SrqTable {
         &self,
         tag: u64,
         buf: Option<Buf>,
-        _keep: Option<Arc<dyn Send + Sync>>,
+        keep: Option<Arc<dyn Send + Sync>>,
     ) -> std::result::Result<(u64, bool), (Error, Option<Buf>)> {
         // Receives are all signaled: whether the slot was the last does not matter.
-        self.push(tag, buf).map(|id| (id, false))
+        self.push(tag, buf, keep).map(|id| (id, false))
     }
 
     unsafe fn unrecord(&self, id: u64) -> Option<Entry> {
@@ -512,15 +561,16 @@ impl<'a, K: OwnedOp> OwnedSend<'a, K> {
             imm,
             signaled,
             dest,
+            range,
             _op,
         } = self;
         let mut region = None;
         let (mut buf, build): (Option<Buf>, Build<'_>) = match kind {
             Kind::Send(buf) => (buf, Build::Send),
             Kind::SendInline(bytes) => (None, Build::SendInline(bytes)),
-            Kind::Write(buf, remote) => (Some(buf), Build::Write(remote)),
+            Kind::Write(buf, remote) => (buf, Build::Write(remote)),
             Kind::WriteInline(bytes, remote) => (None, Build::WriteInline(bytes, remote)),
-            Kind::Read(buf, remote) => (Some(buf), Build::Read(remote)),
+            Kind::Read(buf, remote) => (buf, Build::Read(remote)),
             Kind::FetchAdd(buf, remote, add) => (Some(buf), Build::FetchAdd(remote, add)),
             Kind::CompareSwap(buf, remote, compare, swap) => {
                 (Some(buf), Build::CompareSwap(remote, compare, swap))
@@ -539,20 +589,37 @@ impl<'a, K: OwnedOp> OwnedSend<'a, K> {
                 }
             }
         }
-        if let (Build::Read(remote), Some(target)) = (&build, &buf) {
-            if target.len() > remote.len as usize {
+        if range.is_some() {
+            let why = if matches!(build, Build::SendInline(_) | Build::WriteInline(..)) {
+                Some("an inline request cannot carry a region range")
+            } else if dest.is_some() {
+                Some("a UD send cannot carry a region range (send it from a buffer)")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                let error = Error::invalid(why);
+                return Err(PostRefused { error, buf });
+            }
+        }
+        let sges = OwnedSges::new(buf.as_ref().map(|b| b.raw_slice(false)), range.as_ref());
+        if let Some(range) = range {
+            // Binds carry no range (`and_range` is not theirs).
+            region = Some(range.into_region());
+        }
+        if let Build::Read(remote) = &build {
+            if sges.bytes() > u64::from(remote.len) {
                 let error = Error::InvalidArgument(format!(
                     "a read of {} bytes from {} bytes of remote memory",
-                    target.len(),
+                    sges.bytes(),
                     remote.len
                 ));
                 return Err(PostRefused { error, buf });
             }
         }
-        let slice = buf.as_ref().map(|b| b.raw_slice(false));
         Ok(Prepared {
             buf,
-            slice,
+            sges,
             build,
             region,
             tag,
@@ -565,16 +632,13 @@ impl<'a, K: OwnedOp> OwnedSend<'a, K> {
     /// The buffer the request carries, if any: for a request that will not be posted.
     pub fn into_buf(self) -> Option<Buf> {
         match self.kind {
-            Kind::Send(buf) => buf,
+            Kind::Send(buf) | Kind::Write(buf, _) | Kind::Read(buf, _) => buf,
             Kind::SendInline(_)
             | Kind::WriteInline(..)
             | Kind::LocalInvalidate(_)
             | Kind::Bind(..) => None,
             Kind::SendInvalidate(buf, _) => buf,
-            Kind::Write(buf, _)
-            | Kind::Read(buf, _)
-            | Kind::FetchAdd(buf, ..)
-            | Kind::CompareSwap(buf, ..) => Some(buf),
+            Kind::FetchAdd(buf, ..) | Kind::CompareSwap(buf, ..) => Some(buf),
         }
     }
 }
@@ -584,9 +648,11 @@ impl<'a, K: OwnedOp> OwnedSend<'a, K> {
 /// bytes the work request names, and the rest of the request.
 pub(crate) struct Prepared<'a> {
     pub(crate) buf: Option<Buf>,
-    slice: Option<MrSlice<'static>>,
+    /// The buffer's bytes and the range's, as the work request names them.
+    sges: OwnedSges,
     build: Build<'a>,
-    /// The region a bind ([`Build::Bind`]) names, which its in-flight entry keeps registered.
+    /// The region a bind ([`Build::Bind`]) names, or the region of the caller's range the
+    /// request names after the buffer: its in-flight entry keeps it registered.
     region: Option<Arc<MemoryRegion>>,
     pub(crate) tag: u64,
     imm: Option<u32>,
@@ -597,7 +663,7 @@ pub(crate) struct Prepared<'a> {
 impl Prepared<'_> {
     /// Makes the request name no memory (see `list.rs`).
     pub(crate) fn disarm(&mut self) {
-        self.slice = None;
+        self.sges.clear();
     }
 
     /// Marks the request as one the provider may have taken (posted, or its post's outcome
@@ -609,20 +675,25 @@ impl Prepared<'_> {
         }
     }
 
-    /// What the in-flight entry keeps alive besides the buffer: a UD destination's handle, or
-    /// the region a window is bound to.
+    /// What the in-flight entry keeps alive besides the buffer: the region of a bind or a
+    /// range (a reference of its own, so that the request can be taken back whole), or a UD
+    /// destination's handle (a UD send carries no range, and no bind).
     #[inline]
     pub(crate) fn keep(&self) -> Option<Arc<dyn Send + Sync>> {
         if let Some(region) = &self.region {
             return Some(region.clone());
         }
-        self.keep_destination()
+        self.dest.as_ref().map(|(ah, _, _)| ah.keep_alive())
     }
 
-    /// [`keep`](Self::keep) of a request that is not a bind.
+    /// Checks the range's region (if any) against protection domain `pd`, and that the device
+    /// may write it if the operation writes (a READ).
     #[inline]
-    fn keep_destination(&self) -> Option<Arc<dyn Send + Sync>> {
-        self.dest.as_ref().map(|(ah, _, _)| ah.keep_alive())
+    pub(crate) fn check_range(&self, pd: *mut crate::ffi::ibv_pd) -> Result<()> {
+        match (&self.region, &self.build) {
+            (Some(_), Build::Bind(_)) | (None, _) => Ok(()),
+            (Some(region), build) => check_region(region, pd, matches!(build, Build::Read(_))),
+        }
     }
 
     /// The work request, with owned id `id`. The request that took the in-flight table's last
@@ -630,8 +701,10 @@ impl Prepared<'_> {
     /// released only by a later completion, and with the queue full of them none could come.
     #[inline]
     pub(crate) fn request(&self, id: u64, last_slot: bool) -> SendRequest<'_> {
-        let payload = self.slice.map_or(Payload::None, Payload::Slice);
-        let mut request = self.build.request(payload, &self.region).owned(id);
+        let mut request = self
+            .build
+            .request(self.sges.payload(), &self.region)
+            .owned(id);
         if let Some((ah, remote_qpn, remote_qkey)) = &self.dest {
             request = request.to(ah, *remote_qpn, *remote_qkey);
         }
@@ -677,17 +750,16 @@ impl<T: Transport> QueuePair<T, Rts> {
         request: OwnedSend<'_, K>,
     ) -> std::result::Result<(), PostRefused> {
         let mut prepared = request.prepare()?;
-        if let Err(error) = check_pd(prepared.buf.as_ref(), self.pd().as_raw()) {
+        let pd = self.pd().as_raw();
+        if let Err(error) =
+            check_pd(prepared.buf.as_ref(), pd).and_then(|()| prepared.check_range(pd))
+        {
             return Err(PostRefused {
                 error,
                 buf: prepared.buf,
             });
         }
-        let keep = if K::BIND {
-            prepared.keep()
-        } else {
-            prepared.keep_destination()
-        };
+        let keep = prepared.keep();
         let buf = prepared.buf.take();
         let result = post_owned(
             self,
@@ -696,14 +768,18 @@ impl<T: Transport> QueuePair<T, Rts> {
             buf,
             keep,
             |qp, id, last_slot| {
-                // SAFETY: the request names the buffer's bytes (`slice`), or inline bytes copied
-                // during the call, or none. The buffer was moved into the send table before this
-                // post and leaves it only with this request's completion (or a later one of this
-                // queue, which completes in order), with the queue pair's reset or destruction, or
-                // if this post fails without the device having seen it; it holds its region
-                // registered meanwhile, and no Rust code can reach its bytes. `remote` is the
-                // peer's memory. The request's id has `OWNED_ID_BIT`, which no other post may use,
-                // so no other completion can release the buffer.
+                // SAFETY: the request names the buffer's bytes and a range's (`sges`), or inline
+                // bytes copied during the call, or none. The buffer was moved into the send table
+                // before this post, with a reference to the range's region, and they leave it
+                // only with this request's completion (or a later one of this queue, which
+                // completes in order), with the queue pair's reset or destruction, or if this
+                // post fails without the device having seen it; the buffer holds its region
+                // registered meanwhile, and no Rust code can reach its bytes. The range's region
+                // stays registered, and Rust reaches it only through `&` (`Arc`): reads, which
+                // a device read does not race, and for a READ into it (`check_range`) only
+                // atomic ones, as the region is shared. `remote` is the peer's memory. The
+                // request's id has `OWNED_ID_BIT`, which no other post may use, so no other
+                // completion can release the buffer.
                 unsafe { qp.post_send_one(&prepared.request(id, last_slot)) }
             },
         );
@@ -779,26 +855,99 @@ impl<'a> Build<'a> {
     }
 }
 
+/// An owned receive: where the bytes land — a pool [`Buf`], a range of the caller's
+/// [shared](MemoryRegion::is_shared) region ([`RegionRange`]), or both, scattered in that
+/// order — and the tag its completion gives back.
+#[derive(Debug)]
+#[must_use = "a receive does nothing until it is posted"]
+pub struct OwnedRecv {
+    buf: Option<Buf>,
+    range: Option<RegionRange>,
+    tag: u64,
+}
+
+impl OwnedRecv {
+    /// A receive into the whole of `buf` (its capacity).
+    pub fn buf(buf: Buf) -> Self {
+        Self {
+            buf: Some(buf),
+            range: None,
+            tag: 0,
+        }
+    }
+
+    /// A receive into `range`, zero-copy into the caller's region, which must be shared.
+    pub fn range(range: RegionRange) -> Self {
+        Self {
+            buf: None,
+            range: Some(range),
+            tag: 0,
+        }
+    }
+
+    /// The bytes past the buffer's capacity land in `range` (of a shared region): for
+    /// example a header into a pool buffer and a payload straight into the caller's memory.
+    /// The queue needs `max_recv_sge` (`max_sge` for an SRQ) of 2.
+    pub fn and_range(mut self, range: RegionRange) -> Self {
+        self.range = Some(range);
+        self
+    }
+
+    /// The tag [`Completion::tag`] gives back (0 by default).
+    pub fn tag(mut self, tag: u64) -> Self {
+        self.tag = tag;
+        self
+    }
+
+    /// The buffer, for a receive that will not be posted.
+    pub fn into_buf(self) -> Option<Buf> {
+        self.buf
+    }
+
+    /// Checks the receive against protection domain `pd` and splits it for posting: its
+    /// buffer, the region its in-flight entry keeps, and its scatter/gather entries.
+    #[inline]
+    fn prepare(self, pd: *mut crate::ffi::ibv_pd) -> std::result::Result<RecvParts, PostRefused> {
+        let OwnedRecv { buf, range, tag } = self;
+        let checked = check_pd(buf.as_ref(), pd).and_then(|()| match &range {
+            Some(range) => range.check(pd, true),
+            None => Ok(()),
+        });
+        if let Err(error) = checked {
+            return Err(PostRefused { error, buf });
+        }
+        let sges = OwnedSges::new(buf.as_ref().map(|b| b.raw_slice(true)), range.as_ref());
+        Ok(RecvParts {
+            buf,
+            keep: range.map(|range| -> Arc<dyn Send + Sync> { range.into_region() }),
+            sges,
+            tag,
+        })
+    }
+}
+
+/// An owned receive checked and split for posting (see [`OwnedRecv::prepare`]).
+struct RecvParts {
+    buf: Option<Buf>,
+    /// The range's region.
+    keep: Option<Arc<dyn Send + Sync>>,
+    sges: OwnedSges,
+    tag: u64,
+}
+
 impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
     /// Posts an owned receive into the whole of `buf` (its capacity): the buffer moves into the
     /// queue pair until the receive's completion hands it back, with its length set to the
     /// bytes received, through [`CompletionQueue::poll_each`] on the receive completion queue.
-    /// Allocates nothing.
+    /// Allocates nothing. As [`post_recv_owned`](Self::post_recv_owned) of
+    /// [`OwnedRecv::buf`]`(buf)`, on a path of its own (no range to check or carry).
     ///
     /// # Errors
     ///
-    /// [`PostRefused`], with the buffer when the device never saw it:
-    /// [`Error::InvalidArgument`] for a queue pair on an SRQ or a buffer of another protection
-    /// domain; [`Error::QueueFull`] when as many receives are in flight as the receive queue
-    /// holds; else as [`post_recv_one`](Self::post_recv_one).
+    /// As [`post_recv_owned`](Self::post_recv_owned).
     pub fn post_recv_buf(&mut self, buf: Buf, tag: u64) -> std::result::Result<(), PostRefused> {
         if self.has_srq() {
-            return Err(PostRefused {
-                error: Error::InvalidArgument(
-                    "a queue pair on an SRQ receives through the SRQ".into(),
-                ),
-                buf: Some(buf),
-            });
+            return Err(on_srq(Some(buf)));
         }
         if let Err(error) = check_pd(Some(&buf), self.pd().as_raw()) {
             return Err(PostRefused {
@@ -807,28 +956,84 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
             });
         }
         let slice = buf.raw_slice(true);
+        self.post_recv_payload(Some(buf), None, Payload::Slice(slice), tag)
+    }
+
+    /// Records `buf` and `keep` (a range's region) in the receive table and posts a receive
+    /// into `payload`.
+    #[inline(always)]
+    fn post_recv_payload(
+        &mut self,
+        buf: Option<Buf>,
+        keep: Option<Arc<dyn Send + Sync>>,
+        payload: Payload<'_>,
+        tag: u64,
+    ) -> std::result::Result<(), PostRefused> {
         post_owned(
             self,
             |qp: &Self| -> &Ring { &qp.tables().recv },
             tag,
-            Some(buf),
-            None,
+            buf,
+            keep,
             |qp, id, _| {
-                let request = RecvRequest::new(0, slice).owned(id);
+                let request = RecvRequest::new(0, payload).owned(id);
                 // SAFETY: as in `post_send_owned`: the buffer is in the receive table, where
                 // nothing reaches it, until this receive's completion (receive queues complete in
-                // order), the queue pair's reset or destruction, or a refused post.
+                // order), the queue pair's reset or destruction, or a refused post. A range's
+                // region is shared (checked by the caller): Rust reads it only atomically
+                // meanwhile, and the table keeps it registered.
                 unsafe { qp.post_recv_one(&request) }
             },
         )
     }
+
+    /// Posts an owned receive: its buffer moves into the queue pair, and its range's region
+    /// is kept registered, until the receive's completion hands the buffer back (its length
+    /// set to the bytes received, at most its capacity; the rest landed in the range) through
+    /// [`CompletionQueue::poll_each`] on the receive completion queue. Allocates nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`PostRefused`], with the buffer when the device never saw it:
+    /// [`Error::InvalidArgument`] for a queue pair on an SRQ, a buffer or range of another
+    /// protection domain, or a range of a region that is not shared; [`Error::QueueFull`] when
+    /// as many receives are in flight as the receive queue holds; else as
+    /// [`post_recv_one`](Self::post_recv_one).
+    pub fn post_recv_owned(&mut self, request: OwnedRecv) -> std::result::Result<(), PostRefused> {
+        if self.has_srq() {
+            return Err(on_srq(request.buf));
+        }
+        let parts = request.prepare(self.pd().as_raw())?;
+        self.post_recv_payload(parts.buf, parts.keep, parts.sges.payload(), parts.tag)
+    }
+}
+
+/// The refusal of a receive posted to a queue pair on an SRQ.
+#[cold]
+fn on_srq(buf: Option<Buf>) -> PostRefused {
+    PostRefused {
+        error: Error::InvalidArgument("a queue pair on an SRQ receives through the SRQ".into()),
+        buf,
+    }
 }
 
 impl SharedReceiveQueue {
-    /// Posts an owned receive into the whole of `buf`: the buffer moves into the SRQ until
-    /// the completion of the receive, in the receive completion queue of whichever queue pair
-    /// consumed it, hands it back through [`CompletionQueue::poll_each`], with its length set
-    /// to the bytes received. Allocates nothing.
+    /// Posts an owned receive into the whole of `buf`: [`post_recv_owned`](Self::post_recv_owned)
+    /// of [`OwnedRecv::buf`]`(buf)`.
+    ///
+    /// # Errors
+    ///
+    /// As [`post_recv_owned`](Self::post_recv_owned).
+    #[inline]
+    pub fn post_recv_buf(&mut self, buf: Buf, tag: u64) -> std::result::Result<(), PostRefused> {
+        self.post_recv_owned(OwnedRecv::buf(buf).tag(tag))
+    }
+
+    /// Posts an owned receive: its buffer moves into the SRQ, and its range's region is kept
+    /// registered, until the completion of the receive, in the receive completion queue of
+    /// whichever queue pair consumed it, hands the buffer back through
+    /// [`CompletionQueue::poll_each`], with its length set to the bytes received (at most its
+    /// capacity). Allocates nothing.
     ///
     /// A receive consumed by a queue pair that is reset or destroyed before its completion is
     /// polled (or whose completion the provider removes with the queue pair) is released only
@@ -839,29 +1044,25 @@ impl SharedReceiveQueue {
     /// # Errors
     ///
     /// [`PostRefused`], with the buffer when the device never saw it:
-    /// [`Error::InvalidArgument`] for a buffer of another protection domain;
-    /// [`Error::QueueFull`] when as many receives are in flight as the SRQ holds; else as
-    /// [`post_recv_one`](Self::post_recv_one).
-    pub fn post_recv_buf(&mut self, buf: Buf, tag: u64) -> std::result::Result<(), PostRefused> {
-        if let Err(error) = check_pd(Some(&buf), self.pd().as_raw()) {
-            return Err(PostRefused {
-                error,
-                buf: Some(buf),
-            });
-        }
-        let slice = buf.raw_slice(true);
+    /// [`Error::InvalidArgument`] for a buffer or range of another protection domain, or a
+    /// range of a region that is not shared; [`Error::QueueFull`] when as many receives are in
+    /// flight as the SRQ holds; else as [`post_recv_one`](Self::post_recv_one).
+    #[inline]
+    pub fn post_recv_owned(&mut self, request: OwnedRecv) -> std::result::Result<(), PostRefused> {
+        let parts = request.prepare(self.pd().as_raw())?;
+        let sges = parts.sges;
         post_owned(
             self,
             |srq: &Self| -> &SrqTable { &srq.inner.table },
-            tag,
-            Some(buf),
-            None,
+            parts.tag,
+            parts.buf,
+            parts.keep,
             |srq, id, _| {
-                let request = RecvRequest::new(0, slice).owned(id);
-                // SAFETY: as in `QueuePair::post_recv_buf`: the buffer is in the SRQ's table, where
-                // nothing reaches it, until the completion with its id (found by id: SRQ receives
-                // complete in any order), the SRQ's destruction, or a refused post. The SRQ
-                // outlives every queue pair that could consume the receive.
+                let request = RecvRequest::new(0, sges.payload()).owned(id);
+                // SAFETY: as in `QueuePair::post_recv_owned`: the buffer is in the SRQ's table,
+                // where nothing reaches it, until the completion with its id (found by id: SRQ
+                // receives complete in any order), the SRQ's destruction, or a refused post. The
+                // SRQ outlives every queue pair that could consume the receive.
                 unsafe { srq.post_recv_one(&request) }
             },
         )
