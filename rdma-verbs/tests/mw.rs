@@ -742,3 +742,73 @@ fn mw_type2_owned_bind_extended_unsignaled_and_dropped() {
     drop(mw);
     assert_eq!(pool.available(), 2);
 }
+
+/// An owned bind still in flight (unsignaled, so no completion released it) when its queue
+/// pair is reset: the reset releases it (the region's count goes back to 1, nothing is in
+/// flight), and the queue pair, brought back to RTS, takes and completes owned requests again.
+#[test]
+fn mw_type2_owned_bind_in_flight_is_released_by_a_reset() {
+    let Some(f) = fixture_with(MwType::Type2) else {
+        return;
+    };
+    let p = pair(&f);
+    let target = std::sync::Arc::new(f.pd.register(4096, BINDABLE).unwrap());
+    let mut mw = f.pd.alloc_mw(MwType::Type2).unwrap();
+    let Pair {
+        mut cq_a,
+        mut cq_b,
+        mut a,
+        b,
+    } = p;
+    let bind = OwnedSend::bind_mw(&mut mw, &target, 0..4096, AccessFlags::REMOTE_WRITE)
+        .unwrap()
+        .unsignaled();
+    let mut b = b;
+    b.post_send_owned(bind).unwrap();
+    assert_eq!(
+        (std::sync::Arc::strong_count(&target), b.owned_in_flight()),
+        (2, 1)
+    );
+    let (a_num, b_num) = (a.qp_num(), b.qp_num());
+    let b = b.into_reset().unwrap();
+    assert_eq!(
+        (std::sync::Arc::strong_count(&target), b.owned_in_flight()),
+        (1, 0),
+        "the reset released the bind's region"
+    );
+    // Back to RTS on both sides: the queue pair serves owned requests again.
+    let init = ConnectedInitAttr::new(f.device.port);
+    let mut b = b
+        .into_init(&init)
+        .unwrap()
+        .into_rtr(&RcRtrAttr::new(f.av(), a_num, 300))
+        .unwrap()
+        .into_rts(&RcRtsAttr::new(400))
+        .unwrap();
+    a = a
+        .into_reset()
+        .unwrap()
+        .into_init(&init)
+        .unwrap()
+        .into_rtr(&RcRtrAttr::new(f.av(), b_num, 400))
+        .unwrap()
+        .into_rts(&RcRtsAttr::new(300))
+        .unwrap();
+    // Whatever the reset left in the queues (a stale completion or none) matches no request.
+    let until = std::time::Instant::now() + QUIET;
+    while std::time::Instant::now() < until {
+        cq_b.poll_each(4, |c| assert_eq!(c.tag(), None, "{c:?}"))
+            .unwrap();
+    }
+    let pool = BufferPool::new(&f.pd, 2, 64).unwrap();
+    a.post_recv_buf(pool.take().unwrap(), 7).unwrap();
+    b.post_send_owned(OwnedSend::send_inline(b"after the reset").tag(8))
+        .unwrap();
+    reap_success(&mut cq_b, 8, WcOpcode::Send);
+    let mut got = reap(&mut cq_a, 1);
+    assert_eq!(&got[0].take_buf().unwrap()[..], b"after the reset");
+    drop(got);
+    drop((a, b));
+    drop(mw);
+    assert_eq!(std::sync::Arc::strong_count(&target), 1);
+}

@@ -9,6 +9,7 @@ mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
@@ -288,6 +289,79 @@ fn owned_no_alloc_post_and_poll_round_trips() {
     assert_eq!(
         allocations, 0,
         "{allocations} allocations in {ROUNDS} owned post/poll rounds"
+    );
+}
+
+/// Owned requests over the caller's own memory: 10,000 rounds of a receive scattered into a
+/// pool buffer and a range of a shared region, a SEND gathered from a buffer and a range, and
+/// an RDMA READ into a range, the regions' references going round with the requests.
+#[test]
+fn owned_no_alloc_range_round_trips() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a).max_send_sge(2),
+        f.pd.qp_builder(&cq_b, &cq_b).max_recv_sge(2),
+        AccessFlags::REMOTE_READ,
+    );
+    let headers = BufferPool::new(&f.pd, 4, 16).unwrap();
+    let mut src =
+        f.pd.register(2 * LEN, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+            .unwrap();
+    src.write_at(0, &pattern(2 * LEN, 4)).unwrap();
+    let src = Arc::new(src);
+    let dst = Arc::new(
+        f.pd.register(2 * LEN, AccessFlags::LOCAL_WRITE)
+            .unwrap()
+            .into_shared(),
+    );
+    let remote = src.remote(LEN..).unwrap();
+    let mut got = vec![0u8; LEN];
+
+    let ((), allocations) = count_allocations(|| {
+        for round in 0..ROUNDS {
+            let receive = OwnedRecv::buf(headers.take().unwrap())
+                .and_range(RegionRange::new(&dst, ..LEN).unwrap())
+                .tag(round);
+            b.post_recv_owned(receive).unwrap();
+            let mut header = headers.take().unwrap();
+            header.fill_from(&[round as u8; 16]).unwrap();
+            let send = OwnedSend::send(header).and_range(RegionRange::new(&src, ..LEN).unwrap());
+            a.post_send_owned(send.unsignaled()).unwrap();
+            let read = OwnedSend::read_range(RegionRange::new(&dst, LEN..).unwrap(), remote);
+            a.post_send_owned(read.tag(round)).unwrap();
+
+            let (mut sent, mut received) = (0, 0);
+            let deadline = Instant::now() + WAIT;
+            while sent < 1 || received < 1 {
+                cq_a.poll_each(4, |c| {
+                    assert!(c.is_success() && c.tag() == Some(round), "{round}: {c:?}");
+                    sent += 1;
+                })
+                .unwrap();
+                cq_b.poll_each(4, |mut c| {
+                    assert!(c.is_success() && c.tag() == Some(round), "{round}: {c:?}");
+                    assert_eq!(&c.take_buf().unwrap()[..], &[round as u8; 16]);
+                    received += 1;
+                })
+                .unwrap();
+                assert!(Instant::now() < deadline, "round {round}: timed out");
+            }
+            dst.read_at(0, &mut got).unwrap();
+            assert_eq!(
+                got,
+                pattern(2 * LEN, 4)[..LEN],
+                "round {round}: the scatter"
+            );
+            dst.read_at(LEN, &mut got).unwrap();
+            assert_eq!(got, pattern(2 * LEN, 4)[LEN..], "round {round}: the read");
+            assert_eq!(headers.available(), 4, "round {round}");
+            assert_eq!((Arc::strong_count(&src), Arc::strong_count(&dst)), (1, 1));
+        }
+    });
+    assert_eq!(
+        allocations, 0,
+        "{allocations} allocations in {ROUNDS} owned range rounds"
     );
 }
 
