@@ -34,7 +34,13 @@ pub(crate) fn finish(mut child: Child, bound: Duration, what: &str) -> Output {
         if started.elapsed() > bound {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("{what}: still running after {} s", bound.as_secs());
+            // Killed, its pipes close: what it wrote says where it was.
+            let err = err.join().unwrap_or_default();
+            panic!(
+                "{what}: still running after {} s; its stderr:\n{}",
+                bound.as_secs(),
+                text(&err)
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     };
