@@ -317,6 +317,7 @@ fn owned_no_alloc_range_round_trips() {
     );
     let remote = src.remote(LEN..).unwrap();
     let mut got = vec![0u8; LEN];
+    let expected = pattern(2 * LEN, 4);
 
     let ((), allocations) = count_allocations(|| {
         for round in 0..ROUNDS {
@@ -348,13 +349,9 @@ fn owned_no_alloc_range_round_trips() {
                 assert!(Instant::now() < deadline, "round {round}: timed out");
             }
             dst.read_at(0, &mut got).unwrap();
-            assert_eq!(
-                got,
-                pattern(2 * LEN, 4)[..LEN],
-                "round {round}: the scatter"
-            );
+            assert_eq!(got, expected[..LEN], "round {round}: the scatter");
             dst.read_at(LEN, &mut got).unwrap();
-            assert_eq!(got, pattern(2 * LEN, 4)[LEN..], "round {round}: the read");
+            assert_eq!(got, expected[LEN..], "round {round}: the read");
             assert_eq!(headers.available(), 4, "round {round}");
             assert_eq!((Arc::strong_count(&src), Arc::strong_count(&dst)), (1, 1));
         }
