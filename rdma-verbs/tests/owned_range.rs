@@ -182,7 +182,8 @@ fn owned_write_and_read_ranges() {
 
 /// What owned ranges refuse, each with the buffer handed back and the region's reference
 /// count back to one: a receive or READ into a region that is not shared, a range of another
-/// protection domain, a range on an inline request or a UD send, empty and outside ranges; and in lists,
+/// protection domain, a range on an inline request or a UD send, two ranges on one request,
+/// a WRITE longer than its remote memory, empty and outside ranges; and in lists,
 /// naming the request. A region without `LOCAL_WRITE` cannot be made shared, and a shared
 /// region hands out no reference to its bytes.
 #[test]
@@ -254,6 +255,56 @@ fn owned_range_refusals() {
         .unwrap_err();
     invalid(&refused, "inline");
     assert_eq!(Arc::strong_count(&plain), 1);
+
+    // One range per request: a second is refused, not silently swapped for the first.
+    let r = |range: std::ops::Range<usize>| RegionRange::new(&plain, range).unwrap();
+    let refused = a
+        .post_send_owned(OwnedSend::send_range(r(0..8)).and_range(r(8..16)))
+        .unwrap_err();
+    invalid(&refused, "one region range");
+    let refused = b
+        .post_recv_owned(
+            OwnedRecv::buf(pool.take().unwrap())
+                .and_range(r(0..8))
+                .and_range(r(8..16)),
+        )
+        .unwrap_err();
+    invalid(&refused, "one region range");
+    assert!(refused.into_buf().is_some());
+    let mut receives = OwnedRecvList::with_capacity(1);
+    let refused = receives
+        .push_owned(OwnedRecv::range(r(0..8)).and_range(r(8..16)))
+        .unwrap_err();
+    invalid(&refused, "one region range");
+    assert!(receives.is_empty());
+
+    // A WRITE longer than its remote memory is refused, as a READ is (from a range, a
+    // buffer, or inline bytes).
+    let eight = plain.remote(8..16).unwrap();
+    let refused = a
+        .post_send_owned(OwnedSend::write_range(r(0..300), eight))
+        .unwrap_err();
+    invalid(&refused, "a write of 300 bytes to 8 bytes");
+    let mut nine = pool.take().unwrap();
+    nine.fill_from(&[1; 9]).unwrap();
+    let refused = a
+        .post_send_owned(OwnedSend::write(nine, eight))
+        .unwrap_err();
+    invalid(&refused, "a write of 9 bytes to 8 bytes");
+    assert!(refused.into_buf().is_some());
+    let refused = a
+        .post_send_owned(OwnedSend::write_inline(&[2; 9], eight))
+        .unwrap_err();
+    invalid(&refused, "a write of 9 bytes to 8 bytes");
+    // A READ into an unshared range is refused when pushed to a list, not only when posted.
+    let mut sends = OwnedSendList::with_capacity(1);
+    let refused = sends
+        .push(OwnedSend::read_range(r(0..8), eight))
+        .unwrap_err();
+    invalid(&refused, "shared region");
+    assert!(sends.is_empty());
+    assert_eq!(Arc::strong_count(&plain), 1);
+    assert_eq!(a.owned_in_flight() + b.owned_in_flight(), 0);
 
     // A UD send keeps its address handle in the entry, so it carries no range.
     let ud_cq = f.cq(4);

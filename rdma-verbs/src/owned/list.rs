@@ -179,9 +179,11 @@ impl<'a> OwnedSendList<'a> {
     /// # Errors
     ///
     /// [`PostRefused`] with the request's buffer: [`Error::InvalidArgument`] for a full list,
-    /// an atomic whose buffer holds fewer than 8 bytes, a read longer than its remote memory,
-    /// immediate data on an operation that cannot carry it, or a request the work-request
-    /// encoding refuses.
+    /// an atomic whose buffer holds fewer than 8 bytes, a READ or WRITE longer than its
+    /// remote memory, immediate data on an operation that cannot carry it, a READ into a range
+    /// of a region that is not shared, a range on an inline request, on a UD send or given
+    /// twice, or a request the work-request encoding refuses. (Protection domains are checked
+    /// when the list is posted.)
     pub fn push<K: OwnedOp>(
         &mut self,
         request: OwnedSend<'a, K>,
@@ -193,6 +195,12 @@ impl<'a> OwnedSendList<'a> {
             });
         }
         let prepared = request.prepare()?;
+        if let Err(error) = prepared.check_sharing() {
+            return Err(PostRefused {
+                error,
+                buf: prepared.buf,
+            });
+        }
         // The chain is built at post time from requests checked here, so building it then
         // cannot fail.
         let request = prepared.request(0, false);
@@ -242,7 +250,8 @@ impl OwnedRecvList {
     ///
     /// # Errors
     ///
-    /// [`PostRefused`] with the buffer: [`Error::InvalidArgument`] for a full list.
+    /// [`PostRefused`] with the buffer: [`Error::InvalidArgument`] for a full list, or a
+    /// receive given two ranges.
     pub fn push_owned(&mut self, request: OwnedRecv) -> std::result::Result<(), PostRefused> {
         if self.items.len() >= self.capacity() {
             return Err(PostRefused {
@@ -250,7 +259,15 @@ impl OwnedRecvList {
                 buf: request.buf,
             });
         }
-        let OwnedRecv { buf, range, tag } = request;
+        if request.ranges_over {
+            return Err(PostRefused {
+                error: super::range::second_range("receive"),
+                buf: request.buf,
+            });
+        }
+        let OwnedRecv {
+            buf, range, tag, ..
+        } = request;
         let sges = OwnedSges::new(buf.as_ref().map(|b| b.raw_slice(true)), range.as_ref());
         self.items.push(RecvItem {
             buf,
@@ -434,7 +451,7 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// # Errors
     ///
     /// - [`Error::InvalidArgument`], nothing posted, the message naming the request
-    ///   (`request 2: ...`): a buffer or address handle of another protection domain, an
+    ///   (`request 2: ...`): a buffer, range or address handle of another protection domain, an
     ///   operation the transport does not allow, a missing or unexpected UD destination;
     /// - [`Error::QueueFull`] with `index` and verb `owned post`: as many owned requests are in
     ///   flight as the send queue holds; the requests before `index` were posted;
@@ -492,8 +509,8 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`], nothing posted: a queue pair on an SRQ, a buffer of another
-    /// protection domain; [`Error::QueueFull`] or [`Error::Post`] with `index`, and
+    /// [`Error::InvalidArgument`], nothing posted: a queue pair on an SRQ, a buffer or range of
+    /// another protection domain, a range of a region that is not shared; [`Error::QueueFull`] or [`Error::Post`] with `index`, and
     /// [`Error::PostIndeterminate`], as for [`post_send_list`](QueuePair::post_send_list).
     ///
     /// # References
@@ -535,7 +552,8 @@ impl SharedReceiveQueue {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`], nothing posted: a buffer of another protection domain;
+    /// [`Error::InvalidArgument`], nothing posted: a buffer or range of another protection
+    /// domain, a range of a region that is not shared;
     /// [`Error::QueueFull`] or [`Error::Post`] with `index`, and [`Error::PostIndeterminate`],
     /// as for [`QueuePair::post_send_list`].
     ///

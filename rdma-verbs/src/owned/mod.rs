@@ -62,6 +62,8 @@ pub struct OwnedSend<'a, K: OwnedOp = SendOp> {
     dest: Option<(AddressHandle, u32, u32)>,
     /// Bytes of a caller's region, after the buffer's ([`OwnedSend::and_range`]).
     range: Option<RegionRange>,
+    /// A second range was given, which the request cannot carry: refused when prepared.
+    ranges_over: bool,
     _op: PhantomData<fn() -> K>,
 }
 
@@ -143,13 +145,16 @@ impl<'a, K: OwnedOp> OwnedSend<'a, K> {
             signaled: true,
             dest: None,
             range: None,
+            ranges_over: false,
             _op: PhantomData,
         }
     }
 
     /// Appends `range` to the request's memory, after the buffer's bytes (a second
-    /// scatter/gather entry; the queue pair needs `max_send_sge` of 2 for both).
+    /// scatter/gather entry; the queue pair needs `max_send_sge` of 2 for both). A request
+    /// carries one range: a second is refused when the request is posted or pushed.
     fn with_range(mut self, range: RegionRange) -> Self {
+        self.ranges_over |= self.range.is_some();
         self.range = Some(range);
         self
     }
@@ -404,8 +409,8 @@ impl<K: OwnedOp> fmt::Debug for OwnedSend<'_, K> {
 /// `buf` is `None` when the request had none, and when the provider did not say whether it
 /// took the request ([`Error::PostIndeterminate`], or the extended path's `ibv_wr_complete`
 /// failing): the buffer (and what else the request keeps: a UD address handle, a bind's
-/// region) then stays in flight until a completion, a reset or the destruction of the queue
-/// pair releases it, and a bind's window takes the bind's key.
+/// region, a range's region) then stays in flight until a completion, a reset or the
+/// destruction of the queue pair releases it, and a bind's window takes the bind's key.
 #[derive(Debug)]
 pub struct PostRefused {
     error: Error,
@@ -562,6 +567,7 @@ impl<'a, K: OwnedOp> OwnedSend<'a, K> {
             signaled,
             dest,
             range,
+            ranges_over,
             _op,
         } = self;
         let mut region = None;
@@ -590,15 +596,20 @@ impl<'a, K: OwnedOp> OwnedSend<'a, K> {
             }
         }
         if range.is_some() {
-            let why = if matches!(build, Build::SendInline(_) | Build::WriteInline(..)) {
-                Some("an inline request cannot carry a region range")
+            let error = if ranges_over {
+                Some(range::second_range("request"))
+            } else if matches!(build, Build::SendInline(_) | Build::WriteInline(..)) {
+                Some(Error::invalid(
+                    "an inline request cannot carry a region range",
+                ))
             } else if dest.is_some() {
-                Some("a UD send cannot carry a region range (send it from a buffer)")
+                Some(Error::invalid(
+                    "a UD send cannot carry a region range (send it from a buffer)",
+                ))
             } else {
                 None
             };
-            if let Some(why) = why {
-                let error = Error::invalid(why);
+            if let Some(error) = error {
                 return Err(PostRefused { error, buf });
             }
         }
@@ -607,11 +618,20 @@ impl<'a, K: OwnedOp> OwnedSend<'a, K> {
             // Binds carry no range (`and_range` is not theirs).
             region = Some(range.into_region());
         }
-        if let Build::Read(remote) = &build {
-            if sges.bytes() > u64::from(remote.len) {
+        // The device moves as many bytes as the local side names, whatever the remote
+        // memory's length: a READ or WRITE longer than it would reach past it.
+        let remote_op = match build {
+            Build::Read(remote) => Some(("a read of", sges.bytes(), "from", remote)),
+            Build::Write(remote) => Some(("a write of", sges.bytes(), "to", remote)),
+            Build::WriteInline(bytes, remote) => {
+                Some(("a write of", bytes.len() as u64, "to", remote))
+            }
+            _ => None,
+        };
+        if let Some((what, bytes, direction, remote)) = remote_op {
+            if bytes > u64::from(remote.len) {
                 let error = Error::InvalidArgument(format!(
-                    "a read of {} bytes from {} bytes of remote memory",
-                    sges.bytes(),
+                    "{what} {bytes} bytes {direction} {} bytes of remote memory",
                     remote.len
                 ));
                 return Err(PostRefused { error, buf });
@@ -692,7 +712,22 @@ impl Prepared<'_> {
     pub(crate) fn check_range(&self, pd: *mut crate::ffi::ibv_pd) -> Result<()> {
         match (&self.region, &self.build) {
             (Some(_), Build::Bind(_)) | (None, _) => Ok(()),
-            (Some(region), build) => check_region(region, pd, matches!(build, Build::Read(_))),
+            (Some(region), build) => check_region(region, pd, !build.device_only_reads()),
+        }
+    }
+
+    /// Refuses, without the queue pair, a device write into a range of a region that is not
+    /// shared (the protection domain is checked at post).
+    pub(crate) fn check_sharing(&self) -> Result<()> {
+        match (&self.region, &self.build) {
+            (Some(region), build)
+                if !matches!(build, Build::Bind(_))
+                    && !build.device_only_reads()
+                    && !region.is_shared() =>
+            {
+                Err(range::not_shared())
+            }
+            _ => Ok(()),
         }
     }
 
@@ -741,8 +776,9 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// [`PostRefused`], with the buffer when the device never saw it:
     /// [`Error::InvalidArgument`] for an operation the transport does not allow (a bind on
     /// UD), immediate data where it cannot go, an atomic whose buffer holds fewer than 8
-    /// bytes, a read longer than its remote memory, or a buffer, address handle or memory
-    /// window of another protection domain;
+    /// bytes, a READ or WRITE longer than its remote memory, a buffer, range, address handle
+    /// or memory window of another protection domain, a READ into a range of a region that
+    /// is not shared, or a range on an inline request, on a UD send, or given twice;
     /// [`Error::QueueFull`] when as many requests are in flight as the send queue holds; else
     /// as [`post_send_one`](Self::post_send_one).
     pub fn post_send_owned<K: OwnedOp>(
@@ -816,6 +852,17 @@ impl<'a> Build<'a> {
         matches!(self, Build::FetchAdd(..) | Build::CompareSwap(..))
     }
 
+    /// Whether the device only reads the request's local memory (SEND, WRITE): any other
+    /// operation is taken to write it, so that a range on a new operation is checked as a
+    /// write unless it is listed here.
+    #[inline]
+    fn device_only_reads(&self) -> bool {
+        matches!(
+            self,
+            Build::Send | Build::Write(_) | Build::SendInvalidate(_)
+        )
+    }
+
     /// The request, with `payload` (the buffer's slice, or none) and a placeholder id.
     #[inline]
     fn request<'s>(
@@ -863,6 +910,8 @@ impl<'a> Build<'a> {
 pub struct OwnedRecv {
     buf: Option<Buf>,
     range: Option<RegionRange>,
+    /// A second range was given: refused when posted.
+    ranges_over: bool,
     tag: u64,
 }
 
@@ -872,6 +921,7 @@ impl OwnedRecv {
         Self {
             buf: Some(buf),
             range: None,
+            ranges_over: false,
             tag: 0,
         }
     }
@@ -881,14 +931,17 @@ impl OwnedRecv {
         Self {
             buf: None,
             range: Some(range),
+            ranges_over: false,
             tag: 0,
         }
     }
 
     /// The bytes past the buffer's capacity land in `range` (of a shared region): for
     /// example a header into a pool buffer and a payload straight into the caller's memory.
-    /// The queue needs `max_recv_sge` (`max_sge` for an SRQ) of 2.
+    /// The queue needs `max_recv_sge` (`max_sge` for an SRQ) of 2. A receive has one range: a
+    /// second is refused when the receive is posted.
     pub fn and_range(mut self, range: RegionRange) -> Self {
+        self.ranges_over |= self.range.is_some();
         self.range = Some(range);
         self
     }
@@ -908,8 +961,14 @@ impl OwnedRecv {
     /// buffer, the region its in-flight entry keeps, and its scatter/gather entries.
     #[inline]
     fn prepare(self, pd: *mut crate::ffi::ibv_pd) -> std::result::Result<RecvParts, PostRefused> {
-        let OwnedRecv { buf, range, tag } = self;
+        let OwnedRecv {
+            buf,
+            range,
+            ranges_over,
+            tag,
+        } = self;
         let checked = check_pd(buf.as_ref(), pd).and_then(|()| match &range {
+            _ if ranges_over => Err(range::second_range("receive")),
             Some(range) => range.check(pd, true),
             None => Ok(()),
         });
@@ -1161,7 +1220,8 @@ fn received_len(wc: &WorkCompletion, recv: bool) -> Option<u32> {
 impl CompletionQueue {
     /// Polls up to `max` completions and hands each to `f`, with what it releases: for an
     /// owned request ([`QueuePair::post_send_owned`], [`QueuePair::post_recv_buf`],
-    /// [`SharedReceiveQueue::post_recv_buf`], and the lists of
+    /// [`QueuePair::post_recv_owned`], [`SharedReceiveQueue::post_recv_buf`],
+    /// [`SharedReceiveQueue::post_recv_owned`], and the lists of
     /// [`QueuePair::post_send_list`]) its tag and its buffer; completions of requests posted another way come as they are. Returns
     /// how many it handed over (0 when the queue is empty). Allocates nothing.
     ///

@@ -15,8 +15,9 @@ use crate::wr::{Payload, Sge};
 /// [`register_raw`](crate::ProtectionDomain::register_raw)).
 ///
 /// A request that names a range holds a reference to its region from the post until its
-/// completion (or a later one of the same queue, or the queue's reset or destruction), so the
-/// region stays registered while the device may use it; the completion drops that reference.
+/// completion (or a later one of the same queue, or the queue pair's reset or destruction;
+/// for an SRQ receive, its completion or the SRQ's destruction), so the region stays
+/// registered while the device may use it; the completion drops that reference.
 /// What Rust may do with the region meanwhile follows from holding it in an [`Arc`]: only
 /// `&self` methods, which read. So:
 ///
@@ -119,13 +120,27 @@ pub(crate) fn check_region(
         ));
     }
     if device_writes && !region.is_shared() {
-        return Err(Error::InvalidArgument(
-            "a receive or RDMA READ into a region range needs a shared region \
-             (MemoryRegion::into_shared, or remote write or atomic rights)"
-                .into(),
-        ));
+        return Err(not_shared());
     }
     Ok(())
+}
+
+/// The refusal of a request given two ranges (`what`: "request" or "receive").
+#[cold]
+pub(crate) fn second_range(what: &str) -> Error {
+    Error::InvalidArgument(format!(
+        "a {what} carries one region range (and_range was given a second)"
+    ))
+}
+
+/// The refusal of a device write into a region that is not shared.
+#[cold]
+pub(crate) fn not_shared() -> Error {
+    Error::InvalidArgument(
+        "a receive or RDMA READ into a region range needs a shared region \
+         (MemoryRegion::into_shared, which needs LOCAL_WRITE, or remote write or atomic rights)"
+            .into(),
+    )
 }
 
 impl fmt::Debug for RegionRange {
