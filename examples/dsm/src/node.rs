@@ -132,17 +132,27 @@ impl Node {
                 .map_err(|e| Error::os("spawning the server thread", e))?
         };
         let fault_thread = {
-            let (shared, client, wake) =
+            let (ours, client, wake) =
                 (Arc::clone(&shared), Arc::clone(&client), Arc::clone(&wake));
             // Marked alive before the first fault can come, and until the thread ends.
             let alive = fault::Alive::new();
-            std::thread::Builder::new()
+            let spawned = std::thread::Builder::new()
                 .name(format!("dsm-faults-{}", shared.rank))
                 .spawn(move || {
                     let _alive = alive;
-                    client::serve_faults(&shared, &client, &wake);
-                })
-                .map_err(|e| Error::os("spawning the fault thread", e))?
+                    client::serve_faults(&ours, &client, &wake);
+                });
+            match spawned {
+                Ok(thread) => thread,
+                Err(e) => {
+                    // The server thread already serves the other nodes: it is stopped and
+                    // joined before the error drops what it uses.
+                    shared.stopping.store(true, Ordering::Release);
+                    signal(&stop);
+                    let _ = server_thread.join();
+                    return Err(Error::os("spawning the fault thread", e));
+                }
+            }
         };
         if shared.region.detects_writes() {
             fault::serve(shared.region.base(), shared.region.len(), wake.as_raw_fd());

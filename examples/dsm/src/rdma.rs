@@ -2,11 +2,11 @@
 //! side to each node's server side (itself included, through the device's loopback).
 //!
 //! - Control messages go inline when they fit the queue pair's inline limit, the others from
-//!   a registered bounce buffer (copied in); replies land in a registered receive buffer.
-//! - `Pages` replies are zero-copy at both ends: the home sends its header from the bounce
-//!   buffer and the pages straight from its frames (two scatter/gather entries), and the
-//!   client posts the receive for it with the header going to a small buffer and the pages
-//!   straight into its own frames.
+//!   a pool buffer (copied in); replies land in a pool buffer.
+//! - `Pages` replies are zero-copy at both ends: the home sends its header from a pool buffer
+//!   and the pages straight from its frames (two scatter/gather entries), and the client posts
+//!   the receive for it with the header going to a small pool buffer and the pages straight
+//!   into its own frames.
 //! - `rdma-read` sends no `GetPage`: the client READs the pages out of the home's registered
 //!   frames. Diffs, locks and barriers go as messages in both.
 //!
@@ -14,10 +14,13 @@
 //! process that dies closes them, so the servers learn of it at once (an RC queue pair learns
 //! only when it next sends, after its retries), and keepalive notices a host that vanishes.
 //!
-//! Memory the device writes (receive buffers, frames) is read only with atomic copies
-//! (`rdma_verbs::shared`), and every region outlives the queue pairs that name it: each
-//! struct declares its queue pairs before the regions (fields drop in order), and the frames'
-//! registration holds the node's shared state, whose region (the mapping) it names.
+//! Every post is rdma-verbs' owned (safe) path: messages go from and land in pool buffers
+//! (`Buf`), which move into the queue pair while posted and come back with their completions
+//! (`poll_each`); the pages go straight from and into the frames as `RegionRange`s of the
+//! frames' registration, a shared region (`MemoryRegion::into_shared`) that Rust reads only
+//! with atomic copies and that each request keeps registered until it is done. The frames'
+//! registration holds the node's shared state, whose region (the mapping) it names, so the
+//! mapping outlives every request that names it.
 
 use std::net::TcpListener;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -25,11 +28,11 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdma_verbs::shared::copy_from_shared;
 use rdma_verbs::{
-    AccessFlags, AddressVector, CanPostRecv, CompletionChannel, CompletionQueue, ConnectedInitAttr,
-    Context, Gid, MemoryRegion, Payload, ProtectionDomain, QueuePair, Rc, RcRtrAttr, RcRtsAttr,
-    RecvRequest, RemoteMemory, Rts, SendRequest, Sge, WcOpcode, WorkCompletion,
+    AccessFlags, AddressVector, Buf, BufferPool, CanPostRecv, Completion, CompletionChannel,
+    CompletionQueue, ConnectedInitAttr, Context, Gid, MemoryRegion, OwnedRecv, OwnedSend,
+    ProtectionDomain, QueuePair, Rc, RcRtrAttr, RcRtsAttr, RegionRange, RemoteMemory, Rts,
+    WcOpcode, WcStatus,
 };
 
 use crate::error::{Error, Result};
@@ -41,7 +44,7 @@ use crate::shared::Shared;
 use crate::tcp::{self, TcpLinks, TcpServer};
 use crate::wire::{HEADER_LEN, Header, Msg, Op, Reader, Writer};
 
-/// The largest message through the bounce buffers (header included).
+/// The largest message through the message buffers (header included).
 pub(crate) const MSG_MAX: usize = 64 << 10;
 /// The header of a `Pages` reply: message header, count and first page.
 const PAGES_HEAD: usize = HEADER_LEN + 6;
@@ -54,33 +57,49 @@ const SPIN: Duration = Duration::from_micros(100);
 /// The port used.
 const PORT: u8 = 1;
 
-/// wr_id values of the client side.
+/// Tags of the client side's requests.
 const ID_SEND: u64 = 1;
 const ID_RECV: u64 = 2;
 const ID_READ: u64 = 3;
+const ID_HEAD: u64 = 4;
 
-/// The frames' registration; holds the shared state so that the mapping it names outlives it.
+/// The frames' registration, shared with the requests that name ranges of it; holds the
+/// shared state so that the mapping it names outlives it.
 #[derive(Debug)]
 struct Frames {
-    mr: Option<MemoryRegion>,
+    mr: Option<Arc<MemoryRegion>>,
     shared: Arc<Shared>,
 }
 
 impl Frames {
-    fn mr(&self) -> &MemoryRegion {
+    fn mr(&self) -> &Arc<MemoryRegion> {
         self.mr.as_ref().expect("present until drop")
+    }
+
+    /// Pages `first..first + count` of the frames, for a request.
+    fn pages(&self, first: u32, count: u16) -> Result<RegionRange> {
+        let start = first as usize * PAGE;
+        Ok(RegionRange::new(
+            self.mr(),
+            start..start + usize::from(count) * PAGE,
+        )?)
     }
 }
 
 impl Drop for Frames {
     fn drop(&mut self) {
-        if let Some(mr) = self.mr.take() {
-            if let Err((mr, _)) = mr.close() {
-                // Still registered: the device may still use the memory, so neither the
-                // registration nor the mapping it names may go. Both are leaked.
-                std::mem::forget(mr);
-                std::mem::forget(Arc::clone(&self.shared));
-            }
+        let Some(mr) = self.mr.take() else { return };
+        // The queue pairs went first (declared before the frames), and with them every
+        // request's reference; a queue pair whose destruction failed keeps its requests, and
+        // their references, for ever: then neither the registration nor the mapping it names
+        // may go, and both are leaked.
+        let closed = match Arc::try_unwrap(mr) {
+            Ok(mr) => mr.close().map_err(|(mr, _)| Arc::new(mr)),
+            Err(mr) => Err(mr),
+        };
+        if let Err(mr) = closed {
+            std::mem::forget(mr);
+            std::mem::forget(Arc::clone(&self.shared));
         }
     }
 }
@@ -146,15 +165,20 @@ pub(crate) struct RdmaLinks {
     qps: Vec<QueuePair<Rc, Rts>>,
     cq: CompletionQueue,
     channel: CompletionChannel,
-    /// `[send: MSG_MAX | receive: MSG_MAX | pages header: PAGES_HEAD]`.
-    bufs: MemoryRegion,
+    /// The send buffer and the reply buffer (`MSG_MAX` each), each here while no request has
+    /// it.
+    send_buf: Option<Buf>,
+    reply_buf: Option<Buf>,
+    /// The buffer a `Pages` reply's header lands in (`PAGES_HEAD`), the pages going to the
+    /// frames.
+    head_buf: Option<Buf>,
     remote: Vec<RemoteMemory>,
     read: bool,
     inline: u32,
     frames: Arc<Frames>,
     _tcp: TcpLinks,
-    /// A wait failed with a request still posted: the buffers may still be written, so no
-    /// further request is made.
+    /// A wait failed with a request still posted, whose completion could come late and be
+    /// taken for a later request's: no further request is made.
     broken: Option<String>,
 }
 
@@ -165,9 +189,11 @@ pub(crate) struct RdmaServer {
     recv_cq: CompletionQueue,
     send_cq: CompletionQueue,
     channel: CompletionChannel,
-    /// `DEPTH` receive slots of `MSG_MAX` per queue pair, then one send buffer per queue pair
-    /// (a send that never completes holds only its own peer's).
-    bufs: MemoryRegion,
+    /// One send buffer per queue pair, and one more (a send that never completes holds only
+    /// its own peer's, as no more is sent to a peer whose send failed). The `DEPTH` receive
+    /// buffers per queue pair are in flight, each posted again as its completion hands it
+    /// back.
+    send_bufs: BufferPool,
     frames: Arc<Frames>,
     tcp: TcpServer,
     me: u16,
@@ -192,7 +218,8 @@ pub(crate) fn connect(
         .ok_or_else(|| Error::protocol("the window has no frames"))?;
     // SAFETY: the frames are the first `len` bytes of the alias mapping, which `Frames` keeps
     // alive (it holds `shared`) until after the registration is dropped; Rust holds no
-    // reference into them and reads or writes them only with atomic copies (region.rs).
+    // reference into them and reads or writes them only with atomic copies (region.rs, and
+    // the region's own copies: it is made shared).
     let mr = unsafe {
         pd.register_raw(
             alias,
@@ -201,7 +228,7 @@ pub(crate) fn connect(
         )?
     };
     let frames = Arc::new(Frames {
-        mr: Some(mr),
+        mr: Some(Arc::new(mr.into_shared())),
         shared: Arc::clone(shared),
     });
     let frames_remote = RemoteMemory {
@@ -235,8 +262,10 @@ pub(crate) fn connect(
             .into_init(&ConnectedInitAttr::new(PORT).access(access))
             .map_err(|e| Error::from(e.into_parts().1))
     };
-    let client_bufs = pd.register(2 * MSG_MAX + PAGES_HEAD, AccessFlags::LOCAL_WRITE)?;
-    let server_bufs = pd.register(size * (DEPTH + 1) * MSG_MAX, AccessFlags::LOCAL_WRITE)?;
+    let client_bufs = BufferPool::new(&pd, 2, MSG_MAX)?;
+    let client_head = BufferPool::new(&pd, 1, PAGES_HEAD)?;
+    let server_recv = BufferPool::new(&pd, size * DEPTH, MSG_MAX)?;
+    let server_send = BufferPool::new(&pd, size + 1, MSG_MAX)?;
     let mut client_init = Vec::with_capacity(size);
     let mut server_init = Vec::with_capacity(size);
     for qp in 0..size {
@@ -244,8 +273,11 @@ pub(crate) fn connect(
         let mut server = make(&send_cq, &recv_cq, DEPTH)?;
         // Receives go in before the queue pair can receive: a peer that connects first and
         // sends at once finds them there (no receiver-not-ready retries at start).
-        for slot in 0..DEPTH {
-            post_slot(&mut server, &server_bufs, qp, slot)?;
+        for _ in 0..DEPTH {
+            let buf = server_recv
+                .take()
+                .ok_or_else(|| Error::protocol("no receive buffer left"))?;
+            post_slot(&mut server, buf, qp)?;
         }
         server_init.push(server);
     }
@@ -324,7 +356,7 @@ pub(crate) fn connect(
         recv_cq,
         send_cq,
         channel: server_channel,
-        bufs: server_bufs,
+        send_bufs: server_send,
         frames: Arc::clone(&frames),
         tcp: tcp_server,
         me: launch.rank,
@@ -334,7 +366,9 @@ pub(crate) fn connect(
         qps: client_qps,
         cq: client_cq,
         channel: client_channel,
-        bufs: client_bufs,
+        send_buf: client_bufs.take(),
+        reply_buf: client_bufs.take(),
+        head_buf: client_head.take(),
         remote: addrs.iter().map(|a| a.frames).collect(),
         read,
         inline,
@@ -359,13 +393,10 @@ fn open_device(name: Option<&str>) -> Result<Context> {
     Ok(device.open()?)
 }
 
-fn status_error(peer: u16, wc: &WorkCompletion) -> Error {
+fn status_error(peer: u16, status: WcStatus) -> Error {
     Error::peer(
         peer,
-        format!(
-            "a request to it failed: {} (it died or is unreachable)",
-            wc.status()
-        ),
+        format!("a request to it failed: {status} (it died or is unreachable)"),
     )
 }
 
@@ -379,7 +410,7 @@ impl RdmaLinks {
         }
     }
 
-    /// Waits for the completions `want` (wr_ids) of requests to `peer`; returns the receive's
+    /// Waits for the completions `want` (tags) of requests to `peer`; returns the receive's
     /// byte count if one was wanted. On failure the links are marked broken.
     fn wait(&mut self, peer: u16, want: &[u64], bound: Duration) -> Result<u32> {
         let result = self.wait_inner(peer, want, bound);
@@ -393,11 +424,39 @@ impl RdmaLinks {
         let started = Instant::now();
         let mut missing: Vec<u64> = want.to_vec();
         let mut received = 0;
-        let mut wcs = [WorkCompletion::default(); 4];
+        let mut failed = None;
         let mut armed = false;
         while !missing.is_empty() {
-            let done = self.cq.poll(&mut wcs)?;
-            if done.is_empty() {
+            let Self {
+                cq,
+                send_buf,
+                reply_buf,
+                head_buf,
+                ..
+            } = self;
+            let done = cq.poll_each(4, |mut c: Completion| {
+                let Some(tag) = c.tag() else { return };
+                // Each buffer goes back to its place, whatever the status.
+                let slot = match tag {
+                    ID_SEND => Some(&mut *send_buf),
+                    ID_RECV => Some(&mut *reply_buf),
+                    ID_HEAD => Some(&mut *head_buf),
+                    _ => None,
+                };
+                if let (Some(slot), Some(buf)) = (slot, c.take_buf()) {
+                    *slot = Some(buf);
+                }
+                if !c.is_success() {
+                    failed.get_or_insert(c.status());
+                } else if tag == ID_RECV || tag == ID_HEAD {
+                    received = c.wc().byte_len();
+                }
+                missing.retain(|&id| id != tag);
+            })?;
+            if let Some(status) = failed {
+                return Err(status_error(peer, status));
+            }
+            if done == 0 {
                 let waited = started.elapsed();
                 if waited >= bound {
                     return Err(Error::peer(
@@ -419,22 +478,12 @@ impl RdmaLinks {
                     Err(e) => return Err(e.into()),
                 }
                 armed = false;
-                continue;
-            }
-            for wc in done {
-                if !wc.is_success() {
-                    return Err(status_error(peer, wc));
-                }
-                if wc.wr_id() == ID_RECV {
-                    received = wc.byte_len();
-                }
-                missing.retain(|&id| id != wc.wr_id());
             }
         }
         Ok(received)
     }
 
-    /// Posts a send of `msg` (inline when it fits, else from the bounce buffer).
+    /// Posts a send of `msg` (inline when it fits, else from the send buffer).
     fn post_msg(&mut self, msg: &Msg) -> Result<()> {
         let header = msg.header().encode();
         let len = HEADER_LEN + msg.payload.len();
@@ -448,23 +497,18 @@ impl RdmaLinks {
             let mut bytes = [0u8; INLINE as usize];
             bytes[..HEADER_LEN].copy_from_slice(&header);
             bytes[HEADER_LEN..len].copy_from_slice(&msg.payload);
-            let request = SendRequest::send(ID_SEND, Payload::Inline(&bytes[..len])).signaled();
-            // SAFETY: inline data is copied by the call; no memory is named.
-            unsafe { qp.post_send_one(&request) }?;
-        } else {
-            self.bufs.write_at(0, &header)?;
-            self.bufs.write_at(HEADER_LEN, &msg.payload)?;
-            let request = SendRequest::send(ID_SEND, self.bufs.slice(0..len)?).signaled();
-            // SAFETY: the send buffer stays registered while the queue pair lives (field
-            // order), and is written again only after this send's completion is polled (every
-            // call waits for it, and a failed wait stops all further requests).
-            unsafe { qp.post_send_one(&request) }?;
+            let request = OwnedSend::send_inline(&bytes[..len]).tag(ID_SEND);
+            return post_send(qp, request, &mut None);
         }
-        Ok(())
+        let mut buf = take(&mut self.send_buf, "send")?;
+        buf.set_len(len)?;
+        buf[..HEADER_LEN].copy_from_slice(&header);
+        buf[HEADER_LEN..].copy_from_slice(&msg.payload);
+        post_send(qp, OwnedSend::send(buf).tag(ID_SEND), &mut self.send_buf)
     }
 
-    /// Marks the links broken after an error: a request may still be posted, so no buffer is
-    /// used again.
+    /// Marks the links broken after an error: a request may still be posted, and its late
+    /// completion could be taken for a later request's, so no further request is made.
     fn retire<T>(&mut self, result: Result<T>) -> Result<T> {
         if let Err(e) = &result {
             self.broken.get_or_insert_with(|| e.to_string());
@@ -480,22 +524,13 @@ impl RdmaLinks {
     }
 
     fn call_inner(&mut self, msg: &Msg, bound: Duration) -> Result<Msg> {
-        let recv = RecvRequest::new(ID_RECV, self.bufs.slice(MSG_MAX..2 * MSG_MAX)?);
-        // SAFETY: the receive buffer stays registered while the queue pair lives, and is read
-        // only after this receive's completion (with atomic copies).
-        unsafe { self.qps[usize::from(msg.to)].post_recv_one(&recv) }?;
+        let buf = take(&mut self.reply_buf, "reply")?;
+        let qp = &mut self.qps[usize::from(msg.to)];
+        post_recv(qp, OwnedRecv::buf(buf).tag(ID_RECV), &mut self.reply_buf)?;
         self.post_msg(msg)?;
-        let len = self.wait(msg.to, &[ID_SEND, ID_RECV], bound)? as usize;
-        self.read_reply(MSG_MAX, len)
-    }
-
-    fn read_reply(&self, at: usize, len: usize) -> Result<Msg> {
-        if len > MSG_MAX {
-            return Err(Error::protocol(format!("a {len}-byte message")));
-        }
-        let mut bytes = vec![0u8; len];
-        self.bufs.read_at(at, &mut bytes)?;
-        Msg::decode(bytes)
+        self.wait(msg.to, &[ID_SEND, ID_RECV], bound)?;
+        // The receive's completion set the buffer's length to the bytes received.
+        Msg::decode(self.reply_buf.as_deref().unwrap_or_default().to_vec())
     }
 
     /// Sends a message that has no reply.
@@ -527,14 +562,13 @@ impl RdmaLinks {
         let home = usize::from(msg.to);
         let bytes = usize::from(count) * PAGE;
         let start = first as usize * PAGE;
-        let local = self.frames.mr().slice(start..start + bytes)?;
+        let pages = self.frames.pages(first, count)?;
         if self.read {
             let remote = self.remote[home].slice(start as u32, bytes as u32)?;
-            let request = SendRequest::read(ID_READ, local, remote).signaled();
-            // SAFETY: the frames stay registered while the queue pair lives (`Frames` outlives
-            // it); their window pages are inaccessible (the pages are invalid here), and the
-            // runtime reads them only after the completion, so nothing touches them meanwhile.
-            unsafe { self.qps[home].post_send_one(&request) }?;
+            // The window's pages are inaccessible meanwhile (invalid here), and the runtime
+            // reads the frames only after the completion.
+            let request = OwnedSend::read_range(pages, remote).tag(ID_READ);
+            post_send(&mut self.qps[home], request, &mut None)?;
             self.wait(msg.to, &[ID_READ], bound)?;
             let mut w = Writer::new();
             w.u16(count).u32(first);
@@ -542,28 +576,23 @@ impl RdmaLinks {
             reply.seq = msg.seq;
             return Ok(reply);
         }
-        let head = self.bufs.slice(2 * MSG_MAX..2 * MSG_MAX + PAGES_HEAD)?;
-        let sges = [Sge::from(head), Sge::from(local)];
-        let recv = RecvRequest::new(ID_RECV, Payload::List(&sges));
-        // SAFETY: as for the READ: registered memory nobody touches until the completion.
-        unsafe { self.qps[home].post_recv_one(&recv) }?;
+        // The reply's header lands in the head buffer, its pages in the frames.
+        let head = take(&mut self.head_buf, "header")?;
+        let request = OwnedRecv::buf(head).and_range(pages).tag(ID_HEAD);
+        post_recv(&mut self.qps[home], request, &mut self.head_buf)?;
         self.post_msg(msg)?;
-        let len = self.wait(msg.to, &[ID_SEND, ID_RECV], bound)? as usize;
+        let len = self.wait(msg.to, &[ID_SEND, ID_HEAD], bound)? as usize;
+        let mut raw = self.head_buf.as_deref().unwrap_or_default().to_vec();
         if len < PAGES_HEAD {
-            return self.read_reply(2 * MSG_MAX, len);
+            return Msg::decode(raw);
         }
-        let mut raw = vec![0u8; PAGES_HEAD];
-        self.bufs.read_at(2 * MSG_MAX, &mut raw)?;
         let mut head = [0u8; HEADER_LEN];
         head.copy_from_slice(&raw[..HEADER_LEN]);
         let h = Header::decode(&head)?;
         if h.op == Op::Fail {
             // The rest of the failure's text went to the frames.
             raw.resize(len, 0);
-            let frame = self.frames.mr().as_ptr().wrapping_add(start);
-            // SAFETY: `len - PAGES_HEAD` bytes the receive wrote into these frames (it is
-            // complete), inside the registration.
-            unsafe { copy_from_shared(frame, &mut raw[PAGES_HEAD..]) };
+            self.frames.mr().read_at(start, &mut raw[PAGES_HEAD..])?;
             return Msg::decode(raw);
         }
         if h.len as usize != len - HEADER_LEN || len != PAGES_HEAD + bytes {
@@ -576,32 +605,49 @@ impl RdmaLinks {
     }
 }
 
-/// Posts receive slot `slot` of server queue pair `index` (wr_id `index * DEPTH + slot`).
-fn post_slot<S: CanPostRecv>(
-    qp: &mut QueuePair<Rc, S>,
-    bufs: &MemoryRegion,
-    index: usize,
-    slot: usize,
+/// The buffer in `slot`, which a request that never completed may still hold.
+fn take(slot: &mut Option<Buf>, what: &str) -> Result<Buf> {
+    slot.take()
+        .ok_or_else(|| Error::protocol(format!("the {what} buffer is still in flight")))
+}
+
+/// Posts `request`; a buffer the post refused goes back to `slot`.
+fn post_send<K: rdma_verbs::OwnedOp>(
+    qp: &mut QueuePair<Rc, Rts>,
+    request: OwnedSend<'_, K>,
+    slot: &mut Option<Buf>,
 ) -> Result<()> {
-    let at = (index * DEPTH + slot) * MSG_MAX;
-    let recv = RecvRequest::new((index * DEPTH + slot) as u64, bufs.slice(at..at + MSG_MAX)?);
-    // SAFETY: the slot stays registered while the queue pair lives (`RdmaServer` declares its
-    // queue pairs before the buffers), and is read only after its completion, before it is
-    // posted again.
-    unsafe { qp.post_recv_one(&recv) }?;
-    Ok(())
+    qp.post_send_owned(request).map_err(|refused| {
+        let (error, buf) = refused.into_parts();
+        *slot = buf.or(slot.take());
+        error.into()
+    })
+}
+
+/// Posts `request`; a buffer the post refused goes back to `slot`.
+fn post_recv<S: CanPostRecv>(
+    qp: &mut QueuePair<Rc, S>,
+    request: OwnedRecv,
+    slot: &mut Option<Buf>,
+) -> Result<()> {
+    qp.post_recv_owned(request).map_err(|refused| {
+        let (error, buf) = refused.into_parts();
+        *slot = buf.or(slot.take());
+        error.into()
+    })
+}
+
+/// Posts `buf` as a receive of server queue pair `index` (tagged with it).
+fn post_slot<S: CanPostRecv>(qp: &mut QueuePair<Rc, S>, buf: Buf, index: usize) -> Result<()> {
+    post_recv(qp, OwnedRecv::buf(buf).tag(index as u64), &mut None)
 }
 
 impl RdmaServer {
-    fn post_recv(&mut self, qp: usize, slot: usize) -> Result<()> {
-        post_slot(&mut self.qps[qp], &self.bufs, qp, slot)
-    }
-
     /// Sends a reply and waits for its completion. A failure (an error completion, or none
     /// within the bound) means the peer is dead to this server: the caller sends it nothing
-    /// more, so its send buffer, which a never-completed send may still read, is not written
-    /// again. Sends are identified by their peer's rank (`wr_id`), so a late completion of a
-    /// dead peer's send is not taken for another's.
+    /// more, so a send that never completes holds one pool buffer at most per peer (the pool
+    /// has one more than there are peers). Sends are tagged with their peer's rank, so a late
+    /// completion of a dead peer's send is not taken for another's.
     fn send_out(&mut self, out: &Out, bound: Duration) -> Result<()> {
         let to = usize::from(out.msg.to);
         let header = out.header().encode();
@@ -609,48 +655,44 @@ impl RdmaServer {
         if len > MSG_MAX {
             return Err(Error::protocol(format!("a {len}-byte reply")));
         }
-        let at = (self.qps.len() * DEPTH + to) * MSG_MAX;
-        self.bufs.write_at(at, &header)?;
-        self.bufs.write_at(at + HEADER_LEN, &out.msg.payload)?;
-        let head = self.bufs.slice(at..at + len)?;
-        let sges;
-        let request = match out.pages {
-            Some((first, count)) => {
-                let start = first as usize * PAGE;
-                let pages = self
-                    .frames
-                    .mr()
-                    .slice(start..start + usize::from(count) * PAGE)?;
-                sges = [Sge::from(head), Sge::from(pages)];
-                SendRequest::send(to as u64, Payload::List(&sges))
-            }
-            None => SendRequest::send(to as u64, head),
-        };
-        // SAFETY: the send buffer and the frames stay registered while the queue pair lives
-        // (field order; `Frames` outlives every queue pair). This peer's send buffer is
-        // written again only after this send's completion (waited for below; on failure the
-        // peer gets nothing more). The frames are home pages, which the application may store
-        // into meanwhile, but only with relaxed atomic stores (`GlobalSlice`), which the
-        // registration's remote-read exposure already requires: a store racing the send
-        // changes which bytes go out (bytes the requester may not read before its next
-        // acquire, in a race-free program), and no Rust reference covers them.
-        unsafe { self.qps[to].post_send_one(&request.signaled()) }?;
+        let mut buf = self
+            .send_bufs
+            .take()
+            .ok_or_else(|| Error::protocol("no send buffer is free"))?;
+        buf.set_len(len)?;
+        buf[..HEADER_LEN].copy_from_slice(&header);
+        buf[HEADER_LEN..].copy_from_slice(&out.msg.payload);
+        let mut request = OwnedSend::send(buf).tag(to as u64);
+        if let Some((first, count)) = out.pages {
+            // The pages go straight from the frames. They are home pages, which the
+            // application may store into meanwhile, but only with relaxed atomic stores
+            // (`GlobalSlice`), which the registration's remote-read exposure already requires:
+            // a store racing the send changes which bytes go out (bytes the requester may not
+            // read before its next acquire, in a race-free program).
+            request = request.and_range(self.frames.pages(first, count)?);
+        }
+        // A refused post's buffer goes back to the pool with the refusal.
+        self.qps[to]
+            .post_send_owned(request)
+            .map_err(rdma_verbs::Error::from)?;
         let started = Instant::now();
-        let mut wcs = [WorkCompletion::default(); 4];
         loop {
-            for wc in self.send_cq.poll(&mut wcs)? {
-                if wc.wr_id() != to as u64 {
-                    continue; // a late completion of a peer already given up
+            let mut status = None;
+            // Other completions are late ones of peers already given up (their buffers go
+            // back to the pool as they are dropped).
+            self.send_cq.poll_each(4, |c| {
+                if c.tag() == Some(to as u64) {
+                    status.get_or_insert(c.status());
                 }
-                if !wc.is_success() {
-                    return Err(status_error(to as u16, wc));
+            })?;
+            match status {
+                Some(WcStatus::Success) => return Ok(()),
+                Some(failed) => return Err(status_error(to as u16, failed)),
+                None if started.elapsed() > bound => {
+                    return Err(Error::peer(to as u16, "a reply to it never completed"));
                 }
-                return Ok(());
+                None => std::thread::yield_now(),
             }
-            if started.elapsed() > bound {
-                return Err(Error::peer(to as u16, "a reply to it never completed"));
-            }
-            std::thread::yield_now();
         }
     }
 
@@ -658,14 +700,14 @@ impl RdmaServer {
     pub(crate) fn run(mut self, mut home: Home, stop: &OwnedFd) -> Result<()> {
         let bound = self.frames.shared.config.timeout;
         let mut out: Vec<Out> = Vec::new();
-        let mut wcs = [WorkCompletion::default(); 16];
+        let mut done: Vec<Completion> = Vec::with_capacity(16);
         let mut dead = vec![false; self.qps.len()];
         while !home.done() {
-            let mut done = self.recv_cq.poll(&mut wcs)?.to_vec();
+            self.recv_cq.poll_each(16, |c| done.push(c))?;
             if done.is_empty() {
                 self.recv_cq.req_notify(false)?;
                 // Poll once more: a completion that came before the arming raises no event.
-                done = self.recv_cq.poll(&mut wcs)?.to_vec();
+                self.recv_cq.poll_each(16, |c| done.push(c))?;
             }
             if done.is_empty() {
                 let mut fds = vec![
@@ -703,21 +745,24 @@ impl RdmaServer {
                     }
                 }
             }
-            for wc in &done {
-                let id = wc.wr_id() as usize;
-                let (qp, slot) = (id / DEPTH, id % DEPTH);
-                if !wc.is_success() {
+            for mut c in done.drain(..) {
+                // Every receive here is tagged with its queue pair's index.
+                let Some(qp) = c.tag().map(|tag| tag as usize) else {
+                    continue;
+                };
+                if !c.is_success() {
                     if dead.get(qp) == Some(&false) {
                         dead[qp] = true;
                         home.closed(qp as u16, &mut out);
                     }
                     continue;
                 }
-                if wc.opcode() != WcOpcode::Recv {
+                let Some(buf) = c.take_buf().filter(|_| c.wc().opcode() == WcOpcode::Recv) else {
                     continue;
-                }
-                let msg = self.read_slot(qp, slot, wc.byte_len() as usize);
-                if self.post_recv(qp, slot).is_err() {
+                };
+                // The completion set the buffer's length to the bytes received.
+                let msg = Msg::decode(buf.to_vec());
+                if post_slot(&mut self.qps[qp], buf, qp).is_err() {
                     // This queue pair cannot receive any more: its node is gone to us.
                     dead[qp] = true;
                     home.closed(qp as u16, &mut out);
@@ -753,15 +798,5 @@ impl RdmaServer {
             }
         }
         Ok(())
-    }
-
-    fn read_slot(&self, qp: usize, slot: usize, len: usize) -> Result<Msg> {
-        if len > MSG_MAX {
-            return Err(Error::protocol(format!("a {len}-byte message")));
-        }
-        let at = (qp * DEPTH + slot) * MSG_MAX;
-        let mut bytes = vec![0u8; len];
-        self.bufs.read_at(at, &mut bytes)?;
-        Msg::decode(bytes)
     }
 }

@@ -32,12 +32,21 @@ pub(crate) fn finish(mut child: Child, bound: Duration, what: &str) -> Output {
             break status;
         }
         if started.elapsed() > bound {
+            // Where each thread is, read before the kill changes it.
+            let threads = threads(child.id());
             let _ = child.kill();
-            let _ = child.wait();
+            if !reaped(&mut child, Duration::from_secs(30)) {
+                panic!(
+                    "{what}: still running after {} s, and not gone 30 s after SIGKILL \
+                     (stuck in the kernel); its threads:\n{threads}\nnow:\n{}",
+                    bound.as_secs(),
+                    self::threads(child.id())
+                );
+            }
             // Killed, its pipes close: what it wrote says where it was.
             let err = err.join().unwrap_or_default();
             panic!(
-                "{what}: still running after {} s; its stderr:\n{}",
+                "{what}: still running after {} s; its threads:\n{threads}\nits stderr:\n{}",
                 bound.as_secs(),
                 text(&err)
             );
@@ -49,6 +58,48 @@ pub(crate) fn finish(mut child: Child, bound: Duration, what: &str) -> Output {
         stdout: out.join().expect("stdout reader"),
         stderr: err.join().expect("stderr reader"),
     }
+}
+
+/// Whether `child` exited within `bound` (after a kill).
+fn reaped(child: &mut Child, bound: Duration) -> bool {
+    let started = Instant::now();
+    while started.elapsed() < bound {
+        if let Ok(Some(_)) = child.try_wait() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// One line per thread of process `pid`: its id, name, state, wait channel and system call,
+/// then its kernel stack where it can be read (as root, as in the VM).
+fn threads(pid: u32) -> String {
+    let read = |path: String| std::fs::read_to_string(path).unwrap_or_default();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return format!("(no /proc/{pid}/task)");
+    };
+    let mut lines = String::new();
+    for task in tasks.flatten() {
+        let dir = task.path().display().to_string();
+        let stat = read(format!("{dir}/stat"));
+        // The state is the field after the name, which ends at the last ')'.
+        let state = stat
+            .rfind(')')
+            .and_then(|at| stat[at + 1..].split_whitespace().next())
+            .unwrap_or("?");
+        lines += &format!(
+            "  {} {} {state} wchan={} syscall={}\n",
+            task.file_name().to_string_lossy(),
+            read(format!("{dir}/comm")).trim(),
+            read(format!("{dir}/wchan")).trim(),
+            read(format!("{dir}/syscall")).trim(),
+        );
+        for frame in read(format!("{dir}/stack")).lines() {
+            lines += &format!("      {frame}\n");
+        }
+    }
+    lines
 }
 
 /// Output bytes as text.
