@@ -757,7 +757,7 @@ fn mw_type2_owned_bind_in_flight_is_released_by_a_reset() {
     let Pair {
         mut cq_a,
         mut cq_b,
-        mut a,
+        a,
         b,
     } = p;
     let bind = OwnedSend::bind_mw(&mut mw, &target, 0..4096, AccessFlags::REMOTE_WRITE)
@@ -769,7 +769,6 @@ fn mw_type2_owned_bind_in_flight_is_released_by_a_reset() {
         (std::sync::Arc::strong_count(&target), b.owned_in_flight()),
         (2, 1)
     );
-    let (a_num, b_num) = (a.qp_num(), b.qp_num());
     let b = b.into_reset().unwrap();
     assert_eq!(
         (std::sync::Arc::strong_count(&target), b.owned_in_flight()),
@@ -777,23 +776,7 @@ fn mw_type2_owned_bind_in_flight_is_released_by_a_reset() {
         "the reset released the bind's region"
     );
     // Back to RTS on both sides: the queue pair serves owned requests again.
-    let init = ConnectedInitAttr::new(f.device.port);
-    let mut b = b
-        .into_init(&init)
-        .unwrap()
-        .into_rtr(&RcRtrAttr::new(f.av(), a_num, 300))
-        .unwrap()
-        .into_rts(&RcRtsAttr::new(400))
-        .unwrap();
-    a = a
-        .into_reset()
-        .unwrap()
-        .into_init(&init)
-        .unwrap()
-        .into_rtr(&RcRtrAttr::new(f.av(), b_num, 400))
-        .unwrap()
-        .into_rts(&RcRtsAttr::new(300))
-        .unwrap();
+    let (mut a, mut b) = f.reconnect_rc(a, b, (300, 400));
     // Whatever the reset left in the queues (a stale completion or none) matches no request.
     let until = std::time::Instant::now() + QUIET;
     while std::time::Instant::now() < until {

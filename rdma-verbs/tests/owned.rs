@@ -218,27 +218,10 @@ fn owned_reset_releases_and_stale_completions_match_nothing() {
     drop(sent.remove(0).take_buf());
     assert_eq!(pool.available(), 5);
 
-    let (a_num, b_num) = (a.qp_num(), b.qp_num());
     let b = b.into_reset().unwrap();
     assert_eq!(pool.available(), 8, "the reset released all three receives");
     assert_eq!(b.owned_in_flight(), 0);
-    let init = ConnectedInitAttr::new(f.device.port);
-    let mut b = b
-        .into_init(&init)
-        .unwrap()
-        .into_rtr(&RcRtrAttr::new(f.av(), a_num, 100))
-        .unwrap()
-        .into_rts(&RcRtsAttr::new(200))
-        .unwrap();
-    a = a
-        .into_reset()
-        .unwrap()
-        .into_init(&init)
-        .unwrap()
-        .into_rtr(&RcRtrAttr::new(f.av(), b_num, 200))
-        .unwrap()
-        .into_rts(&RcRtsAttr::new(100))
-        .unwrap();
+    let (mut a, mut b) = f.reconnect_rc(a, b, (100, 200));
     b.post_recv_buf(pool.take().unwrap(), 9).unwrap();
     // Whatever the queue still holds from before the reset matches no owned request.
     let mut stale = 0;

@@ -75,6 +75,36 @@ impl Fixture {
         (a, b)
     }
 
+    /// Connects RC queue pairs `a` and `b` again after `b` was reset (`a` is reset here):
+    /// both back in RTS with no access for the peer, `a` sending from PSN `psn.0` and `b`
+    /// from `psn.1`.
+    pub fn reconnect_rc(
+        &self,
+        a: QueuePair<Rc, Rts>,
+        b: QueuePair<Rc, Reset>,
+        psn: (u32, u32),
+    ) -> (QueuePair<Rc, Rts>, QueuePair<Rc, Rts>) {
+        let (a_num, b_num) = (a.qp_num(), b.qp_num());
+        let init = ConnectedInitAttr::new(self.device.port);
+        let b = b
+            .into_init(&init)
+            .expect("b INIT")
+            .into_rtr(&RcRtrAttr::new(self.av(), a_num, psn.0))
+            .expect("b RTR")
+            .into_rts(&RcRtsAttr::new(psn.1))
+            .expect("b RTS");
+        let a = a
+            .into_reset()
+            .expect("a RESET")
+            .into_init(&init)
+            .expect("a INIT")
+            .into_rtr(&RcRtrAttr::new(self.av(), b_num, psn.1))
+            .expect("a RTR")
+            .into_rts(&RcRtsAttr::new(psn.0))
+            .expect("a RTS");
+        (a, b)
+    }
+
     /// Two RC queue pairs connected to each other, each with `access` for the peer.
     pub fn rc_pair(
         &self,
