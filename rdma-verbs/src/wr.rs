@@ -546,18 +546,29 @@ impl<'a> SendRequest<'a> {
     }
 
     /// Writes the request into `raw` (its `next` left null), using `one` as storage for a
-    /// single scatter/gather entry.
-    #[inline]
+    /// single scatter/gather entry. Forced inline for the reason `post_send_one` is.
+    #[inline(always)]
     pub(crate) fn fill(&self, raw: &mut ffi::ibv_send_wr, one: &mut ffi::ibv_sge) -> Result<()> {
+        // Zeroed, then written field by field: building a whole value and storing it made the
+        // compiler zero a temporary and copy it.
+        *raw = ffi::ibv_send_wr::default();
+        self.fill_zeroed(raw, one)
+    }
+
+    /// As [`fill`](Self::fill), into a `raw` that is zeroed (`Default`) already: a single
+    /// post's fresh request, which the compiler would otherwise zero twice.
+    #[inline(always)]
+    pub(crate) fn fill_zeroed(
+        &self,
+        raw: &mut ffi::ibv_send_wr,
+        one: &mut ffi::ibv_sge,
+    ) -> Result<()> {
         check_wr_id(self.wr_id, self.owned)?;
         self.payload.check()?;
         if self.op & op::ATOMIC != 0 {
             self.check_atomic_result()?;
         }
         let (sg_list, num_sge, inline) = self.payload.fill(one);
-        // Zeroed, then written field by field: building a whole value and storing it made the
-        // compiler zero a temporary and copy it.
-        *raw = ffi::ibv_send_wr::default();
         raw.wr_id = self.wr_id;
         raw.sg_list = sg_list;
         raw.num_sge = num_sge;
