@@ -1,5 +1,6 @@
 //! Failures on the device: a peer that vanishes, a completion queue that overflows, a receiver
-//! that is not ready. Each must end in a definite completion status or event, in bounded time.
+//! that is not ready. Each must end in a definite completion status or event, in bounded time;
+//! on the owned path, with every buffer handed back.
 
 mod common;
 
@@ -10,19 +11,18 @@ use rdma_verbs::*;
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;
 
+/// Ack timeout code 8 (about 1 ms) and two retries: a lost peer is noticed quickly.
+fn quick_retries() -> RcRtsAttr {
+    let mut rts = RcRtsAttr::new(0);
+    (rts.timeout, rts.retry_cnt) = (8, 2);
+    rts
+}
+
 #[test]
 fn fault_peer_destroyed_mid_traffic_is_retry_exceeded() {
     let Some(f) = fixture() else { return };
-    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
-    // Ack timeout code 8 (about 1 ms) and two retries: the loss is noticed quickly.
-    let mut rts = RcRtsAttr::new(0);
-    (rts.timeout, rts.retry_cnt) = (8, 2);
-    let (mut a, mut b) = f.rc_pair_with(
-        f.pd.qp_builder(&cq_a, &cq_a),
-        f.pd.qp_builder(&cq_b, &cq_b),
-        AccessFlags::empty(),
-        rts,
-    );
+    let (mut cq_a, mut cq_b, mut a, mut b) =
+        f.rc_pair_own_cqs(AccessFlags::empty(), quick_retries());
     let mut src = f.pd.register(256, LOCAL).unwrap();
     src.as_mut_slice()
         .unwrap()
@@ -209,4 +209,109 @@ fn fault_async_event_wait_without_deadline() {
         Ok(Err(e)) => panic!("wait_async_event(Duration::MAX) failed: {e}"),
         Err(e) => panic!("wait_async_event(Duration::MAX) gave nothing (died or hangs): {e}"),
     }
+}
+
+/// The owned path through the same failures: a peer that vanishes mid-traffic and a receiver
+/// that is not ready. Every buffer comes back with its request's completion, whatever its
+/// status, and a buffer that went nowhere still holds what was put in it.
+#[test]
+fn fault_owned_requests_hand_back_their_buffers_on_error_completions() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b, mut a, mut b) =
+        f.rc_pair_own_cqs(AccessFlags::empty(), quick_retries());
+    let pool = BufferPool::new(&f.pd, 6, 256).unwrap();
+    let filled = |seed: u8| {
+        let mut buf = pool.take().expect("a free buffer");
+        buf.fill_from(&pattern(256, seed)).unwrap();
+        buf
+    };
+
+    // Traffic flows first: the receive's buffer comes back with the bytes sent.
+    b.post_recv_buf(pool.take().unwrap(), 1).unwrap();
+    a.post_send_owned(OwnedSend::send(filled(9)).tag(2))
+        .unwrap();
+    let mut sent = reap(&mut cq_a, 1).remove(0);
+    assert_eq!(
+        (sent.tag(), sent.status(), sent.wc().opcode()),
+        (Some(2), WcStatus::Success, WcOpcode::Send)
+    );
+    assert_eq!(&sent.take_buf().unwrap()[..], &pattern(256, 9)[..]);
+    let mut got = reap(&mut cq_b, 1).remove(0);
+    assert_eq!(
+        (got.tag(), got.status(), got.wc().opcode()),
+        (Some(1), WcStatus::Success, WcOpcode::Recv)
+    );
+    assert_eq!(&got.take_buf().unwrap()[..], &pattern(256, 9)[..]);
+    drop((sent, got));
+    assert_eq!(pool.available(), 6);
+
+    // The peer goes away with nothing in flight. A receive and two sends are posted on `a`:
+    // the first send exhausts its retries, and the queue pair's error flushes the rest.
+    drop(b);
+    a.post_recv_buf(pool.take().unwrap(), 5).unwrap();
+    a.post_send_owned(OwnedSend::send(filled(3)).tag(3))
+        .unwrap();
+    a.post_send_owned(OwnedSend::send(filled(4)).tag(4))
+        .unwrap();
+    assert_eq!((a.owned_in_flight(), pool.available()), (3, 3));
+    let mut done = reap(&mut cq_a, 3);
+    done.sort_by_key(|c| c.tag());
+    let statuses: Vec<_> = done.iter().map(|c| (c.tag(), c.status())).collect();
+    assert_eq!(
+        statuses,
+        [
+            (Some(3), WcStatus::RetryExcErr),
+            (Some(4), WcStatus::WrFlushErr),
+            (Some(5), WcStatus::WrFlushErr),
+        ]
+    );
+    for (c, seed) in done.iter_mut().zip([Some(3), Some(4), None]) {
+        let buf = c
+            .take_buf()
+            .expect("every failed request hands its buffer back");
+        if let Some(seed) = seed {
+            assert_eq!(&buf[..], &pattern(256, seed)[..], "{c:?}");
+        }
+    }
+    drop(done);
+    assert_eq!((a.owned_in_flight(), pool.available()), (0, 6));
+    assert_eq!(a.query_state().unwrap(), QpStateKind::Error);
+    assert_no_completion_each(&mut cq_a);
+}
+
+/// An owned SEND to a peer with no receive posted, with no RNR retries: it fails with
+/// `RnrRetryExcErr` and hands its buffer back; the receiver, unharmed, gets a receive posted
+/// now back as a flush when it is moved to ERR, and nothing else.
+#[test]
+fn fault_owned_receiver_not_ready_hands_back_the_buffer() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let mut rts = RcRtsAttr::new(0);
+    rts.rnr_retry = 0;
+    let (mut a, b) = f.rc_pair_with(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
+        AccessFlags::empty(),
+        rts,
+    );
+    let pool = BufferPool::new(&f.pd, 2, 64).unwrap();
+    let mut buf = pool.take().unwrap();
+    buf.fill_from(&pattern(64, 7)).unwrap();
+    a.post_send_owned(OwnedSend::send(buf).tag(5)).unwrap();
+    let mut c = reap(&mut cq_a, 1).remove(0);
+    assert_eq!((c.tag(), c.status()), (Some(5), WcStatus::RnrRetryExcErr));
+    assert_eq!(&c.take_buf().unwrap()[..], &pattern(64, 7)[..]);
+    drop(c);
+    assert_eq!(a.query_state().unwrap(), QpStateKind::Error);
+
+    let mut b = b;
+    assert_eq!(b.query_state().unwrap(), QpStateKind::Rts);
+    b.post_recv_buf(pool.take().unwrap(), 6).unwrap();
+    let b = b.into_error().expect("move to ERR");
+    let mut c = reap(&mut cq_b, 1).remove(0);
+    assert_eq!((c.tag(), c.status()), (Some(6), WcStatus::WrFlushErr));
+    assert!(c.take_buf().is_some());
+    drop(c);
+    assert_eq!((b.owned_in_flight(), pool.available()), (0, 2));
+    assert_no_completion_each(&mut cq_b);
 }

@@ -36,28 +36,11 @@ fn assert_message(got: &[u8], seed: u32) {
     }
 }
 
-fn rc_pair_own_cqs(
-    f: &Fixture,
-    access: AccessFlags,
-) -> (
-    CompletionQueue,
-    CompletionQueue,
-    QueuePair<Rc, Rts>,
-    QueuePair<Rc, Rts>,
-) {
-    let (cq_a, cq_b) = (f.cq(16), f.cq(16));
-    let (a, b) = f.rc_pair(
-        f.pd.qp_builder(&cq_a, &cq_a),
-        f.pd.qp_builder(&cq_b, &cq_b),
-        access,
-    );
-    (cq_a, cq_b, a, b)
-}
-
 #[test]
 fn volume_zero_length_send() {
     let Some(f) = fixture() else { return };
-    let (mut cq_a, mut cq_b, mut a, mut b) = rc_pair_own_cqs(&f, AccessFlags::empty());
+    let (mut cq_a, mut cq_b, mut a, mut b) =
+        f.rc_pair_own_cqs(AccessFlags::empty(), RcRtsAttr::new(0));
     let mut dst = f.pd.register(64, LOCAL).unwrap();
     dst.as_mut_slice().unwrap().fill(GUARD);
     // SAFETY: `dst` outlives the completions polled below and is not touched meanwhile.
@@ -96,7 +79,8 @@ fn volume_zero_length_send() {
 /// One SEND of `len` bytes from `a` to `b`, every byte and the guard after it checked.
 fn send_many_packets(len: usize, seed: u32) {
     let Some(f) = fixture() else { return };
-    let (mut cq_a, mut cq_b, mut a, mut b) = rc_pair_own_cqs(&f, AccessFlags::empty());
+    let (mut cq_a, mut cq_b, mut a, mut b) =
+        f.rc_pair_own_cqs(AccessFlags::empty(), RcRtsAttr::new(0));
     let mut src = f.pd.register(len, LOCAL).unwrap();
     src.as_mut_slice()
         .unwrap()
@@ -137,8 +121,10 @@ fn volume_rdma_write_and_read_1_mib() {
     let Some(f) = fixture() else { return };
     let len = 1 << 20;
     let rights = LOCAL | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let (mut cq_a, _cq_b, mut a, _b) =
-        rc_pair_own_cqs(&f, AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ);
+    let (mut cq_a, _cq_b, mut a, _b) = f.rc_pair_own_cqs(
+        AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        RcRtsAttr::new(0),
+    );
     let mut src = f.pd.register(len, LOCAL).unwrap();
     src.as_mut_slice()
         .unwrap()

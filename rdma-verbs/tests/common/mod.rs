@@ -105,6 +105,28 @@ impl Fixture {
         (a, b)
     }
 
+    /// Two connected RC queue pairs, each on a completion queue of its own (16 entries), with
+    /// `access` for the peer and `rts`'s timeout and retry counts: `(cq_a, cq_b, a, b)`.
+    pub fn rc_pair_own_cqs(
+        &self,
+        access: AccessFlags,
+        rts: RcRtsAttr,
+    ) -> (
+        CompletionQueue,
+        CompletionQueue,
+        QueuePair<Rc, Rts>,
+        QueuePair<Rc, Rts>,
+    ) {
+        let (cq_a, cq_b) = (self.cq(16), self.cq(16));
+        let (a, b) = self.rc_pair_with(
+            self.pd.qp_builder(&cq_a, &cq_a),
+            self.pd.qp_builder(&cq_b, &cq_b),
+            access,
+            rts,
+        );
+        (cq_a, cq_b, a, b)
+    }
+
     /// Two RC queue pairs connected to each other, each with `access` for the peer.
     pub fn rc_pair(
         &self,
