@@ -56,6 +56,8 @@ const INLINE: u32 = 256;
 const SPIN: Duration = Duration::from_micros(100);
 /// The port used.
 const PORT: u8 = 1;
+/// How often a wait for a reply checks the peer's liveness link.
+const LIVENESS: Duration = Duration::from_secs(1);
 
 /// Tags of the client side's requests.
 const ID_SEND: u64 = 1;
@@ -176,7 +178,9 @@ pub(crate) struct RdmaLinks {
     read: bool,
     inline: u32,
     frames: Arc<Frames>,
-    _tcp: TcpLinks,
+    /// The liveness links (they carry nothing): a wait for a peer's reply also watches its
+    /// link, which keepalive closes when the peer's host vanishes.
+    tcp: TcpLinks,
     /// A wait failed with a request still posted, whose completion could come late and be
     /// taken for a later request's: no further request is made.
     broken: Option<String>,
@@ -373,7 +377,7 @@ pub(crate) fn connect(
         read,
         inline,
         frames,
-        _tcp: tcp_links,
+        tcp: tcp_links,
         broken: None,
     };
     Ok((links, server))
@@ -473,8 +477,18 @@ impl RdmaLinks {
                     armed = true;
                     continue; // poll once more: a completion before the arming raises no event
                 }
-                match self.channel.wait(bound - waited) {
-                    Ok(_) | Err(rdma_verbs::Error::Timeout(_)) => {}
+                // In slices: a reply can be long in coming (a lock held elsewhere, a barrier),
+                // and a peer that vanished meanwhile (its host down: nothing more on the wire,
+                // so no completion ever says so) is noticed by the TCP link's keepalive.
+                // Only a slice that passed with no event checks it: a completion that came is
+                // taken first, even if the peer has closed its link since (it has left).
+                match self.channel.wait((bound - waited).min(LIVENESS)) {
+                    Ok(_) => {}
+                    Err(rdma_verbs::Error::Timeout(_)) => {
+                        if let Some(why) = self.tcp.gone(peer) {
+                            return Err(Error::peer(peer, why));
+                        }
+                    }
                     Err(e) => return Err(e.into()),
                 }
                 armed = false;

@@ -113,6 +113,21 @@ impl TcpLinks {
         }
     }
 
+    /// For the RDMA transports, whose client links carry nothing but keep the peer watched
+    /// (keepalive, `TCP_USER_TIMEOUT`): why the link to `peer` is gone (closed, failed, or
+    /// carrying bytes it never should), or `None` while it lives. Never blocks.
+    pub(crate) fn gone(&mut self, peer: u16) -> Option<String> {
+        let conn = self.conns.get_mut(usize::from(peer))?;
+        let _ = conn.set_nonblocking(true);
+        let mut byte = [0u8; 1];
+        match conn.read(&mut byte) {
+            Ok(0) => Some("closed its connection (it died or left)".into()),
+            Ok(_) => Some("sent bytes on its liveness connection, which carries none".into()),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => None,
+            Err(e) => Some(format!("connection failed: {e}")),
+        }
+    }
+
     /// Sends `msg` to node `msg.to` without waiting for a reply.
     pub(crate) fn send(&mut self, msg: &Msg) -> Result<()> {
         if let Some(why) = &self.broken {
