@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -32,6 +32,7 @@ fn channel_wakes_a_waiting_thread() {
     src.as_mut_slice()
         .unwrap()
         .copy_from_slice(&pattern(128, 3));
+    let src = Arc::new(src);
     let target = f.pd.register(128, TARGET).unwrap();
 
     cq.req_notify(false).unwrap();
@@ -50,23 +51,22 @@ fn channel_wakes_a_waiting_thread() {
         matches!(rx.try_recv(), Err(mpsc::TryRecvError::Empty)),
         "the waiter returned with nothing pending"
     );
-    write(&mut a, 1, &src, target.remote(..).unwrap());
+    write_range(&mut a, 1, &src, target.remote(..).unwrap());
     let event = match rx.recv_timeout(WAIT) {
         Ok(outcome) => outcome.expect("a completion event"),
         Err(e) => panic!("the waiter did not wake: {e}"),
     };
     assert!(event.is_for(&cq), "{event:?}");
     assert!(!event.is_for(&cq_b));
-    let wc = wait_for(&mut cq, 1)[0];
-    assert_ok(&wc, 1, WcOpcode::RdmaWrite);
+    assert_done(&reap(&mut cq, 1)[0], 1, WcOpcode::RdmaWrite);
     let mut got = [0u8; 128];
     target.read_at(0, &mut got).unwrap();
     assert_eq!(&got[..], &pattern(128, 3)[..]);
 
     // Not re-armed: the next completion raises no event. Its event would have been raised
     // when the completion polled here was written: QUIET covers only the delivery.
-    write(&mut a, 2, &src, target.remote(..).unwrap());
-    assert_ok(&wait_for(&mut cq, 1)[0], 2, WcOpcode::RdmaWrite);
+    write_range(&mut a, 2, &src, target.remote(..).unwrap());
+    assert_done(&reap(&mut cq, 1)[0], 2, WcOpcode::RdmaWrite);
     match ch.wait(QUIET) {
         Err(Error::Timeout(_)) => {}
         other => panic!("an unarmed CQ raised an event: {other:?}"),
@@ -88,12 +88,12 @@ fn channel_wakes_a_waiting_thread() {
         matches!(rx.try_recv(), Err(mpsc::TryRecvError::Empty)),
         "a blocking get_event returned with nothing pending"
     );
-    write(&mut a, 3, &src, target.remote(..).unwrap());
+    write_range(&mut a, 3, &src, target.remote(..).unwrap());
     match rx.recv_timeout(WAIT) {
         Ok(Ok(Some(event))) => assert!(event.is_for(&cq)),
         other => panic!("blocking get_event: {other:?}"),
     }
-    assert_ok(&wait_for(&mut cq, 1)[0], 3, WcOpcode::RdmaWrite);
+    assert_done(&reap(&mut cq, 1)[0], 3, WcOpcode::RdmaWrite);
 }
 
 #[test]
@@ -107,7 +107,7 @@ fn channel_wait_times_out_and_nonblocking_get_event() {
         f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_WRITE,
     );
-    let src = f.pd.register(64, LOCAL).unwrap();
+    let src = Arc::new(f.pd.register(64, LOCAL).unwrap());
     let target = f.pd.register(64, TARGET).unwrap();
 
     // Armed, nothing happens: the wait ends at its bound with Timeout.
@@ -131,7 +131,7 @@ fn channel_wait_times_out_and_nonblocking_get_event() {
     assert!(ch.get_event().unwrap().is_none());
 
     // Still armed from above: a completion makes get_event return it.
-    write(&mut a, 7, &src, target.remote(..).unwrap());
+    write_range(&mut a, 7, &src, target.remote(..).unwrap());
     let deadline = Instant::now() + WAIT;
     let event = loop {
         if let Some(event) = ch.get_event().unwrap() {
@@ -141,14 +141,14 @@ fn channel_wait_times_out_and_nonblocking_get_event() {
         std::thread::sleep(Duration::from_millis(1));
     };
     assert!(event.is_for(&cq));
-    assert_ok(&wait_for(&mut cq, 1)[0], 7, WcOpcode::RdmaWrite);
+    assert_done(&reap(&mut cq, 1)[0], 7, WcOpcode::RdmaWrite);
     assert!(ch.get_event().unwrap().is_none(), "one event per arm");
 
     // wait() works on a non-blocking channel and leaves it non-blocking.
     cq.req_notify(false).unwrap();
-    write(&mut a, 8, &src, target.remote(..).unwrap());
+    write_range(&mut a, 8, &src, target.remote(..).unwrap());
     assert!(ch.wait(WAIT).unwrap().is_for(&cq));
-    assert_ok(&wait_for(&mut cq, 1)[0], 8, WcOpcode::RdmaWrite);
+    assert_done(&reap(&mut cq, 1)[0], 8, WcOpcode::RdmaWrite);
     assert!(ch.get_event().unwrap().is_none());
 
     // Blocking again: wait() still times out, and still returns an event.
@@ -158,9 +158,9 @@ fn channel_wait_times_out_and_nonblocking_get_event() {
         ch.wait(Duration::from_millis(100)),
         Err(Error::Timeout(_))
     ));
-    write(&mut a, 9, &src, target.remote(..).unwrap());
+    write_range(&mut a, 9, &src, target.remote(..).unwrap());
     assert!(ch.wait(WAIT).unwrap().is_for(&cq));
-    assert_ok(&wait_for(&mut cq, 1)[0], 9, WcOpcode::RdmaWrite);
+    assert_done(&reap(&mut cq, 1)[0], 9, WcOpcode::RdmaWrite);
 }
 
 #[test]
@@ -182,7 +182,7 @@ fn channel_many_events_then_drop_without_hanging() {
         f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_WRITE,
     );
-    let src = f.pd.register(64, LOCAL).unwrap();
+    let src = Arc::new(f.pd.register(64, LOCAL).unwrap());
     let target = f.pd.register(64, TARGET).unwrap();
     let remote = target.remote(..).unwrap();
 
@@ -191,18 +191,18 @@ fn channel_many_events_then_drop_without_hanging() {
     let (mut on_cq, mut on_other) = (0u32, 0u32);
     for i in 0..150u64 {
         cq.req_notify(false).unwrap();
-        write(&mut a, i, &src, remote);
+        write_range(&mut a, i, &src, remote);
         let event = ch.wait(WAIT).unwrap_or_else(|e| panic!("event {i}: {e}"));
         assert!(event.is_for(&cq), "event {i}: {event:?}");
         on_cq += 1;
-        assert_ok(&wait_for(&mut cq, 1)[0], i, WcOpcode::RdmaWrite);
+        assert_done(&reap(&mut cq, 1)[0], i, WcOpcode::RdmaWrite);
         if i < 70 {
             other.req_notify(false).unwrap();
-            write(&mut c, 1000 + i, &src, remote);
+            write_range(&mut c, 1000 + i, &src, remote);
             let event = ch.wait(WAIT).unwrap_or_else(|e| panic!("event {i}: {e}"));
             assert!(event.is_for(&other), "event {i}: {event:?}");
             on_other += 1;
-            assert_ok(&wait_for(&mut other, 1)[0], 1000 + i, WcOpcode::RdmaWrite);
+            assert_done(&reap(&mut other, 1)[0], 1000 + i, WcOpcode::RdmaWrite);
         }
     }
     assert_eq!((on_cq, on_other), (150, 70));
@@ -237,53 +237,74 @@ fn channel_solicited_only_notification() {
     let (mut a, mut b) = f.rc_pair(
         f.pd.qp_builder(&cq_a, &cq_a),
         f.pd.qp_builder(&cq_b, &cq_b),
-        AccessFlags::empty(),
+        AccessFlags::REMOTE_WRITE,
     );
-    let mut src = f.pd.register(128, LOCAL).unwrap();
-    src.as_mut_slice().unwrap()[..64].copy_from_slice(&pattern(64, 11));
-    src.as_mut_slice().unwrap()[64..].copy_from_slice(&pattern(64, 12));
-    let dst = f.pd.register(128, LOCAL).unwrap();
-    // SAFETY: buffers outlive the polled completions.
-    unsafe {
-        b.post_recv_one(&RecvRequest::new(1, dst.slice(..64).unwrap()))
-            .unwrap();
-        b.post_recv_one(&RecvRequest::new(2, dst.slice(64..).unwrap()))
-            .unwrap();
-    }
+    let tx = BufferPool::new(&f.pd, 2, 64).unwrap();
+    let rx = BufferPool::new(&f.pd, 2, 64).unwrap();
+    let filled = |seed: u8| {
+        let mut buf = tx.take().unwrap();
+        buf.fill_from(&pattern(64, seed)).unwrap();
+        buf
+    };
+    b.post_recv_buf(rx.take().unwrap(), 1).unwrap();
+    b.post_recv_buf(rx.take().unwrap(), 2).unwrap();
     cq_b.req_notify(true).unwrap();
 
     // A plain send completes at the receiver without an event.
-    // SAFETY: as above.
-    unsafe {
-        a.post_send_one(&SendRequest::send(10, src.slice(..64).unwrap()).signaled())
-            .unwrap();
-    }
+    a.post_send_owned(OwnedSend::send(filled(11)).tag(10))
+        .unwrap();
     // RC: the acknowledgement comes after the receiver's completion is written, and an event
     // for it would have been raised then: QUIET covers only its delivery.
-    assert_ok(&wait_for(&mut cq_a, 1)[0], 10, WcOpcode::Send);
+    assert_done(&reap(&mut cq_a, 1)[0], 10, WcOpcode::Send);
     match ch.wait(QUIET) {
         Err(Error::Timeout(_)) => {}
         other => panic!("a plain send woke a solicited-only CQ: {other:?}"),
     }
-    assert_ok(&wait_for(&mut cq_b, 1)[0], 1, WcOpcode::Recv);
+    let mut first = reap(&mut cq_b, 1).remove(0);
+    assert_done(&first, 1, WcOpcode::Recv);
+    assert_eq!(&first.take_buf().unwrap()[..], &pattern(64, 11)[..]);
 
     // A solicited send wakes it.
-    // SAFETY: as above.
-    unsafe {
-        a.post_send_one(
-            &SendRequest::send(11, src.slice(64..).unwrap())
-                .solicited()
-                .signaled(),
-        )
+    a.post_send_owned(OwnedSend::send(filled(12)).solicited().tag(11))
         .unwrap();
-    }
     let event = ch.wait(WAIT).expect("the solicited event");
     assert!(event.is_for(&cq_b), "{event:?}");
-    let wc = wait_for(&mut cq_b, 1)[0];
-    assert_ok(&wc, 2, WcOpcode::Recv);
-    assert_eq!(&dst.as_slice().unwrap()[..64], &pattern(64, 11)[..]);
-    assert_eq!(&dst.as_slice().unwrap()[64..], &pattern(64, 12)[..]);
-    assert_ok(&wait_for(&mut cq_a, 1)[0], 11, WcOpcode::Send);
+    let mut second = reap(&mut cq_b, 1).remove(0);
+    assert_done(&second, 2, WcOpcode::Recv);
+    assert_eq!(&second.take_buf().unwrap()[..], &pattern(64, 12)[..]);
+    assert_done(&reap(&mut cq_a, 1)[0], 11, WcOpcode::Send);
+
+    // So does an RDMA WRITE with immediate data and the flag, into an empty receive; without
+    // the flag it does not.
+    let target = Arc::new(f.pd.register(64, TARGET).unwrap());
+    b.post_recv_owned(OwnedRecv::empty().tag(3)).unwrap();
+    b.post_recv_owned(OwnedRecv::empty().tag(4)).unwrap();
+    cq_b.req_notify(true).unwrap();
+    let remote = target.remote(..).unwrap();
+    a.post_send_owned(OwnedSend::write(filled(13), remote).with_imm(7).tag(12))
+        .unwrap();
+    assert_done(&reap(&mut cq_a, 1)[0], 12, WcOpcode::RdmaWrite);
+    match ch.wait(QUIET) {
+        Err(Error::Timeout(_)) => {}
+        other => panic!("an unsolicited write woke a solicited-only CQ: {other:?}"),
+    }
+    assert_done(&reap(&mut cq_b, 1)[0], 3, WcOpcode::RecvRdmaWithImm);
+    a.post_send_owned(
+        OwnedSend::write(filled(14), remote)
+            .with_imm(8)
+            .solicited()
+            .tag(13),
+    )
+    .unwrap();
+    let event = ch.wait(WAIT).expect("the solicited write's event");
+    assert!(event.is_for(&cq_b), "{event:?}");
+    let third = reap(&mut cq_b, 1).remove(0);
+    assert_done(&third, 4, WcOpcode::RecvRdmaWithImm);
+    assert_eq!(third.wc().imm_data(), Some(8));
+    assert_done(&reap(&mut cq_a, 1)[0], 13, WcOpcode::RdmaWrite);
+    let mut got = [0u8; 64];
+    target.read_at(0, &mut got).unwrap();
+    assert_eq!(&got[..], &pattern(64, 14)[..]);
 }
 
 #[test]
@@ -297,7 +318,7 @@ fn channel_concurrent_waiters_each_return_within_their_bound() {
         f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_WRITE,
     );
-    let src = f.pd.register(64, LOCAL).unwrap();
+    let src = Arc::new(f.pd.register(64, LOCAL).unwrap());
     let target = f.pd.register(64, TARGET).unwrap();
     let remote = target.remote(..).unwrap();
     const WAITERS: usize = 4;
@@ -350,8 +371,8 @@ fn channel_concurrent_waiters_each_return_within_their_bound() {
     };
     for round in 0..ROUNDS {
         cq.req_notify(false).unwrap();
-        write(&mut a, round, &src, remote);
-        assert_ok(&wait_for(&mut cq, 1)[0], round, WcOpcode::RdmaWrite);
+        write_range(&mut a, round, &src, remote);
+        assert_done(&reap(&mut cq, 1)[0], round, WcOpcode::RdmaWrite);
         // The event must reach a waiter before the next arm.
         let deadline = Instant::now() + WAIT;
         while events <= round {
@@ -391,7 +412,7 @@ fn channel_wait_without_deadline() {
         f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::REMOTE_WRITE,
     );
-    let src = f.pd.register(64, LOCAL).unwrap();
+    let src = Arc::new(f.pd.register(64, LOCAL).unwrap());
     let target = f.pd.register(64, TARGET).unwrap();
 
     // Duration::MAX means "no deadline": the wait returns the event, it does not panic on
@@ -408,18 +429,18 @@ fn channel_wait_without_deadline() {
     }
     // The event comes while the waiter sleeps, not before it waits.
     wait_until_asleep(tid_rx.recv_timeout(WAIT).expect("the waiter started"));
-    write(&mut a, 1, &src, target.remote(..).unwrap());
+    write_range(&mut a, 1, &src, target.remote(..).unwrap());
     match rx.recv_timeout(WAIT) {
         Ok(Ok(event)) => assert!(event.is_for(&cq)),
         Ok(Err(e)) => panic!("wait(Duration::MAX) failed: {e}"),
         Err(e) => panic!("wait(Duration::MAX) gave nothing (the waiter died or hangs): {e}"),
     }
-    assert_ok(&wait_for(&mut cq, 1)[0], 1, WcOpcode::RdmaWrite);
+    assert_done(&reap(&mut cq, 1)[0], 1, WcOpcode::RdmaWrite);
 
     // A zero timeout with an event pending returns it.
     cq.req_notify(false).unwrap();
-    write(&mut a, 2, &src, target.remote(..).unwrap());
-    assert_ok(&wait_for(&mut cq, 1)[0], 2, WcOpcode::RdmaWrite);
+    write_range(&mut a, 2, &src, target.remote(..).unwrap());
+    assert_done(&reap(&mut cq, 1)[0], 2, WcOpcode::RdmaWrite);
     let deadline = Instant::now() + WAIT;
     let event = loop {
         match ch.wait(Duration::ZERO) {
@@ -438,7 +459,7 @@ fn channel_wait_without_deadline() {
 fn channel_cq_dropped_while_another_thread_takes_its_events() {
     let Some(f) = fixture() else { return };
     let ch = f.context.create_comp_channel().unwrap();
-    let src = f.pd.register(64, LOCAL).unwrap();
+    let src = Arc::new(f.pd.register(64, LOCAL).unwrap());
     let target = f.pd.register(64, TARGET).unwrap();
     let remote = target.remote(..).unwrap();
     // A thread keeps taking events from the channel while CQs on it are destroyed: whichever
@@ -467,8 +488,8 @@ fn channel_cq_dropped_while_another_thread_takes_its_events() {
             AccessFlags::REMOTE_WRITE,
         );
         cq.req_notify(false).unwrap();
-        write(&mut a, round, &src, remote);
-        assert_ok(&wait_for(&mut cq, 1)[0], round, WcOpcode::RdmaWrite);
+        write_range(&mut a, round, &src, remote);
+        assert_done(&reap(&mut cq, 1)[0], round, WcOpcode::RdmaWrite);
         // The event is on its way to (or already with) the other thread: destroy now.
         let (done, finished) = mpsc::channel();
         std::thread::spawn(move || {

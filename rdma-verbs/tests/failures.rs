@@ -48,13 +48,7 @@ fn pair(f: &Fixture, access: AccessFlags) -> Pair {
 }
 
 fn pair_with(f: &Fixture, access: AccessFlags, rts: RcRtsAttr) -> Pair {
-    let (cq_a, cq_b) = (f.cq(16), f.cq(16));
-    let (a, b) = f.rc_pair_with(
-        f.pd.qp_builder(&cq_a, &cq_a),
-        f.pd.qp_builder(&cq_b, &cq_b),
-        access,
-        rts,
-    );
+    let (cq_a, cq_b, a, b) = f.rc_pair_own_cqs(access, rts);
     Pair { cq_a, cq_b, a, b }
 }
 
@@ -510,7 +504,7 @@ fn fail_receiver_not_ready_recovers_once_a_receive_is_posted() {
         ));
     }
     // (RNR retry 0 ending in RnrRetryExcErr is faults.rs's
-    // fault_receiver_not_ready_without_rnr_retry.)
+    // fault_owned_receiver_not_ready_hands_back_the_buffer.)
 }
 
 const SLOT: usize = 64;

@@ -10,7 +10,7 @@
 
 mod common;
 
-use std::io::Write;
+use std::sync::Arc;
 
 use common::*;
 use rdma_verbs::*;
@@ -26,20 +26,6 @@ const BINDABLE: AccessFlags = AccessFlags::LOCAL_WRITE
 fn fixture_with(kind: MwType) -> Option<Fixture> {
     let f = fixture()?;
     f.has_windows(kind).then_some(f)
-}
-
-/// Whether the device is Soft-RoCE (rxe reports vendor ID 0xffffff).
-fn is_rxe(f: &Fixture) -> bool {
-    f.context
-        .query_device()
-        .expect("ibv_query_device")
-        .vendor_id
-        == 0xff_ffff
-}
-
-/// A line on the real stderr (libtest captures `eprintln!` of passing tests).
-fn note(line: &str) {
-    let _ = writeln!(std::io::stderr(), "NOTE: {line}");
 }
 
 /// Two connected RC queue pairs that accept the peer's RDMA writes, each with its own CQ.
@@ -66,42 +52,37 @@ fn pair_with(f: &Fixture, b_options: impl FnOnce(QpBuilder<'_, Rc>) -> QpBuilder
 }
 
 impl Pair {
-    /// `a` RDMA-writes the first `len` bytes of `src` to `addr` with `rkey`; the completion's
-    /// status.
+    /// `a` RDMA-writes the first `len` bytes of `src` to `addr` with `rkey` (an owned write
+    /// of a range of `src`, tagged `tag`); the completion's status.
     fn write(
         &mut self,
-        wr_id: u64,
-        src: &MemoryRegion,
+        tag: u64,
+        src: &Arc<MemoryRegion>,
         len: u32,
         addr: u64,
         rkey: u32,
     ) -> WcStatus {
         let remote = RemoteMemory { addr, len, rkey };
-        // SAFETY: `src` outlives the completion polled below and is not touched meanwhile.
-        unsafe {
-            self.a
-                .post_send_one(
-                    &SendRequest::write(wr_id, src.slice(..len as usize).unwrap(), remote)
-                        .signaled(),
-                )
-                .unwrap();
+        let range = RegionRange::new(src, ..len as usize).unwrap();
+        self.a
+            .post_send_owned(OwnedSend::write_range(range, remote).tag(tag))
+            .unwrap();
+        let done = reap(&mut self.cq_a, 1);
+        assert_eq!(done[0].tag(), Some(tag), "{done:?}");
+        if done[0].is_success() {
+            assert_eq!(done[0].wc().opcode(), WcOpcode::RdmaWrite, "{done:?}");
         }
-        let wc = wait_for(&mut self.cq_a, 1)[0];
-        assert_eq!(wc.wr_id(), wr_id, "{wc:?}");
-        if wc.is_success() {
-            assert_eq!(wc.opcode(), WcOpcode::RdmaWrite, "{wc:?}");
-        }
-        wc.status()
+        done[0].status()
     }
 }
 
 /// A source region holding `pattern(len, seed)`.
-fn source(f: &Fixture, len: usize, seed: u8) -> MemoryRegion {
+fn source(f: &Fixture, len: usize, seed: u8) -> Arc<MemoryRegion> {
     let mut src = f.pd.register(len, LOCAL).unwrap();
     src.as_mut_slice()
         .unwrap()
         .copy_from_slice(&pattern(len, seed));
-    src
+    Arc::new(src)
 }
 
 fn contents(mr: &MemoryRegion) -> Vec<u8> {
@@ -217,7 +198,7 @@ fn mw_type1_write_outside_the_window_is_refused() {
     let rkey = bind_type1(&mut p.b, &mut p.cq_b, &mut mw, &target, 0..4096, 1);
     // Inside the region, outside the window.
     let status = p.write(2, &src, 64, target.addr() + 4096, rkey);
-    if status == WcStatus::Success && is_rxe(&f) {
+    if status == WcStatus::Success && f.is_rxe() {
         // rxe checks window accesses against the region's bounds only (Linux 6.1 rxe_resp.c
         // check_rkey): the write lands. The key still works only inside the region.
         note("rxe let an RDMA write outside the window (inside the region) through");
@@ -374,7 +355,7 @@ fn mw_type2_send_with_invalidate_revokes_the_key() {
     assert_ok(&wc, 3, WcOpcode::Recv);
     assert_eq!(wc.byte_len(), 128);
     assert_eq!(wc.imm_data(), None);
-    if wc.invalidated_rkey().is_none() && is_rxe(&f) {
+    if wc.invalidated_rkey().is_none() && f.is_rxe() {
         // rxe sets the kernel's IB_WC_WITH_INVALIDATE (1 << 2), libibverbs' IBV_WC_IP_CSUM_OK.
         note("rxe flagged a SEND_WITH_INV receive IP_CSUM_OK instead of WITH_INV");
         assert!(wc.flags().contains(WcFlags::IP_CSUM_OK), "{:?}", wc.flags());
@@ -576,7 +557,7 @@ fn mw_type2_owned_bind_keeps_its_region_until_it_executes() {
         return;
     };
     let mut p = pair(&f);
-    let target = std::sync::Arc::new(f.pd.register(4096, BINDABLE).unwrap());
+    let target = Arc::new(f.pd.register(4096, BINDABLE).unwrap());
     let src = source(&f, 256, 61);
     let mut mw = f.pd.alloc_mw(MwType::Type2).unwrap();
     let old = mw.rkey();
@@ -589,13 +570,13 @@ fn mw_type2_owned_bind_keeps_its_region_until_it_executes() {
     p.b.post_send_owned(bind).unwrap();
     assert_eq!(mw.rkey(), rkey);
     assert_eq!(
-        std::sync::Arc::strong_count(&target),
+        Arc::strong_count(&target),
         2,
         "the in-flight bind holds the region"
     );
     reap_success(&mut p.cq_b, 41, WcOpcode::BindMw);
     assert_eq!(
-        std::sync::Arc::strong_count(&target),
+        Arc::strong_count(&target),
         1,
         "the completion released the region"
     );
@@ -627,17 +608,17 @@ fn mw_type2_owned_bind_keeps_its_region_until_it_executes() {
     let refused = OwnedSend::bind_mw(&mut foreign, &target, .., AccessFlags::REMOTE_WRITE);
     assert!(invalid(refused.as_ref().unwrap_err()), "{refused:?}");
     drop(refused);
-    let foreign_target = std::sync::Arc::new(other_pd.register(4096, BINDABLE).unwrap());
+    let foreign_target = Arc::new(other_pd.register(4096, BINDABLE).unwrap());
     let request =
         OwnedSend::bind_mw(&mut foreign, &foreign_target, .., AccessFlags::REMOTE_WRITE).unwrap();
     let refused = p.b.post_send_owned(request).unwrap_err();
     assert!(invalid(refused.error()), "{refused:?}");
-    assert_eq!(std::sync::Arc::strong_count(&foreign_target), 1);
+    assert_eq!(Arc::strong_count(&foreign_target), 1);
     let mut ud = f.ud_qp(f.pd.qp_builder(&p.cq_a, &p.cq_a), 0x1111);
     let request = OwnedSend::bind_mw(&mut mw, &target, 0..64, AccessFlags::REMOTE_WRITE).unwrap();
     let refused = ud.post_send_owned(request).unwrap_err();
     assert!(invalid(refused.error()), "{refused:?}");
-    assert_eq!(std::sync::Arc::strong_count(&target), 1);
+    assert_eq!(Arc::strong_count(&target), 1);
     assert_eq!(
         mw.rkey(),
         rkey,
@@ -690,7 +671,7 @@ fn mw_type2_owned_bind_extended_unsignaled_and_dropped() {
         return;
     };
     let mut p = pair_with(&f, |b| b.send_path(SendPath::Extended));
-    let target = std::sync::Arc::new(f.pd.register(4096, BINDABLE).unwrap());
+    let target = Arc::new(f.pd.register(4096, BINDABLE).unwrap());
     let src = source(&f, 128, 71);
     let pool = BufferPool::new(&f.pd, 2, 64).unwrap();
     let mut mw = f.pd.alloc_mw(MwType::Type2).unwrap();
@@ -701,14 +682,14 @@ fn mw_type2_owned_bind_extended_unsignaled_and_dropped() {
         .tag(1);
     let rkey = bind.rkey();
     p.b.post_send_owned(bind).unwrap();
-    assert_eq!(std::sync::Arc::strong_count(&target), 2);
+    assert_eq!(Arc::strong_count(&target), 2);
     p.a.post_recv_buf(pool.take().unwrap(), 3).unwrap();
     p.b.post_send_owned(OwnedSend::send_inline(b"after the bind").tag(2))
         .unwrap();
     reap_success(&mut p.cq_b, 2, WcOpcode::Send);
     assert_no_completion_each(&mut p.cq_b);
     assert_eq!(
-        std::sync::Arc::strong_count(&target),
+        Arc::strong_count(&target),
         1,
         "the later completion released the unsignaled bind's region"
     );
@@ -735,7 +716,7 @@ fn mw_type2_owned_bind_extended_unsignaled_and_dropped() {
     assert_eq!(p.b.owned_in_flight(), 1);
     drop(p);
     assert_eq!(
-        std::sync::Arc::strong_count(&target),
+        Arc::strong_count(&target),
         1,
         "dropping the queue pair released the bind in flight"
     );
@@ -752,7 +733,7 @@ fn mw_type2_owned_bind_in_flight_is_released_by_a_reset() {
         return;
     };
     let p = pair(&f);
-    let target = std::sync::Arc::new(f.pd.register(4096, BINDABLE).unwrap());
+    let target = Arc::new(f.pd.register(4096, BINDABLE).unwrap());
     let mut mw = f.pd.alloc_mw(MwType::Type2).unwrap();
     let Pair {
         mut cq_a,
@@ -765,13 +746,10 @@ fn mw_type2_owned_bind_in_flight_is_released_by_a_reset() {
         .unsignaled();
     let mut b = b;
     b.post_send_owned(bind).unwrap();
-    assert_eq!(
-        (std::sync::Arc::strong_count(&target), b.owned_in_flight()),
-        (2, 1)
-    );
+    assert_eq!((Arc::strong_count(&target), b.owned_in_flight()), (2, 1));
     let b = b.into_reset().unwrap();
     assert_eq!(
-        (std::sync::Arc::strong_count(&target), b.owned_in_flight()),
+        (Arc::strong_count(&target), b.owned_in_flight()),
         (1, 0),
         "the reset released the bind's region"
     );
@@ -793,5 +771,5 @@ fn mw_type2_owned_bind_in_flight_is_released_by_a_reset() {
     drop(got);
     drop((a, b));
     drop(mw);
-    assert_eq!(std::sync::Arc::strong_count(&target), 1);
+    assert_eq!(Arc::strong_count(&target), 1);
 }

@@ -191,6 +191,31 @@ fn owned_write_read_and_atomics() {
     let old = swapped.take_buf().unwrap();
     assert_eq!(u64::from_ne_bytes(old[..8].try_into().unwrap()), 42);
     assert_eq!(target.load_u64(0).unwrap(), 7);
+    drop(old);
+
+    // A fetch-and-add left unsignaled, then a fenced READ of the word: the READ starts once
+    // the atomic is done, so it reads the sum; its completion also returns the atomic's
+    // buffer to the pool.
+    let mut result = pool.take().unwrap();
+    result.set_len(8).unwrap();
+    a.post_send_owned(
+        OwnedSend::fetch_add(pool.take().unwrap(), word, 5)
+            .unsignaled()
+            .tag(5),
+    )
+    .unwrap();
+    a.post_send_owned(OwnedSend::read(result, word).fenced().tag(6))
+        .unwrap();
+    let mut fenced = reap(&mut cq_a, 1).remove(0);
+    assert_eq!(
+        (fenced.tag(), fenced.status(), fenced.wc().opcode()),
+        (Some(6), WcStatus::Success, WcOpcode::RdmaRead)
+    );
+    let sum = fenced.take_buf().unwrap();
+    assert_eq!(u64::from_ne_bytes(sum[..8].try_into().unwrap()), 12);
+    drop((sum, fenced));
+    assert_eq!((a.owned_in_flight(), pool.available()), (0, 4));
+    assert_eq!(target.load_u64(0).unwrap(), 12);
 }
 
 /// A reset releases every owned request (the device dropped them); a receive that completed

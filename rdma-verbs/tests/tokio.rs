@@ -1,6 +1,10 @@
 //! The `tokio` feature on the device: awaiting completions (and proving the wait sleeps rather
 //! than blocking the runtime's one thread), cancelled waits, many events through the async path
 //! (the batched acknowledgement), and the context's asynchronous events.
+//!
+//! The tests of `poll_async` post with the `unsafe` calls: `poll_async` is that path's await
+//! (it fills work completions, which hand back no buffers). The owned path's await,
+//! `poll_each_async`, is tested at the end.
 
 #![cfg(feature = "tokio")]
 
@@ -340,16 +344,9 @@ async fn tokio_async_events_yield_the_srq_limit_event() {
         Err(e) => assert_eq!(e.errno(), Some(Errno::from_raw(libc::EEXIST)), "{e}"),
         Ok(_) => panic!("the context's events were registered twice"),
     }
-    let dst = f.pd.register(4 * 64, LOCAL).unwrap();
-    for i in 0..4usize {
-        // SAFETY: `dst` outlives the completions polled below.
-        unsafe {
-            srq.post_recv_one(&RecvRequest::new(
-                i as u64,
-                dst.slice(i * 64..(i + 1) * 64).unwrap(),
-            ))
-            .unwrap();
-        }
+    let rx = BufferPool::new(&f.pd, 4, 64).unwrap();
+    for i in 0..4 {
+        srq.post_recv_buf(rx.take().unwrap(), i).unwrap();
     }
     srq.arm_limit(2).expect("arm the SRQ limit");
 
@@ -359,15 +356,20 @@ async fn tokio_async_events_yield_the_srq_limit_event() {
     assert!(timeout(Duration::from_millis(200), next).await.is_err());
 
     // Three sends from a thread, after a delay, leave one receive: below the limit.
-    let src = f.pd.register(64, LOCAL).unwrap();
+    let tx = BufferPool::new(&f.pd, 3, 64).unwrap();
     let started = Instant::now();
     let sender = thread::spawn(move || {
         thread::sleep(DELAY);
-        for wr_id in 10..13 {
-            send(&mut a, wr_id, &src);
+        for tag in 10..13 {
+            let mut buf = tx.take().unwrap();
+            buf.fill_from(&pattern(64, tag as u8)).unwrap();
+            a.post_send_owned(OwnedSend::send(buf).tag(tag)).unwrap();
         }
-        assert_eq!(wait_for(&mut cq_a, 3).len(), 3);
-        (a, src, cq_a)
+        for (c, tag) in reap(&mut cq_a, 3).iter().zip(10..) {
+            assert_done(c, tag, WcOpcode::Send);
+        }
+        assert_eq!(tx.available(), 3);
+        (a, cq_a)
     });
     let event = timeout(WAIT, events.next())
         .await
@@ -383,7 +385,11 @@ async fn tokio_async_events_yield_the_srq_limit_event() {
     );
     assert_eq!(srq.limit().unwrap(), 0, "the event disarms the limit");
     let _keep = sender.join().expect("the sending thread");
-    assert_eq!(wait_for(&mut cq_b, 3).len(), 3);
+    for (mut c, tag) in reap(&mut cq_b, 3).into_iter().zip(0..) {
+        assert_done(&c, tag, WcOpcode::Recv);
+        assert_eq!(&c.take_buf().unwrap()[..], &pattern(64, 10 + tag as u8)[..]);
+    }
+    assert_eq!((srq.owned_in_flight(), rx.available()), (1, 3));
 
     // The poll function sees nothing more (the event disarmed the limit; a second one would
     // have come with a receive polled above: QUIET covers only its delivery).

@@ -1,5 +1,9 @@
-//! Sizes and counts at the edges, on the device: zero-length SENDs, messages of many packets
-//! (64 KiB and 1 MiB, every byte checked), and 256 connected queue pairs at once.
+//! Sizes and counts at the edges, on the device, through the owned path: zero-length SENDs,
+//! messages of many packets (64 KiB and 1 MiB, every byte checked) from pool buffers and into
+//! ranges of the caller's regions, and 256 connected queue pairs at once on two shared
+//! completion queues.
+
+use std::sync::Arc;
 
 mod common;
 
@@ -41,64 +45,72 @@ fn volume_zero_length_send() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b, mut a, mut b) =
         f.rc_pair_own_cqs(AccessFlags::empty(), RcRtsAttr::new(0));
-    let mut dst = f.pd.register(64, LOCAL).unwrap();
-    dst.as_mut_slice().unwrap().fill(GUARD);
-    // SAFETY: `dst` outlives the completions polled below and is not touched meanwhile.
-    unsafe {
-        b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
-            .unwrap();
-        b.post_recv_one(&RecvRequest::empty(3)).unwrap();
-        a.post_send_one(&SendRequest::send(2, Payload::None).signaled())
-            .unwrap();
-        // With immediate data, into a receive without a buffer.
-        a.post_send_one(
-            &SendRequest::send(4, Payload::None)
-                .with_imm(0x0bad_cafe)
-                .signaled(),
-        )
+    let pool = BufferPool::new(&f.pd, 1, 64).unwrap();
+    let mut dst = pool.take().unwrap();
+    dst.fill_from(&[GUARD; 64]).unwrap();
+    b.post_recv_buf(dst, 1).unwrap();
+    // A receive with no memory at all, for the send with immediate data.
+    b.post_recv_owned(OwnedRecv::empty().tag(3)).unwrap();
+    a.post_send_owned(OwnedSend::send_empty().tag(2)).unwrap();
+    a.post_send_owned(OwnedSend::send_empty().with_imm(0x0bad_cafe).tag(4))
         .unwrap();
-    }
-    let sent = wait_for(&mut cq_a, 2);
-    assert_ok(&sent[0], 2, WcOpcode::Send);
-    assert_ok(&sent[1], 4, WcOpcode::Send);
-    let received = wait_for(&mut cq_b, 2);
-    assert_ok(&received[0], 1, WcOpcode::Recv);
-    assert_eq!(received[0].byte_len(), 0);
-    assert_eq!(received[0].imm_data(), None);
-    assert_ok(&received[1], 3, WcOpcode::Recv);
-    assert_eq!(received[1].byte_len(), 0);
-    assert_eq!(received[1].imm_data(), Some(0x0bad_cafe));
+    let sent = reap(&mut cq_a, 2);
+    assert_done(&sent[0], 2, WcOpcode::Send);
+    assert_done(&sent[1], 4, WcOpcode::Send);
+    let mut received = reap(&mut cq_b, 2);
+    assert_done(&received[0], 1, WcOpcode::Recv);
+    assert_eq!(received[0].wc().byte_len(), 0);
+    assert_eq!(received[0].wc().imm_data(), None);
+    assert_done(&received[1], 3, WcOpcode::Recv);
+    assert_eq!(received[1].wc().byte_len(), 0);
+    assert_eq!(received[1].wc().imm_data(), Some(0x0bad_cafe));
     assert!(
-        dst.as_slice().unwrap().iter().all(|&x| x == GUARD),
+        received[1].buf().is_none(),
+        "an empty receive has no buffer"
+    );
+    let mut dst = received[0].take_buf().unwrap();
+    assert_eq!(dst.len(), 0, "the length is what arrived");
+    dst.set_len(64).unwrap();
+    assert!(
+        dst.iter().all(|&x| x == GUARD),
         "a zero-length SEND wrote into the receive buffer"
     );
     assert_eq!(a.query_state().unwrap(), QpStateKind::Rts);
     assert_eq!(b.query_state().unwrap(), QpStateKind::Rts);
+    assert_eq!((a.owned_in_flight(), b.owned_in_flight()), (0, 0));
 }
 
-/// One SEND of `len` bytes from `a` to `b`, every byte and the guard after it checked.
+/// One SEND of `len` bytes from a pool buffer of `a` into a range of `b`'s region, every byte
+/// and the guard after it checked.
 fn send_many_packets(len: usize, seed: u32) {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b, mut a, mut b) =
         f.rc_pair_own_cqs(AccessFlags::empty(), RcRtsAttr::new(0));
-    let mut src = f.pd.register(len, LOCAL).unwrap();
-    src.as_mut_slice()
-        .unwrap()
-        .copy_from_slice(&message(len, seed));
-    let mut dst = f.pd.register(len + TAIL, LOCAL).unwrap();
-    dst.as_mut_slice().unwrap().fill(GUARD);
-    // SAFETY: the regions outlive the completions polled below and are not touched meanwhile.
-    unsafe {
-        b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
-            .unwrap();
-        a.post_send_one(&SendRequest::send(2, src.slice(..).unwrap()).signaled())
-            .unwrap();
-    }
-    assert_ok(&wait_for(&mut cq_a, 1)[0], 2, WcOpcode::Send);
-    let wc = wait_for(&mut cq_b, 1)[0];
-    assert_ok(&wc, 1, WcOpcode::Recv);
-    assert_eq!(wc.byte_len() as usize, len);
-    let got = dst.as_slice().unwrap();
+    let pool = BufferPool::new(&f.pd, 1, len).unwrap();
+    let mut src = pool.take().unwrap();
+    src.fill_from(&message(len, seed)).unwrap();
+    // The receive lands in a range of a shared region, read back with atomic copies.
+    let mut dst = f.pd.register(len + TAIL, LOCAL).unwrap().into_shared();
+    dst.write_at(0, &vec![GUARD; len + TAIL]).unwrap();
+    let dst = Arc::new(dst);
+    b.post_recv_owned(OwnedRecv::range(RegionRange::new(&dst, ..).unwrap()).tag(1))
+        .unwrap();
+    a.post_send_owned(OwnedSend::send(src).tag(2)).unwrap();
+    let mut sent = reap(&mut cq_a, 1);
+    assert_done(&sent[0], 2, WcOpcode::Send);
+    assert_eq!(sent[0].take_buf().unwrap().len(), len);
+    let received = reap(&mut cq_b, 1);
+    assert_done(&received[0], 1, WcOpcode::Recv);
+    assert_eq!(received[0].wc().byte_len() as usize, len);
+    assert_eq!(
+        Arc::strong_count(&dst),
+        2,
+        "the completion holds the region until it is dropped"
+    );
+    drop(received);
+    assert_eq!(Arc::strong_count(&dst), 1);
+    let mut got = vec![0; len + TAIL];
+    dst.read_at(0, &mut got).unwrap();
     assert_message(&got[..len], seed);
     assert!(
         got[len..].iter().all(|&x| x == GUARD),
@@ -129,16 +141,14 @@ fn volume_rdma_write_and_read_1_mib() {
     src.as_mut_slice()
         .unwrap()
         .copy_from_slice(&message(len, 3));
+    let src = Arc::new(src);
     // The target is remotely writable: written and read by copying.
     let mut target = f.pd.register(len + 2 * TAIL, rights).unwrap();
     target.write_at(0, &vec![GUARD; len + 2 * TAIL]).unwrap();
     let remote = target.remote(TAIL..TAIL + len).unwrap();
-    // SAFETY: the regions outlive the completion polled below.
-    unsafe {
-        a.post_send_one(&SendRequest::write(1, src.slice(..).unwrap(), remote).signaled())
-            .unwrap();
-    }
-    assert_ok(&wait_for(&mut cq_a, 1)[0], 1, WcOpcode::RdmaWrite);
+    a.post_send_owned(OwnedSend::write_range(RegionRange::new(&src, ..).unwrap(), remote).tag(1))
+        .unwrap();
+    assert_done(&reap(&mut cq_a, 1)[0], 1, WcOpcode::RdmaWrite);
     let mut got = vec![0; len + 2 * TAIL];
     target.read_at(0, &mut got).unwrap();
     assert!(
@@ -151,20 +161,22 @@ fn volume_rdma_write_and_read_1_mib() {
         "written past the target"
     );
 
-    // Read it back into a fresh region.
-    let mut sink = f.pd.register(len + TAIL, LOCAL).unwrap();
-    sink.as_mut_slice().unwrap().fill(GUARD);
-    // SAFETY: the regions outlive the completion polled below.
-    unsafe {
-        a.post_send_one(&SendRequest::read(2, sink.slice(..len).unwrap(), remote).signaled())
-            .unwrap();
-    }
-    let wc = wait_for(&mut cq_a, 1)[0];
-    assert_ok(&wc, 2, WcOpcode::RdmaRead);
-    assert_eq!(wc.byte_len() as usize, len);
-    let got = sink.as_slice().unwrap();
+    // Read it back into a range of a fresh (shared) region.
+    let mut sink = f.pd.register(len + TAIL, LOCAL).unwrap().into_shared();
+    sink.write_at(0, &vec![GUARD; len + TAIL]).unwrap();
+    let sink = Arc::new(sink);
+    a.post_send_owned(
+        OwnedSend::read_range(RegionRange::new(&sink, ..len).unwrap(), remote).tag(2),
+    )
+    .unwrap();
+    let done = reap(&mut cq_a, 1);
+    assert_done(&done[0], 2, WcOpcode::RdmaRead);
+    assert_eq!(done[0].wc().byte_len() as usize, len);
+    let mut got = vec![0; len + TAIL];
+    sink.read_at(0, &mut got).unwrap();
     assert_message(&got[..len], 3);
     assert!(got[len..].iter().all(|&x| x == GUARD), "read past the sink");
+    assert_eq!(a.owned_in_flight(), 0);
 }
 
 #[test]
@@ -180,8 +192,8 @@ fn volume_256_queue_pairs_at_once() {
         attr.max_qp,
         2 * N
     );
-    // One CQ for every sender and one for every receiver: posted with the unsafe calls, and
-    // each completion is matched to its queue pair by number.
+    // One CQ for every sender and one for every receiver: `poll_each` routes each completion
+    // to its queue pair's table among 256.
     let mut send_cq = f.cq(N as u32);
     let mut recv_cq = f.cq(N as u32);
     assert!(send_cq.capacity() as usize >= N && recv_cq.capacity() as usize >= N);
@@ -198,58 +210,52 @@ fn volume_256_queue_pairs_at_once() {
             )
         })
         .collect();
-    let mut src = f.pd.register(N * LEN, LOCAL).unwrap();
-    for (i, chunk) in src.as_mut_slice().unwrap().chunks_mut(LEN).enumerate() {
-        chunk.copy_from_slice(&message(LEN, 1000 + i as u32));
-    }
-    let dst = f.pd.register(N * LEN, LOCAL).unwrap();
+    let tx = BufferPool::new(&f.pd, N, LEN).unwrap();
+    let rx = BufferPool::new(&f.pd, N, LEN).unwrap();
     let mut pairs = pairs;
     for (i, (a, b)) in pairs.iter_mut().enumerate() {
-        let at = i * LEN..(i + 1) * LEN;
-        // SAFETY: the regions outlive the completions polled below and are not touched
-        // meanwhile.
-        unsafe {
-            b.post_recv_one(&RecvRequest::new(i as u64, dst.slice(at.clone()).unwrap()))
-                .unwrap();
-            a.post_send_one(&SendRequest::send((N + i) as u64, src.slice(at).unwrap()).signaled())
-                .unwrap();
-        }
+        b.post_recv_buf(rx.take().unwrap(), i as u64).unwrap();
+        let mut buf = tx.take().unwrap();
+        buf.fill_from(&message(LEN, 1000 + i as u32)).unwrap();
+        a.post_send_owned(OwnedSend::send(buf).tag((N + i) as u64))
+            .unwrap();
     }
-    let sent = wait_for(&mut send_cq, N);
-    let received = wait_for(&mut recv_cq, N);
+    assert_eq!((tx.available(), rx.available()), (0, 0));
+    let sent = reap(&mut send_cq, N);
+    let received = reap(&mut recv_cq, N);
     let mut seen_send = vec![false; N];
-    for wc in &sent {
-        assert!(wc.is_success(), "{wc:?}");
-        assert_eq!(wc.opcode(), WcOpcode::Send, "{wc:?}");
-        let i = (wc.wr_id() as usize).wrapping_sub(N);
-        assert!(i < N, "{wc:?}");
+    for c in &sent {
+        let i = (c.tag().unwrap_or(0) as usize).wrapping_sub(N);
+        assert!(i < N, "{c:?}");
+        assert_done(c, (N + i) as u64, WcOpcode::Send);
         assert!(
             !std::mem::replace(&mut seen_send[i], true),
             "two completions for send {i}"
         );
-        assert_eq!(wc.qp_num(), pairs[i].0.qp_num(), "{wc:?}");
+        assert_eq!(c.wc().qp_num(), pairs[i].0.qp_num(), "{c:?}");
     }
+    drop(sent);
+    assert_eq!(tx.available(), N, "every send buffer came back");
     let mut seen_recv = vec![false; N];
-    for wc in &received {
-        assert!(wc.is_success(), "{wc:?}");
-        assert_eq!(wc.opcode(), WcOpcode::Recv, "{wc:?}");
-        let i = wc.wr_id() as usize;
-        assert!(i < N, "{wc:?}");
+    for mut c in received {
+        let i = c.tag().unwrap_or(u64::MAX) as usize;
+        assert!(i < N, "{c:?}");
+        assert_done(&c, i as u64, WcOpcode::Recv);
         assert!(
             !std::mem::replace(&mut seen_recv[i], true),
             "two completions for receive {i}"
         );
-        assert_eq!(wc.qp_num(), pairs[i].1.qp_num(), "{wc:?}");
-        assert_eq!(wc.byte_len() as usize, LEN, "{wc:?}");
+        assert_eq!(c.wc().qp_num(), pairs[i].1.qp_num(), "{c:?}");
+        let buf = c.take_buf().unwrap();
+        assert_eq!(buf.len(), LEN, "{c:?}");
+        assert_message(&buf, 1000 + i as u32);
     }
-    for (i, chunk) in dst.as_slice().unwrap().chunks(LEN).enumerate() {
-        assert_message(chunk, 1000 + i as u32);
-    }
-    let mut buf = [WorkCompletion::default(); 4];
-    assert!(send_cq.poll(&mut buf).unwrap().is_empty());
-    assert!(recv_cq.poll(&mut buf).unwrap().is_empty());
+    assert_eq!(rx.available(), N, "every receive buffer came back");
+    assert_no_completion_each(&mut send_cq);
+    assert_no_completion_each(&mut recv_cq);
     for (a, b) in &pairs {
         assert_eq!(a.query_state().unwrap(), QpStateKind::Rts);
         assert_eq!(b.query_state().unwrap(), QpStateKind::Rts);
+        assert_eq!((a.owned_in_flight(), b.owned_in_flight()), (0, 0));
     }
 }

@@ -106,9 +106,18 @@ impl TcpLinks {
         match read_msg(stream, bound.max(Duration::from_millis(1))) {
             Ok(Some(reply)) => Ok(reply),
             Ok(None) => Err(Error::peer(to, "closed its connection (it died or left)")),
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Err(
-                Error::peer(to, format!("no reply within {:.1} s", bound.as_secs_f64())),
-            ),
+            // The read bound passed: the socket's receive timeout (`WouldBlock`) or
+            // `read_full`'s deadline (a `TimedOut` with no OS error). A `TimedOut` from the
+            // kernel is the connection's own (`TCP_USER_TIMEOUT`, keepalive): it failed.
+            Err(e)
+                if e.kind() == ErrorKind::WouldBlock
+                    || (e.kind() == ErrorKind::TimedOut && e.raw_os_error().is_none()) =>
+            {
+                Err(Error::peer(
+                    to,
+                    format!("no reply within {:.1} s", bound.as_secs_f64()),
+                ))
+            }
             Err(e) => Err(Error::peer(to, format!("connection failed: {e}"))),
         }
     }
@@ -564,5 +573,39 @@ mod tests {
         let mut bad = wire(&a);
         bad[0] = 0xff;
         assert!(Partial::default().push(&bad, t0, &mut out).is_err());
+    }
+
+    /// A peer that takes the request and never replies is reported as silent for the bound
+    /// (not as a failed connection), and the links are unusable afterwards (half a message
+    /// may be on the stream); a peer that closed its end is reported as gone.
+    #[test]
+    fn a_silent_peer_is_timed_out_and_a_closed_one_named() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let silent = TcpStream::connect(addr).unwrap();
+        let (_held, _) = listener.accept().unwrap();
+        let closing = TcpStream::connect(addr).unwrap();
+        drop(listener.accept().unwrap());
+        let mut links = TcpLinks {
+            conns: vec![silent, closing],
+            broken: None,
+        };
+        let msg = Msg::new(Op::GetPage, 1, 0);
+        let err = links.call(&msg, Duration::from_millis(100)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            Error::peer(0, "no reply within 0.1 s").to_string()
+        );
+        let again = links.call(&msg, Duration::from_millis(100)).unwrap_err();
+        assert!(again.to_string().contains("unusable"), "{again}");
+
+        links.broken = None;
+        let err = links
+            .call(&Msg::new(Op::GetPage, 0, 1), Duration::from_secs(5))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            Error::peer(1, "closed its connection (it died or left)").to_string()
+        );
     }
 }

@@ -22,7 +22,7 @@ use crate::ah::AddressHandle;
 use crate::buf::Buf;
 use crate::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 use crate::error::{Error, Result};
-use crate::flags::AccessFlags;
+use crate::flags::{AccessFlags, SendFlags};
 use crate::inflight::{Entry, Ring, SrqTable};
 use crate::mr::{MemoryRegion, RemoteMemory};
 use crate::mw::{BindRange, MemoryWindow, MwType, check_bind};
@@ -58,7 +58,8 @@ pub struct OwnedSend<'a, K: OwnedOp = SendOp> {
     kind: Kind<'a>,
     tag: u64,
     imm: Option<u32>,
-    signaled: bool,
+    /// `SIGNALED` (the default), `SOLICITED`, `FENCE`.
+    flags: SendFlags,
     dest: Option<(AddressHandle, u32, u32)>,
     /// Bytes of a caller's region, after the buffer's ([`OwnedSend::and_range`]).
     range: Option<RegionRange>,
@@ -142,7 +143,7 @@ impl<'a, K: OwnedOp> OwnedSend<'a, K> {
             kind,
             tag: 0,
             imm: None,
-            signaled: true,
+            flags: SendFlags::SIGNALED,
             dest: None,
             range: None,
             ranges_over: false,
@@ -167,7 +168,15 @@ impl<'a, K: OwnedOp> OwnedSend<'a, K> {
 
     /// No completion for this request (see the type's documentation).
     pub fn unsignaled(mut self) -> Self {
-        self.signaled = false;
+        self.flags.remove(SendFlags::SIGNALED);
+        self
+    }
+
+    /// Starts the request only once the queue pair's earlier RDMA READs and atomics have
+    /// completed (`IBV_SEND_FENCE`): for example a SEND that tells the peer a READ's data has
+    /// arrived, or a READ of what an earlier atomic changed.
+    pub fn fenced(mut self) -> Self {
+        self.flags.insert(SendFlags::FENCE);
         self
     }
 }
@@ -206,6 +215,14 @@ impl<'a> OwnedSend<'a, SendOp> {
     /// Immediate data, delivered with the receive completion.
     pub fn with_imm(mut self, imm: u32) -> Self {
         self.imm = Some(imm);
+        self
+    }
+
+    /// Raises a solicited event at the receiver (`IBV_SEND_SOLICITED`): its receive completion
+    /// wakes a completion queue armed for solicited completions only
+    /// ([`CompletionQueue::req_notify`]`(true)`).
+    pub fn solicited(mut self) -> Self {
+        self.flags.insert(SendFlags::SOLICITED);
         self
     }
 
@@ -343,6 +360,14 @@ impl<'a> OwnedSend<'a, WriteOp> {
         self.imm = Some(imm);
         self
     }
+
+    /// Raises a solicited event at the receiver with the receive completion that immediate
+    /// data ([`with_imm`](Self::with_imm)) makes there (`IBV_SEND_SOLICITED`); a write without
+    /// it completes no receive, and the flag does nothing.
+    pub fn solicited(mut self) -> Self {
+        self.flags.insert(SendFlags::SOLICITED);
+        self
+    }
 }
 
 impl OwnedSend<'_, ReadOp> {
@@ -398,7 +423,7 @@ impl<K: OwnedOp> fmt::Debug for OwnedSend<'_, K> {
             .field("op", &op)
             .field("tag", &self.tag)
             .field("imm", &self.imm)
-            .field("signaled", &self.signaled)
+            .field("flags", &self.flags)
             .field("range", &self.range)
             .finish()
     }
@@ -564,7 +589,7 @@ impl<'a, K: OwnedOp> OwnedSend<'a, K> {
             kind,
             tag,
             imm,
-            signaled,
+            flags,
             dest,
             range,
             ranges_over,
@@ -644,7 +669,7 @@ impl<'a, K: OwnedOp> OwnedSend<'a, K> {
             region,
             tag,
             imm,
-            signaled,
+            flags,
             dest,
         })
     }
@@ -676,7 +701,7 @@ pub(crate) struct Prepared<'a> {
     region: Option<Arc<MemoryRegion>>,
     pub(crate) tag: u64,
     imm: Option<u32>,
-    signaled: bool,
+    flags: SendFlags,
     dest: Option<(AddressHandle, u32, u32)>,
 }
 
@@ -746,7 +771,8 @@ impl Prepared<'_> {
         if let Some(imm) = self.imm {
             request = request.with_imm(imm);
         }
-        if self.signaled || last_slot {
+        request = request.flags(self.flags);
+        if last_slot {
             request = request.signaled();
         }
         request
@@ -924,6 +950,19 @@ impl OwnedRecv {
     pub fn buf(buf: Buf) -> Self {
         Self {
             buf: Some(buf),
+            range: None,
+            ranges_over: false,
+            tag: 0,
+        }
+    }
+
+    /// A receive with no memory: it takes a message of no bytes (a zero-length SEND, with or
+    /// without immediate data) or an RDMA WRITE with immediate data, whose bytes land in the
+    /// writer's target, and its completion carries the immediate data. A message with bytes
+    /// ends it in [`WcStatus::LocLenErr`](crate::WcStatus::LocLenErr).
+    pub fn empty() -> Self {
+        Self {
+            buf: None,
             range: None,
             ranges_over: false,
             tag: 0,
@@ -1271,5 +1310,52 @@ impl CompletionQueue {
             }
         }
         Ok(done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ffi;
+
+    /// The raw `send_flags` an owned request's work request carries.
+    fn raw_flags<K: OwnedOp>(request: OwnedSend<'_, K>, last_slot: bool) -> u32 {
+        let prepared = request.prepare().expect("prepared");
+        let mut raw = ffi::ibv_send_wr::default();
+        let mut one = ffi::ibv_sge::default();
+        prepared
+            .request(7, last_slot)
+            .fill(&mut raw, &mut one)
+            .expect("filled");
+        raw.send_flags
+    }
+
+    /// Signaled by default; `unsignaled`, `solicited` and `fenced` reach the work request; the
+    /// request that takes a queue's last slot is signaled whatever it asked.
+    #[test]
+    fn owned_send_flags_reach_the_work_request() {
+        let (signaled, solicited, fence) = (
+            ffi::IBV_SEND_SIGNALED,
+            ffi::IBV_SEND_SOLICITED,
+            ffi::IBV_SEND_FENCE,
+        );
+        assert_eq!(raw_flags(OwnedSend::send_empty(), false), signaled);
+        assert_eq!(raw_flags(OwnedSend::send_empty().unsignaled(), false), 0);
+        assert_eq!(
+            raw_flags(OwnedSend::send_empty().unsignaled(), true),
+            signaled
+        );
+        assert_eq!(
+            raw_flags(OwnedSend::send_empty().with_imm(1).solicited(), false),
+            signaled | solicited
+        );
+        assert_eq!(
+            raw_flags(OwnedSend::send_empty().fenced().unsignaled(), false),
+            fence
+        );
+        assert_eq!(
+            raw_flags(OwnedSend::local_invalidate(9).fenced(), false),
+            signaled | fence
+        );
     }
 }

@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test binary uses a different part
 #![allow(unreachable_pub)] // `pub` here means "shared by the test files", which lint cannot see
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdma_test_support::TestDevice;
@@ -300,6 +301,19 @@ pub fn write(qp: &mut QueuePair<Rc, Rts>, wr_id: u64, src: &MemoryRegion, remote
     }
 }
 
+/// Posts a signaled owned RDMA WRITE of all of `src` (zero-copy, a range of the region) to
+/// `remote`, tagged `tag`: one send completion, no receive needed.
+pub fn write_range(
+    qp: &mut QueuePair<Rc, Rts>,
+    tag: u64,
+    src: &Arc<MemoryRegion>,
+    remote: RemoteMemory,
+) {
+    let range = RegionRange::new(src, ..).unwrap();
+    qp.post_send_owned(OwnedSend::write_range(range, remote).tag(tag))
+        .unwrap();
+}
+
 /// A line on the real stderr (libtest captures `eprintln!` of passing tests), for deviations
 /// and observations a reader of the run should see.
 pub fn note(line: &str) {
@@ -415,6 +429,16 @@ pub fn reap_within(
         );
     }
     out
+}
+
+/// Asserts an owned completion of the request tagged `tag`, successful, with `opcode`.
+#[track_caller]
+pub fn assert_done(c: &Completion, tag: u64, opcode: WcOpcode) {
+    assert_eq!(
+        (c.tag(), c.status(), c.wc().opcode()),
+        (Some(tag), WcStatus::Success, opcode),
+        "{c:?}"
+    );
 }
 
 /// Nothing more arrives within [`QUIET`], polled with `poll_each`.
