@@ -2,8 +2,9 @@
 //! LIDs, GIDs and an out-of-band exchange; listen, accept, reject and connect with private
 //! data; the queue pairs are the typestate queue pairs of [`rdma_verbs`].
 //!
-//! - [`EventChannel`]: where events are reported (a non-blocking descriptor, [`AsFd`](std::os::fd::AsFd)),
-//!   read as [`Event`]s, each acknowledged exactly once when dropped.
+//! - [`EventChannel`]: where events are reported (a non-blocking descriptor,
+//!   [`AsFd`](std::os::fd::AsFd)), read as [`Event`]s, each acknowledged exactly once when
+//!   dropped.
 //! - [`CmId`]: an identifier (the connection manager's socket): bind, resolve, listen,
 //!   connect, accept, reject, disconnect, migrate to another channel; its device's verbs
 //!   [`Context`](rdma_verbs::Context) and the queue pair attributes of its connection.

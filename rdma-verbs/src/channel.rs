@@ -92,9 +92,10 @@ impl Drop for ChannelInner {
 /// when an armed completion queue attached to it gets a completion.
 ///
 /// Use: create the CQ with [`CqBuilder::channel`](crate::CqBuilder::channel), arm it with
-/// [`CompletionQueue::req_notify`](crate::CompletionQueue::req_notify), wait with [`wait`](Self::wait) (or poll the descriptor,
-/// for example with tokio's `AsyncFd`), then poll the CQ and re-arm it. Events are
-/// acknowledged in batches, and the rest when the CQ is dropped.
+/// [`CompletionQueue::req_notify`](crate::CompletionQueue::req_notify), wait with
+/// [`wait`](Self::wait) (or poll the descriptor, for example with tokio's `AsyncFd`), then poll
+/// the CQ and re-arm it. Events are acknowledged in batches, and the rest when the CQ is
+/// dropped.
 ///
 /// `Send` and `Sync`; cloning is cheap.
 ///

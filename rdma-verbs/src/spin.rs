@@ -2,12 +2,13 @@
 //! one atomic exchange to take it and one store to release it when nobody else holds it,
 //! where `std::sync::Mutex` adds poisoning checks and an out-of-line call per use.
 //!
-//! Only for sections that are short and bounded: no allocation and no user code, and no
-//! system call on the common path. (The ring's sections drop the entries they release: the
-//! last buffer of a pool deregisters its region, the last clone of an address handle destroys
-//! it, the last reference to a window bind's or a `RegionRange`'s region deregisters it; those calls take no lock of the ring's, so they cannot deadlock, only hold it longer.)
-//! A waiter spins briefly, then yields its time slice between tries, so a holder that was
-//! preempted gets the processor back.
+//! Only for sections that are short and bounded: no allocation and no user code, and no system
+//! call on the common path. (The ring's sections drop the entries they release: the last buffer
+//! of a pool deregisters its region, the last clone of an address handle destroys it, the last
+//! reference to a window bind's or a `RegionRange`'s region deregisters it; those calls take no
+//! lock of the ring's, so they cannot deadlock, only hold it longer.) A waiter spins briefly,
+//! then yields its time slice between tries, so a holder that was preempted gets the processor
+//! back.
 
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;

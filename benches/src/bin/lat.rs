@@ -8,9 +8,9 @@
 //! lat write -d rxe0 -x 1 -s 64 10.0.2.15  # client
 //! ```
 //!
-//! Both sides must be given the same test, sizes and iterations (or duration, `-D`). After each size's timed loop
-//! the data that crossed the wire is checked byte for byte (see `rdma_benches::lat`); a
-//! mismatch fails the program.
+//! Both sides must be given the same test, sizes and iterations (or duration, `-D`). After each
+//! size's timed loop the data that crossed the wire is checked byte for byte (see
+//! `rdma_benches::lat`); a mismatch fails the program.
 
 use std::process::ExitCode;
 

@@ -2,14 +2,14 @@
 //! "The fault path").
 //!
 //! The handler does only async-signal-safe work: atomics, `write` to an `eventfd`, `futex`,
-//! `clock_gettime`, `sched_yield`, `sigaction`, `sigprocmask`, `raise`, `_exit`. A fault outside the window goes to the handler that
-//! was installed before ours (Rust's runtime installs one that reports stack overflows), or, if
-//! that was the default action, the default is restored and the instruction faults again, so
-//! the process dies of `SIGSEGV` as it would without the DSM. A fault inside the window claims
-//! a slot, names its address and whether it was a write, wakes the fault thread and sleeps on
-//! the slot's futex until the page is installed. If the fault thread cannot install it (the
-//! home node died), it prints why and the handler ends the process with `_exit(1)`: returning
-//! would fault again forever.
+//! `clock_gettime`, `sched_yield`, `sigaction`, `sigprocmask`, `raise`, `_exit`. A fault
+//! outside the window goes to the handler that was installed before ours (Rust's runtime
+//! installs one that reports stack overflows), or, if that was the default action, the default
+//! is restored and the instruction faults again, so the process dies of `SIGSEGV` as it would
+//! without the DSM. A fault inside the window claims a slot, names its address and whether it
+//! was a write, wakes the fault thread and sleeps on the slot's futex until the page is
+//! installed. If the fault thread cannot install it (the home node died), it prints why and the
+//! handler ends the process with `_exit(1)`: returning would fault again forever.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};

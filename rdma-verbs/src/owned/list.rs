@@ -510,8 +510,9 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`], nothing posted: a queue pair on an SRQ, a buffer or range of
-    /// another protection domain, a range of a region that is not shared; [`Error::QueueFull`] or [`Error::Post`] with `index`, and
-    /// [`Error::PostIndeterminate`], as for [`post_send_list`](QueuePair::post_send_list).
+    /// another protection domain, a range of a region that is not shared; [`Error::QueueFull`]
+    /// or [`Error::Post`] with `index`, and [`Error::PostIndeterminate`], as for
+    /// [`post_send_list`](QueuePair::post_send_list).
     ///
     /// # References
     ///

@@ -1,7 +1,7 @@
 //! The extended send path: queue pairs created by `ibv_create_qp_ex` with send-ops flags, whose
 //! send lists go to the device through the `ibv_wr_*` builders instead of `ibv_post_send`.
 //!
-//! The crate's requests are still built into `ibv_send_wr` chains (see `wr.rs`); posting on an
+//! The crate's requests are still built into `ibv_send_wr` chains (see `wr/`); posting on an
 //! extended queue pair walks the chain and replays each request as `wr_id`/`wr_flags`, an
 //! opcode builder and its setters, between one `ibv_wr_start` and one `ibv_wr_complete` (one
 //! doorbell). Nothing is allocated.

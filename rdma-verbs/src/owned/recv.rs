@@ -1,0 +1,257 @@
+//! [`OwnedRecv`]: owned receives, posted to a queue pair or an SRQ.
+
+use std::sync::Arc;
+
+use super::{OwnedSges, PostRefused, RegionRange, check_pd, post_owned, range};
+use crate::buf::Buf;
+use crate::error::Error;
+use crate::inflight::{Ring, SrqTable};
+use crate::qp::{CanPostRecv, QueuePair, Transport};
+use crate::srq::SharedReceiveQueue;
+use crate::wr::{Payload, RecvRequest};
+
+/// An owned receive: where the bytes land — a pool [`Buf`], a range of the caller's
+/// [shared](crate::MemoryRegion::is_shared) region ([`RegionRange`]), or both, scattered in that
+/// order — and the tag its completion gives back.
+#[derive(Debug)]
+#[must_use = "a receive does nothing until it is posted"]
+pub struct OwnedRecv {
+    pub(super) buf: Option<Buf>,
+    pub(super) range: Option<RegionRange>,
+    /// A second range was given: refused when posted.
+    pub(super) ranges_over: bool,
+    pub(super) tag: u64,
+}
+
+impl OwnedRecv {
+    /// A receive into the whole of `buf` (its capacity).
+    pub fn buf(buf: Buf) -> Self {
+        Self {
+            buf: Some(buf),
+            range: None,
+            ranges_over: false,
+            tag: 0,
+        }
+    }
+
+    /// A receive with no memory: it takes a message of no bytes (a zero-length SEND, with or
+    /// without immediate data) or an RDMA WRITE with immediate data, whose bytes land in the
+    /// writer's target, and its completion carries the immediate data. A message with bytes
+    /// ends it in [`WcStatus::LocLenErr`](crate::WcStatus::LocLenErr).
+    pub fn empty() -> Self {
+        Self {
+            buf: None,
+            range: None,
+            ranges_over: false,
+            tag: 0,
+        }
+    }
+
+    /// A receive into `range`, zero-copy into the caller's region, which must be shared.
+    pub fn range(range: RegionRange) -> Self {
+        Self {
+            buf: None,
+            range: Some(range),
+            ranges_over: false,
+            tag: 0,
+        }
+    }
+
+    /// The bytes past the buffer's capacity land in `range` (of a shared region): for
+    /// example a header into a pool buffer and a payload straight into the caller's memory.
+    /// The queue needs `max_recv_sge` (`max_sge` for an SRQ) of 2. A receive has one range: a
+    /// second is refused when the receive is posted.
+    pub fn and_range(mut self, range: RegionRange) -> Self {
+        self.ranges_over |= self.range.is_some();
+        self.range = Some(range);
+        self
+    }
+
+    /// The tag [`Completion::tag`](crate::Completion::tag) gives back (0 by default).
+    pub fn tag(mut self, tag: u64) -> Self {
+        self.tag = tag;
+        self
+    }
+
+    /// The buffer, for a receive that will not be posted.
+    pub fn into_buf(self) -> Option<Buf> {
+        self.buf
+    }
+
+    /// Checks the receive against protection domain `pd` and splits it for posting: its
+    /// buffer, the region its in-flight entry keeps, and its scatter/gather entries.
+    #[inline]
+    fn prepare(self, pd: *mut crate::ffi::ibv_pd) -> std::result::Result<RecvParts, PostRefused> {
+        let OwnedRecv {
+            buf,
+            range,
+            ranges_over,
+            tag,
+        } = self;
+        let checked = check_pd(buf.as_ref(), pd).and_then(|()| match &range {
+            _ if ranges_over => Err(range::second_range("receive")),
+            Some(range) => range.check(pd, true),
+            None => Ok(()),
+        });
+        if let Err(error) = checked {
+            return Err(PostRefused { error, buf });
+        }
+        let sges = OwnedSges::new(buf.as_ref().map(|b| b.raw_slice(true)), range.as_ref());
+        Ok(RecvParts {
+            buf,
+            keep: range.map(|range| -> Arc<dyn Send + Sync> { range.into_region() }),
+            sges,
+            tag,
+        })
+    }
+}
+
+/// An owned receive checked and split for posting (see [`OwnedRecv::prepare`]).
+struct RecvParts {
+    buf: Option<Buf>,
+    /// The range's region.
+    keep: Option<Arc<dyn Send + Sync>>,
+    sges: OwnedSges,
+    tag: u64,
+}
+
+impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
+    /// Posts an owned receive into the whole of `buf` (its capacity): the buffer moves into the
+    /// queue pair until the receive's completion hands it back, with its length set to the
+    /// bytes received, through
+    /// [`CompletionQueue::poll_each`](crate::CompletionQueue::poll_each) on the receive
+    /// completion queue. Allocates nothing. As [`post_recv_owned`](Self::post_recv_owned) of
+    /// [`OwnedRecv::buf`]`(buf)`, on a path of its own (no range to check or carry).
+    ///
+    /// # Errors
+    ///
+    /// As [`post_recv_owned`](Self::post_recv_owned).
+    pub fn post_recv_buf(&mut self, buf: Buf, tag: u64) -> std::result::Result<(), PostRefused> {
+        if self.has_srq() {
+            return Err(on_srq(Some(buf)));
+        }
+        if let Err(error) = check_pd(Some(&buf), self.pd().as_raw()) {
+            return Err(PostRefused {
+                error,
+                buf: Some(buf),
+            });
+        }
+        let slice = buf.raw_slice(true);
+        self.post_recv_payload(Some(buf), None, Payload::Slice(slice), tag)
+    }
+
+    /// Records `buf` and `keep` (a range's region) in the receive table and posts a receive
+    /// into `payload`.
+    #[inline(always)]
+    fn post_recv_payload(
+        &mut self,
+        buf: Option<Buf>,
+        keep: Option<Arc<dyn Send + Sync>>,
+        payload: Payload<'_>,
+        tag: u64,
+    ) -> std::result::Result<(), PostRefused> {
+        post_owned(
+            self,
+            |qp: &Self| -> &Ring { &qp.tables().recv },
+            tag,
+            buf,
+            keep,
+            |qp, id, _| {
+                let request = RecvRequest::new(0, payload).owned(id);
+                // SAFETY: as in `post_send_owned`: the buffer is in the receive table, where
+                // nothing reaches it, until this receive's completion (receive queues complete in
+                // order), the queue pair's reset or destruction, or a refused post. A range's
+                // region is shared (checked by the caller): Rust reads it only atomically
+                // meanwhile, and the table keeps it registered.
+                unsafe { qp.post_recv_one(&request) }
+            },
+        )
+    }
+
+    /// Posts an owned receive: its buffer moves into the queue pair, and its range's region is
+    /// kept registered, until the receive's completion hands the buffer back (its length set to
+    /// the bytes received, at most its capacity; the rest landed in the range) through
+    /// [`CompletionQueue::poll_each`](crate::CompletionQueue::poll_each) on the receive
+    /// completion queue. Allocates nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`PostRefused`], with the buffer when the device never saw it:
+    /// [`Error::InvalidArgument`] for a queue pair on an SRQ, a buffer or range of another
+    /// protection domain, or a range of a region that is not shared; [`Error::QueueFull`] when
+    /// as many receives are in flight as the receive queue holds; else as
+    /// [`post_recv_one`](Self::post_recv_one).
+    pub fn post_recv_owned(&mut self, request: OwnedRecv) -> std::result::Result<(), PostRefused> {
+        if self.has_srq() {
+            return Err(on_srq(request.buf));
+        }
+        let parts = request.prepare(self.pd().as_raw())?;
+        self.post_recv_payload(parts.buf, parts.keep, parts.sges.payload(), parts.tag)
+    }
+}
+
+/// The refusal of a receive posted to a queue pair on an SRQ.
+#[cold]
+fn on_srq(buf: Option<Buf>) -> PostRefused {
+    PostRefused {
+        error: Error::InvalidArgument("a queue pair on an SRQ receives through the SRQ".into()),
+        buf,
+    }
+}
+
+impl SharedReceiveQueue {
+    /// Posts an owned receive into the whole of `buf`: [`post_recv_owned`](Self::post_recv_owned)
+    /// of [`OwnedRecv::buf`]`(buf)`.
+    ///
+    /// # Errors
+    ///
+    /// As [`post_recv_owned`](Self::post_recv_owned).
+    #[inline]
+    pub fn post_recv_buf(&mut self, buf: Buf, tag: u64) -> std::result::Result<(), PostRefused> {
+        self.post_recv_owned(OwnedRecv::buf(buf).tag(tag))
+    }
+
+    /// Posts an owned receive: its buffer moves into the SRQ, and its range's region is kept
+    /// registered, until the completion of the receive, in the receive completion queue of
+    /// whichever queue pair consumed it, hands the buffer back through
+    /// [`CompletionQueue::poll_each`](crate::CompletionQueue::poll_each), with its length set
+    /// to the bytes received (at most its capacity). Allocates nothing.
+    ///
+    /// A receive consumed by a queue pair that is reset or destroyed before its completion is
+    /// polled (or whose completion the provider removes with the queue pair) is released only
+    /// when the SRQ is destroyed: enough of those fill the SRQ's table, and posts then fail
+    /// with [`Error::QueueFull`]. Stop such a queue pair by moving it to ERR, waiting for the
+    /// last-WQE-reached event, and reaping with `poll_each` before dropping it.
+    ///
+    /// # Errors
+    ///
+    /// [`PostRefused`], with the buffer when the device never saw it:
+    /// [`Error::InvalidArgument`] for a buffer or range of another protection domain, or a
+    /// range of a region that is not shared; [`Error::QueueFull`] when as many receives are in
+    /// flight as the SRQ holds; else as [`post_recv_one`](Self::post_recv_one).
+    #[inline]
+    pub fn post_recv_owned(&mut self, request: OwnedRecv) -> std::result::Result<(), PostRefused> {
+        let parts = request.prepare(self.pd().as_raw())?;
+        let sges = parts.sges;
+        post_owned(
+            self,
+            |srq: &Self| -> &SrqTable { &srq.inner.table },
+            parts.tag,
+            parts.buf,
+            parts.keep,
+            |srq, id, _| {
+                let request = RecvRequest::new(0, sges.payload()).owned(id);
+                // SAFETY: as in `QueuePair::post_recv_owned`: the buffer is in the SRQ's table,
+                // where nothing reaches it, until the completion with its id (found by id: SRQ
+                // receives complete in any order), the SRQ's destruction, or a refused post. The
+                // SRQ outlives every queue pair that could consume the receive.
+                unsafe { srq.post_recv_one(&request) }
+            },
+        )
+    }
+
+    /// Owned receives in flight.
+    pub fn owned_in_flight(&self) -> usize {
+        self.inner.table.len()
+    }
+}
