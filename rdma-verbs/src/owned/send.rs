@@ -658,6 +658,10 @@ impl<T: Transport> QueuePair<T, Rts> {
         }
         let keep = prepared.keep();
         let buf = prepared.buf.take();
+        // Built before the record, whose atomic stores would make the compiler reload the
+        // prepared request from memory and dispatch on its kind again; the id and the last
+        // slot's signal are set after it.
+        let request = prepared.request(0, false);
         let result = post_owned(
             self,
             |qp: &Self| -> &Ring { &qp.tables().send },
@@ -665,6 +669,12 @@ impl<T: Transport> QueuePair<T, Rts> {
             buf,
             keep,
             |qp, id, last_slot| {
+                let request = request.owned(id);
+                let request = if last_slot {
+                    request.signaled()
+                } else {
+                    request
+                };
                 // SAFETY: the request names the buffer's bytes and a range's (`sges`), or inline
                 // bytes copied during the call, or none. The buffer was moved into the send table
                 // before this post, with a reference to the range's region, and they leave it
@@ -677,7 +687,7 @@ impl<T: Transport> QueuePair<T, Rts> {
                 // atomic ones, as the region is shared. `remote` is the peer's memory. The
                 // request's id has `OWNED_ID_BIT`, which no other post may use, so no other
                 // completion can release the buffer.
-                unsafe { qp.post_send_one(&prepared.request(id, last_slot)) }
+                unsafe { qp.post_send_one(&request) }
             },
         );
         // The provider may have the request: a bind keeps the window's new key.
