@@ -182,7 +182,7 @@ impl Drop for AhInner {
 
 /// Addressing of the remote port (`struct ibv_ah_attr`): for RC and UC the path in
 /// [`RcRtrAttr`](crate::RcRtrAttr)/[`UcRtrAttr`](crate::UcRtrAttr), for UD an
-/// [`AddressHandle`](crate::AddressHandle).
+/// [`AddressHandle`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[must_use = "attributes do nothing until a transition uses them"]
 #[non_exhaustive]

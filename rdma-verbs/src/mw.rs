@@ -7,8 +7,8 @@
 //! range, with the window's rights.
 //!
 //! - **Type 1** windows are bound, re-bound and unbound (bound with an empty range) with
-//!   [`QueuePair::bind_mw`], which wraps `ibv_bind_mw`. Any queue pair of the domain carries the
-//!   peer's accesses.
+//!   [`QueuePair::bind_mw`](crate::QueuePair::bind_mw), which wraps `ibv_bind_mw`. Any queue
+//!   pair of the domain carries the peer's accesses.
 //! - **Type 2** windows are bound by a send work request, [`SendRequest::bind_mw`], posted on a
 //!   queue pair of the window's protection domain; only that queue pair carries the peer's
 //!   accesses. They are invalidated by [`SendRequest::local_invalidate`] or by a peer's
@@ -34,8 +34,8 @@ use crate::pd::ProtectionDomain;
 /// The type of a memory window (`enum ibv_mw_type`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum MwType {
-    /// `IBV_MW_TYPE_1`: bound with [`QueuePair::bind_mw`](crate::QueuePair::bind_mw) (`ibv_bind_mw`); usable through any
-    /// queue pair of its protection domain.
+    /// `IBV_MW_TYPE_1`: bound with [`QueuePair::bind_mw`](crate::QueuePair::bind_mw)
+    /// (`ibv_bind_mw`); usable through any queue pair of its protection domain.
     Type1,
     /// `IBV_MW_TYPE_2`: bound with a send work request
     /// ([`SendRequest::bind_mw`](crate::SendRequest::bind_mw)) to the queue pair that posts it;

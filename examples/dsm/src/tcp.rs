@@ -81,6 +81,15 @@ fn read_full(stream: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> std::
     Ok(true)
 }
 
+/// Whether a read failed because its bound passed: the socket's receive timeout
+/// (`WouldBlock`) or [`read_full`]'s deadline (a `TimedOut` with no OS error). A `TimedOut`
+/// from the kernel (`ETIMEDOUT`: `TCP_USER_TIMEOUT`, keepalive) is the connection's own
+/// failure, not a silent peer.
+fn read_bound_passed(e: &std::io::Error) -> bool {
+    e.kind() == ErrorKind::WouldBlock
+        || (e.kind() == ErrorKind::TimedOut && e.raw_os_error().is_none())
+}
+
 /// The client side: a connection to every node's server.
 #[derive(Debug)]
 pub(crate) struct TcpLinks {
@@ -106,18 +115,10 @@ impl TcpLinks {
         match read_msg(stream, bound.max(Duration::from_millis(1))) {
             Ok(Some(reply)) => Ok(reply),
             Ok(None) => Err(Error::peer(to, "closed its connection (it died or left)")),
-            // The read bound passed: the socket's receive timeout (`WouldBlock`) or
-            // `read_full`'s deadline (a `TimedOut` with no OS error). A `TimedOut` from the
-            // kernel is the connection's own (`TCP_USER_TIMEOUT`, keepalive): it failed.
-            Err(e)
-                if e.kind() == ErrorKind::WouldBlock
-                    || (e.kind() == ErrorKind::TimedOut && e.raw_os_error().is_none()) =>
-            {
-                Err(Error::peer(
-                    to,
-                    format!("no reply within {:.1} s", bound.as_secs_f64()),
-                ))
-            }
+            Err(e) if read_bound_passed(&e) => Err(Error::peer(
+                to,
+                format!("no reply within {:.1} s", bound.as_secs_f64()),
+            )),
             Err(e) => Err(Error::peer(to, format!("connection failed: {e}"))),
         }
     }
@@ -573,6 +574,21 @@ mod tests {
         let mut bad = wire(&a);
         bad[0] = 0xff;
         assert!(Partial::default().push(&bad, t0, &mut out).is_err());
+    }
+
+    /// The read bound's own errors count as a silent peer; the kernel's `ETIMEDOUT` (and any
+    /// other OS error) as a failed connection.
+    #[test]
+    fn only_the_read_bound_counts_as_a_silent_peer() {
+        assert!(read_bound_passed(&ErrorKind::WouldBlock.into()));
+        assert!(read_bound_passed(&ErrorKind::TimedOut.into()));
+        let kernel = std::io::Error::from_raw_os_error(libc::ETIMEDOUT);
+        assert_eq!(kernel.kind(), ErrorKind::TimedOut);
+        assert!(!read_bound_passed(&kernel));
+        assert!(!read_bound_passed(&std::io::Error::from_raw_os_error(
+            libc::ECONNRESET
+        )));
+        assert!(!read_bound_passed(&ErrorKind::UnexpectedEof.into()));
     }
 
     /// A peer that takes the request and never replies is reported as silent for the bound

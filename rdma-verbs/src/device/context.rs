@@ -11,7 +11,7 @@ use crate::ffi;
 
 /// What keeps the `ibv_context` of a [`Context`] open.
 enum Owner {
-    /// Opened by [`Device::open`]; closed on drop.
+    /// Opened by [`Device::open`](crate::Device::open); closed on drop.
     Owned,
     /// Borrowed (for example from an `rdma_cm_id`); `_keep` keeps its real owner alive and the
     /// context is not closed here.

@@ -291,7 +291,7 @@ fn check_pds<I: Item>(items: &mut [I], pd: *mut ffi::ibv_pd) -> Result<()> {
 }
 
 /// Refuses a receive list unless every buffer and range is in protection domain `pd` and
-/// every range's region is shared (see [`RegionRange`](super::RegionRange)).
+/// every range's region is shared (see [`RegionRange`]).
 fn check_recvs(items: &mut [RecvItem], pd: *mut ffi::ibv_pd) -> Result<()> {
     check_pds(items, pd)?;
     for (index, item) in items.iter().enumerate() {

@@ -1,6 +1,6 @@
 //! The owned-buffer data path (`docs/data-path.md`): posting moves a [`Buf`] into the queue
 //! pair, and the completion that proves the device is done with it hands it back, through
-//! [`CompletionQueue::poll_each`]. Safe, with no scope to outlive: a receive ring can stay
+//! [`CompletionQueue::poll_each`](crate::CompletionQueue::poll_each). Safe, with no scope to outlive: a receive ring can stay
 //! posted across iterations, many queue pairs can share a completion queue, and sends may be
 //! unsignaled.
 //!

@@ -34,10 +34,11 @@ impl OwnedRecv {
         }
     }
 
-    /// A receive with no memory: it takes a message of no bytes (a zero-length SEND, with or
-    /// without immediate data) or an RDMA WRITE with immediate data, whose bytes land in the
-    /// writer's target, and its completion carries the immediate data. A message with bytes
-    /// ends it in [`WcStatus::LocLenErr`](crate::WcStatus::LocLenErr).
+    /// A receive with no memory, on RC and UC: it takes a message of no bytes (a zero-length
+    /// SEND, with or without immediate data) or an RDMA WRITE with immediate data, whose bytes
+    /// land in the writer's target, and its completion carries the immediate data. A message
+    /// with bytes ends it in [`WcStatus::LocLenErr`](crate::WcStatus::LocLenErr), and so does
+    /// every message on UD, where the device writes a 40-byte GRH in front of each.
     pub fn empty() -> Self {
         Self {
             buf: None,

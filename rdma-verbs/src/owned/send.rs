@@ -230,6 +230,14 @@ impl OwnedSend<'_, InvalidateOp> {
     pub fn send_with_invalidate(buf: Buf, rkey: u32) -> Self {
         Self::new(Kind::SendInvalidate(Some(buf), rkey))
     }
+
+    /// Raises a solicited event at the receiver of a SEND_WITH_INV (`IBV_SEND_SOLICITED`), as
+    /// [`OwnedSend::<SendOp>::solicited`](OwnedSend::solicited) does for a SEND; a LOCAL_INV
+    /// sends nothing, and the flag does nothing.
+    pub fn solicited(mut self) -> Self {
+        self.flags.insert(SendFlags::SOLICITED);
+        self
+    }
 }
 
 impl<'a> OwnedSend<'a, BindOp> {
@@ -816,6 +824,10 @@ mod tests {
         assert_eq!(
             raw_flags(OwnedSend::local_invalidate(9).fenced(), false),
             signaled | fence
+        );
+        assert_eq!(
+            raw_flags(OwnedSend::local_invalidate(9).solicited(), false),
+            signaled | solicited
         );
     }
 }

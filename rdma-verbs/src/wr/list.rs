@@ -28,7 +28,7 @@ pub struct PostList<'a, W: WorkRequest> {
     // The chain points into both vectors (`next` into `wrs`, `sg_list` into `sges`), so neither
     // may ever reallocate: a push is refused once either is full (see `capacity`), whatever
     // capacities the allocator gave them.
-    pub(super) wrs: Vec<W::Raw>,
+    wrs: Vec<W::Raw>,
     sges: Vec<ffi::ibv_sge>,
     ops: u32,
     datagrams: usize,
@@ -302,5 +302,64 @@ mod post_list_tests {
             }
             assert!(list.push(RecvRequest::empty(99)).is_err());
         }
+    }
+}
+
+#[cfg(test)]
+mod empty_entry_tests {
+    use super::*;
+    use crate::mr::{MrSlice, RemoteMemory};
+    use crate::wr::{Payload, Sge};
+
+    /// An empty slice or empty inline data goes to the provider as no entry at all (some read
+    /// length 0 as 2 GiB), on every request kind and in lists; a caller's list with an empty
+    /// entry is refused.
+    #[test]
+    fn nothing_of_length_zero_reaches_the_provider() {
+        let empty = MrSlice::unchecked_for_test(0x1000, 0, 7);
+        let mut raw = ffi::ibv_send_wr::default();
+        let mut one = ffi::ibv_sge::default();
+        for request in [
+            SendRequest::send(1, empty),
+            SendRequest::send(2, Payload::Inline(&[])),
+            SendRequest::read(
+                3,
+                empty,
+                RemoteMemory {
+                    addr: 0x2000,
+                    len: 64,
+                    rkey: 9,
+                },
+            ),
+        ] {
+            request.fill(&mut raw, &mut one).unwrap();
+            assert_eq!((raw.num_sge, raw.sg_list), (0, std::ptr::null_mut()));
+            assert_eq!(raw.send_flags & ffi::IBV_SEND_INLINE, 0);
+        }
+        let mut recv = ffi::ibv_recv_wr::default();
+        RecvRequest::new(4, empty)
+            .fill(&mut recv, &mut one)
+            .unwrap();
+        assert_eq!((recv.num_sge, recv.sg_list), (0, std::ptr::null_mut()));
+
+        let mut list: RecvList<'_> = PostList::with_capacity(2);
+        list.push(RecvRequest::new(5, empty)).unwrap();
+        assert_eq!(list.wrs[0].num_sge, 0);
+        assert!(list.wrs[0].sg_list.is_null());
+
+        let entry = |addr, length| Sge {
+            raw: ffi::ibv_sge {
+                addr,
+                length,
+                lkey: 7,
+            },
+            _region: PhantomData,
+        };
+        let entries = [entry(0x1000, 8), entry(0x2000, 0)];
+        let refused = SendRequest::send(6, &entries[..]).fill(&mut raw, &mut one);
+        assert!(
+            matches!(refused, Err(Error::InvalidArgument(_))),
+            "{refused:?}"
+        );
     }
 }

@@ -24,7 +24,7 @@ impl<'a> RecvRequest<'a> {
         }
     }
 
-    /// The same receive, as an owned request with id `id` (see [`OWNED_ID_BIT`]).
+    /// The same receive, as an owned request with id `id` (see [`OWNED_ID_BIT`](crate::inflight::OWNED_ID_BIT)).
     pub(crate) fn owned(mut self, id: u64) -> Self {
         self.wr_id = id;
         self.owned = true;

@@ -36,7 +36,8 @@ pub struct SendRequest<'a> {
     ud: Option<(&'a AddressHandle, u32, u32)>,
     invalidate_rkey: u32,
     bind: Option<MwBind<'a>>,
-    /// Posted by the owned-buffer path, whose ids alone may have [`OWNED_ID_BIT`].
+    /// Posted by the owned-buffer path, whose ids alone may have
+    /// [`OWNED_ID_BIT`](crate::inflight::OWNED_ID_BIT).
     owned: bool,
 }
 
@@ -470,7 +471,7 @@ impl SendRequest<'_> {
 }
 
 impl SendRequest<'_> {
-    /// The same request, as an owned request with id `id` (see [`OWNED_ID_BIT`]).
+    /// The same request, as an owned request with id `id` (see [`OWNED_ID_BIT`](crate::inflight::OWNED_ID_BIT)).
     pub(crate) fn owned(mut self, id: u64) -> Self {
         self.wr_id = id;
         self.owned = true;
