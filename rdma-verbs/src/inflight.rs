@@ -757,6 +757,35 @@ mod tests {
         assert_eq!(take_completed(&routes, 5, id).unwrap().tag, 7);
         assert!(take_completed(&routes, 5, id).is_none(), "taken once");
     }
+
+    /// A completion is looked up only in the queue its id names (send or receive), only on a
+    /// route that carries that queue, in the SRQ's table for a queue pair on one, and past a
+    /// route of the same number whose tables do not hold it (a destroyed queue pair's, not yet
+    /// removed).
+    #[test]
+    fn lookups_follow_the_id_and_the_route() {
+        let srq = Arc::new(SrqTable::new(4));
+        let old = Arc::new(QpTables::new(2, 2, None));
+        let live = Arc::new(QpTables::new(2, 2, Some(srq.clone())));
+        let (send, _) = push(&live.send, 1);
+        let (recv, _) = push(&live.recv, 2);
+        let on_srq = srq.push(3, None, None).unwrap();
+        let route = |tables: &Arc<QpTables>, send, recv| Route {
+            qp_num: 9,
+            tables: tables.clone(),
+            send,
+            recv,
+        };
+        // The send queue completes elsewhere: the send id is not looked up here.
+        let routes = [route(&old, true, true), route(&live, false, true)];
+        assert!(take_completed(&routes, 9, send).is_none());
+        // The receive id: this queue pair is on the SRQ, so its own receive ring is not used.
+        assert!(take_completed(&routes, 9, recv).is_none());
+        assert_eq!(take_completed(&routes, 9, on_srq).unwrap().tag, 3);
+        let routes = [route(&old, true, true), route(&live, true, false)];
+        assert_eq!(take_completed(&routes, 9, send).unwrap().tag, 1);
+        assert_eq!((live.send.len(), live.recv.len(), srq.len()), (0, 1, 0));
+    }
 }
 
 #[cfg(test)]
