@@ -31,8 +31,6 @@ const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
 /// The Q_Key of the UD programs.
 pub const UD_QKEY: u32 = 0x1111_1111;
-/// Bytes of the global routing header in front of every UD receive.
-pub const GRH_LEN: usize = 40;
 /// The `wr_id` of the pingpongs' receive requests.
 pub const RECV_ID: u64 = RECV_WRID;
 /// The `wr_id` of the pingpongs' send requests.

@@ -6,12 +6,9 @@ use std::time::{Duration, Instant};
 
 use rdma_cm::CmId;
 use rdma_cm::rdma_verbs::{
-    AddressHandle, BufferPool, Completion, CompletionQueue, OwnedSend, QueuePair, Rts, Ud,
+    AddressHandle, BufferPool, Completion, CompletionQueue, GRH_LEN, OwnedSend, QueuePair, Rts, Ud,
     WcOpcode, WcStatus,
 };
-
-/// Bytes of the global routing header in front of every UD receive.
-pub const GRH: usize = 40;
 
 /// One connection: its identifier, UD queue pair (RTS), queues and buffers, and where the
 /// peer's datagrams go once known.
@@ -64,7 +61,7 @@ impl UdNode {
             .build()
             .map_err(|e| format!("unable to create QP: {e}"))?;
         let qp = id.ready_ud_qp(qp).map_err(|e| e.to_string())?;
-        let pool = BufferPool::new(&pd, depth * 2, size + GRH)
+        let pool = BufferPool::new(&pd, depth * 2, size + GRH_LEN)
             .map_err(|e| format!("failed message allocation: {e}"))?;
         let mut node = Self {
             id,
@@ -124,11 +121,11 @@ impl UdNode {
                     wc.src_qp()
                 ));
             }
-            if wc.byte_len() as usize != size + GRH {
+            if wc.byte_len() as usize != size + GRH_LEN {
                 return Err(format!(
                     "datagram {i}: {} bytes, expected {} (GRH and {size})",
                     wc.byte_len(),
-                    size + GRH
+                    size + GRH_LEN
                 ));
             }
             got.push(done);

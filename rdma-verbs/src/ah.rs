@@ -268,6 +268,11 @@ impl AddressVector {
     }
 }
 
+/// Bytes in front of every UD receive, where the device writes the datagram's global routing
+/// header (`struct ibv_grh`) when it has one: a UD receive needs this much room before the
+/// datagram's bytes, even for a datagram of none.
+pub const GRH_LEN: usize = 40;
+
 /// Global routing (`struct ibv_global_route`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[must_use = "attributes do nothing until a transition uses them"]

@@ -100,7 +100,7 @@ mod srq;
 mod tokio_io;
 mod wr;
 
-pub use ah::AddressHandle;
+pub use ah::{AddressHandle, GRH_LEN};
 pub use async_event::AsyncEvent;
 pub use buf::{Buf, BufferPool};
 pub use channel::{CompletionChannel, CqEvent};

@@ -371,6 +371,29 @@ fn owned_refusals_give_the_buffer_back() {
         "{datagram}"
     );
     assert!(datagram.into_buf().is_some());
+    // UD: a receive with no room for the 40-byte GRH is refused, whatever it is.
+    let small = BufferPool::new(&f.pd, 1, GRH_LEN - 1).unwrap();
+    let refused = ud.post_recv_buf(small.take().unwrap(), 1).unwrap_err();
+    assert!(
+        matches!(refused.error(), Error::InvalidArgument(why) if why.contains("GRH")),
+        "{refused}"
+    );
+    assert_eq!(refused.into_buf().map(|b| b.capacity()), Some(GRH_LEN - 1));
+    let refused = ud
+        .post_recv_owned(OwnedRecv::buf(small.take().unwrap()))
+        .unwrap_err();
+    assert!(
+        matches!(refused.error(), Error::InvalidArgument(_)),
+        "{refused}"
+    );
+    assert!(refused.into_buf().is_some());
+    let refused = ud.post_recv_owned(OwnedRecv::empty()).unwrap_err();
+    assert!(
+        matches!(refused.error(), Error::InvalidArgument(_)),
+        "{refused}"
+    );
+    assert_eq!(ud.owned_in_flight(), 0);
+    assert_eq!(small.available(), 1);
     assert_no_completion_each(&mut ud_cq);
     assert_no_completion_each(&mut cq_a);
     drop(counter);
@@ -518,6 +541,42 @@ fn owned_ud_send_keeps_its_address_handle_alive() {
         assert_eq!(&buf[GRH_LEN..], &message(round)[..], "round {round}");
     }
     assert_eq!(pool.available(), 8);
+}
+
+/// UD: a receive of exactly [`GRH_LEN`] bytes, the least a UD queue pair takes, receives a
+/// datagram of no bytes (with immediate data): its buffer comes back holding the GRH alone.
+#[test]
+fn owned_ud_receive_of_just_the_grh_takes_an_empty_datagram() {
+    let Some(f) = fixture() else { return };
+    const QKEY: u32 = 0x0bad_cafe;
+    let (mut cq_a, mut cq_b) = (f.cq(4), f.cq(4));
+    let mut a = f.ud_qp(f.pd.qp_builder(&cq_a, &cq_a), QKEY);
+    let mut b = f.ud_qp(f.pd.qp_builder(&cq_b, &cq_b), QKEY);
+    let grh_only = BufferPool::new(&f.pd, 1, GRH_LEN).unwrap();
+    let mut guard = grh_only.take().unwrap();
+    guard.fill_from(&[0xee; GRH_LEN]).unwrap();
+    b.post_recv_buf(guard, 7).unwrap();
+    let ah = f.pd.create_ah(&f.av()).unwrap();
+    let pool = BufferPool::new(&f.pd, 1, 64).unwrap();
+    let mut empty = pool.take().unwrap();
+    empty.set_len(0).unwrap();
+    a.post_send_owned(
+        OwnedSend::send(empty)
+            .with_imm(0x5eed)
+            .to(&ah, b.qp_num(), QKEY),
+    )
+    .unwrap();
+    assert_eq!(reap(&mut cq_a, 1)[0].status(), WcStatus::Success);
+    let mut got = reap(&mut cq_b, 1);
+    assert_eq!(
+        (got[0].tag(), got[0].status(), got[0].wc().opcode()),
+        (Some(7), WcStatus::Success, WcOpcode::Recv)
+    );
+    assert_eq!(got[0].wc().imm_data(), Some(0x5eed));
+    assert_eq!(got[0].wc().byte_len() as usize, GRH_LEN);
+    let buf = got[0].take_buf().unwrap();
+    assert_eq!(buf.len(), GRH_LEN, "the GRH alone");
+    assert_grh(&buf[..].try_into().unwrap(), Gid(f.device.gid));
 }
 
 /// Two queue pairs receive through one SRQ, each into its own completion queue: each

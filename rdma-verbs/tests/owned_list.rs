@@ -359,6 +359,22 @@ fn owned_list_refusals_post_nothing_and_keep_the_buffers() {
     assert_eq!((datagrams.len(), ud.owned_in_flight()), (1, 0));
     datagrams.clear();
 
+    // UD receives, the second with no room for the GRH: nothing posted.
+    let mut receives = OwnedRecvList::with_capacity(2);
+    receives.push(pool.take().unwrap(), 0).unwrap();
+    receives.push_owned(OwnedRecv::empty().tag(1)).unwrap();
+    match ud.post_recv_list(&mut receives) {
+        Err(Error::InvalidArgument(why)) => {
+            assert!(
+                why.starts_with("request 1:") && why.contains("GRH"),
+                "{why}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!((receives.len(), ud.owned_in_flight()), (2, 0));
+    receives.clear();
+
     // Receives for a queue pair on an SRQ.
     let srq = f.pd.create_srq(4, 1).unwrap();
     let (_c, mut d) = f.rc_pair(

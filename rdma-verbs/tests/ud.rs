@@ -9,29 +9,7 @@ use rdma_verbs::*;
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;
 const QKEY: u32 = 0x1111_1111;
-/// Bytes of the global routing header in front of every UD receive.
-const GRH: usize = 40;
 const SIZE: usize = 512;
-
-/// Checks the 40 GRH bytes a UD receive starts with: on RoCE v2 over IPv4 the last 20 hold the
-/// IPv4 header (version 4, source and destination the port's own address, in loopback); on
-/// InfiniBand and RoCE over IPv6 it is an IPv6-style header with the source and destination
-/// GIDs.
-fn check_grh(grh: &[u8; GRH], own: Gid) {
-    match own.ipv4() {
-        Some(ip) => {
-            assert!(grh[..20].iter().all(|&b| b == 0), "GRH: {grh:02x?}");
-            assert_eq!(grh[20], 0x45, "not an IPv4 header: {grh:02x?}");
-            assert_eq!(&grh[32..36], &ip.octets(), "IPv4 source: {grh:02x?}");
-            assert_eq!(&grh[36..40], &ip.octets(), "IPv4 destination: {grh:02x?}");
-        }
-        None => {
-            assert_eq!(grh[0] >> 4, 6, "not an IPv6-style GRH: {grh:02x?}");
-            assert_eq!(&grh[8..24], &own.0, "source GID: {grh:02x?}");
-            assert_eq!(&grh[24..40], &own.0, "destination GID: {grh:02x?}");
-        }
-    }
-}
 
 #[test]
 fn ud_send_with_grh_and_reply_through_ah_from_wc() {
@@ -44,7 +22,7 @@ fn ud_send_with_grh_and_reply_through_ah_from_wc() {
     let mut src = f.pd.register(SIZE, LOCAL).unwrap();
     let data = pattern(SIZE, 5);
     src.as_mut_slice().unwrap().copy_from_slice(&data);
-    let dst = f.pd.register(SIZE + GRH, LOCAL).unwrap();
+    let dst = f.pd.register(SIZE + GRH_LEN, LOCAL).unwrap();
     // SAFETY: both buffers live until the completions are polled below and are not touched.
     unsafe {
         b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
@@ -60,13 +38,13 @@ fn ud_send_with_grh_and_reply_through_ah_from_wc() {
     let wc = wait_for(&mut cq_b, 1)[0];
     assert_ok(&wc, 1, WcOpcode::Recv);
     assert!(wc.flags().contains(WcFlags::GRH), "{wc:?} {:?}", wc.flags());
-    assert_eq!(wc.byte_len() as usize, SIZE + GRH, "{wc:?}");
+    assert_eq!(wc.byte_len() as usize, SIZE + GRH_LEN, "{wc:?}");
     assert_eq!(wc.src_qp(), a.qp_num(), "{wc:?}");
     assert_eq!(wc.qp_num(), b.qp_num(), "{wc:?}");
     let received = dst.as_slice().unwrap();
-    assert_eq!(&received[GRH..], &data[..], "payload after the GRH");
-    let grh: [u8; GRH] = received[..GRH].try_into().unwrap();
-    check_grh(&grh, Gid(f.device.gid));
+    assert_eq!(&received[GRH_LEN..], &data[..], "payload after the GRH");
+    let grh: [u8; GRH_LEN] = received[..GRH_LEN].try_into().unwrap();
+    assert_grh(&grh, Gid(f.device.gid));
 
     // Reply to whoever sent that, knowing nothing but the completion and the GRH.
     let back =
@@ -75,7 +53,7 @@ fn ud_send_with_grh_and_reply_through_ah_from_wc() {
     let mut reply = f.pd.register(64, LOCAL).unwrap();
     let reply_data = pattern(64, 200);
     reply.as_mut_slice().unwrap().copy_from_slice(&reply_data);
-    let answer = f.pd.register(64 + GRH, LOCAL).unwrap();
+    let answer = f.pd.register(64 + GRH_LEN, LOCAL).unwrap();
     // SAFETY: as above.
     unsafe {
         a.post_recv_one(&RecvRequest::new(3, answer.slice(..).unwrap()))
@@ -94,10 +72,10 @@ fn ud_send_with_grh_and_reply_through_ah_from_wc() {
     assert!(wc.flags().contains(WcFlags::GRH), "{wc:?}");
     assert_eq!(wc.src_qp(), b.qp_num(), "{wc:?}");
     assert_eq!(wc.imm_data(), Some(0x0bad_cafe), "{wc:?}");
-    assert_eq!(wc.byte_len() as usize, 64 + GRH, "{wc:?}");
+    assert_eq!(wc.byte_len() as usize, 64 + GRH_LEN, "{wc:?}");
     let received = answer.as_slice().unwrap();
-    assert_eq!(&received[GRH..], &reply_data[..]);
-    check_grh(&received[..GRH].try_into().unwrap(), Gid(f.device.gid));
+    assert_eq!(&received[GRH_LEN..], &reply_data[..]);
+    assert_grh(&received[..GRH_LEN].try_into().unwrap(), Gid(f.device.gid));
 }
 
 #[test]
@@ -169,7 +147,7 @@ fn ud_wrong_qkey_is_dropped_but_the_send_succeeds() {
     let mut b = f.ud_qp(f.pd.qp_builder(&cq_b, &cq_b), QKEY);
     let ah = f.pd.create_ah(&f.av()).unwrap();
     let mut src = f.pd.register(128, LOCAL).unwrap();
-    let dst = f.pd.register(128 + GRH, LOCAL).unwrap();
+    let dst = f.pd.register(128 + GRH_LEN, LOCAL).unwrap();
     src.as_mut_slice().unwrap()[..64].copy_from_slice(&pattern(64, 1));
     src.as_mut_slice().unwrap()[64..].copy_from_slice(&pattern(64, 2));
 
@@ -202,9 +180,9 @@ fn ud_wrong_qkey_is_dropped_but_the_send_succeeds() {
     assert_ok(&wait_for(&mut cq_a, 1)[0], 3, WcOpcode::Send);
     let wc = wait_for(&mut cq_b, 1)[0];
     assert_ok(&wc, 1, WcOpcode::Recv);
-    assert_eq!(wc.byte_len() as usize, 64 + GRH);
+    assert_eq!(wc.byte_len() as usize, 64 + GRH_LEN);
     assert_eq!(
-        &dst.as_slice().unwrap()[GRH..GRH + 64],
+        &dst.as_slice().unwrap()[GRH_LEN..GRH_LEN + 64],
         &pattern(64, 2)[..],
         "the datagram with the right Q_Key"
     );

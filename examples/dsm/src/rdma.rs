@@ -41,7 +41,7 @@ use crate::launch::Launch;
 use crate::region::PAGE;
 use crate::rendezvous;
 use crate::shared::Shared;
-use crate::tcp::{self, TcpLinks, TcpServer};
+use crate::tcp::{self, Liveness, TcpServer};
 use crate::wire::{HEADER_LEN, Header, Msg, Op, Reader, Writer};
 
 /// The largest message through the message buffers (header included).
@@ -180,7 +180,7 @@ pub(crate) struct RdmaLinks {
     frames: Arc<Frames>,
     /// The liveness links (they carry nothing): a wait for a peer's reply also watches its
     /// link, which keepalive closes when the peer's host vanishes.
-    tcp: TcpLinks,
+    tcp: Liveness,
     /// A wait failed with a request still posted, whose completion could come late and be
     /// taken for a later request's: no further request is made.
     broken: Option<String>,
@@ -377,7 +377,7 @@ pub(crate) fn connect(
         read,
         inline,
         frames,
-        tcp: tcp_links,
+        tcp: tcp_links.into_liveness()?,
         broken: None,
     };
     Ok((links, server))

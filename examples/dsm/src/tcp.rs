@@ -90,6 +90,9 @@ fn read_bound_passed(e: &std::io::Error) -> bool {
         || (e.kind() == ErrorKind::TimedOut && e.raw_os_error().is_none())
 }
 
+/// What a peer whose connection ended (a clean end of stream) is said to have done.
+const CLOSED: &str = "closed its connection (it died or left)";
+
 /// The client side: a connection to every node's server.
 #[derive(Debug)]
 pub(crate) struct TcpLinks {
@@ -114,7 +117,7 @@ impl TcpLinks {
         let stream = &mut self.conns[usize::from(to)];
         match read_msg(stream, bound.max(Duration::from_millis(1))) {
             Ok(Some(reply)) => Ok(reply),
-            Ok(None) => Err(Error::peer(to, "closed its connection (it died or left)")),
+            Ok(None) => Err(Error::peer(to, CLOSED)),
             Err(e) if read_bound_passed(&e) => Err(Error::peer(
                 to,
                 format!("no reply within {:.1} s", bound.as_secs_f64()),
@@ -123,19 +126,17 @@ impl TcpLinks {
         }
     }
 
-    /// For the RDMA transports, whose client links carry nothing but keep the peer watched
-    /// (keepalive, `TCP_USER_TIMEOUT`): why the link to `peer` is gone (closed, failed, or
-    /// carrying bytes it never should), or `None` while it lives. Never blocks.
-    pub(crate) fn gone(&mut self, peer: u16) -> Option<String> {
-        let conn = self.conns.get_mut(usize::from(peer))?;
-        let _ = conn.set_nonblocking(true);
-        let mut byte = [0u8; 1];
-        match conn.read(&mut byte) {
-            Ok(0) => Some("closed its connection (it died or left)".into()),
-            Ok(_) => Some("sent bytes on its liveness connection, which carries none".into()),
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => None,
-            Err(e) => Some(format!("connection failed: {e}")),
+    /// The links as the RDMA transports keep them: carrying nothing, only watching their peers.
+    ///
+    /// # Errors
+    ///
+    /// A socket that cannot be made non-blocking.
+    pub(crate) fn into_liveness(self) -> Result<Liveness> {
+        for conn in &self.conns {
+            conn.set_nonblocking(true)
+                .map_err(|e| Error::os("liveness connection", e))?;
         }
+        Ok(Liveness { conns: self.conns })
     }
 
     /// Sends `msg` to node `msg.to` without waiting for a reply.
@@ -156,6 +157,28 @@ impl TcpLinks {
             self.broken.get_or_insert_with(|| e.to_string());
         }
         result
+    }
+}
+
+/// The client links of the RDMA transports, which carry nothing but keep each peer watched
+/// (keepalive, `TCP_USER_TIMEOUT`); non-blocking.
+#[derive(Debug)]
+pub(crate) struct Liveness {
+    conns: Vec<TcpStream>,
+}
+
+impl Liveness {
+    /// Why the link to `peer` is gone (closed, failed, or carrying bytes it never should), or
+    /// `None` while it lives. Never blocks.
+    pub(crate) fn gone(&mut self, peer: u16) -> Option<String> {
+        let conn = self.conns.get_mut(usize::from(peer))?;
+        let mut byte = [0u8; 1];
+        match conn.read(&mut byte) {
+            Ok(0) => Some(CLOSED.into()),
+            Ok(_) => Some("sent bytes on its liveness connection, which carries none".into()),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => None,
+            Err(e) => Some(format!("connection failed: {e}")),
+        }
     }
 }
 
@@ -619,9 +642,6 @@ mod tests {
         let err = links
             .call(&Msg::new(Op::GetPage, 0, 1), Duration::from_secs(5))
             .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            Error::peer(1, "closed its connection (it died or left)").to_string()
-        );
+        assert_eq!(err.to_string(), Error::peer(1, CLOSED).to_string());
     }
 }

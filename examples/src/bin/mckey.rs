@@ -23,9 +23,10 @@ use std::net::Ipv6Addr;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use rdma_cm::rdma_verbs::GRH_LEN;
 use rdma_cm::{EventKind, JoinKind, PortSpace};
 use rdma_examples::cmtool::{self, lookup, parse_u32};
-use rdma_examples::udnode::{GRH, UdNode};
+use rdma_examples::udnode::UdNode;
 
 const PROGRAM: &str = "mckey";
 
@@ -237,7 +238,7 @@ fn validate(
         let src = done.wc().src_qp();
         let n = next.entry(src).or_default();
         let buf = done.take_buf().ok_or("a receive without its buffer")?;
-        if buf[GRH..] != payload(*n, size)[..] {
+        if buf[GRH_LEN..] != payload(*n, size)[..] {
             return Err(format!(
                 "connection {connection}: datagram {n} from queue pair {src:#x} differs from what was sent"
             ));

@@ -19,12 +19,11 @@ use clap::Parser;
 use rdma_examples::connect;
 use rdma_examples::pingpong::{self, Options};
 use rdma_verbs::{
-    AddressVector, BufferPool, OwnedSend, QueuePair, SqPsnRtsAttr, Ud, UdInitAttr, UdRtrAttr,
+    AddressVector, BufferPool, GRH_LEN, OwnedSend, QueuePair, SqPsnRtsAttr, Ud, UdInitAttr,
+    UdRtrAttr,
 };
 
 const PROGRAM: &str = "ud_loopback";
-/// Bytes of the global routing header in front of every UD receive.
-const GRH: usize = 40;
 
 /// UD datagrams through the device between two queue pairs of this process.
 #[derive(Parser, Debug)]
@@ -125,7 +124,7 @@ fn run(args: &Args) -> Result<(), String> {
         args.qkey
     );
 
-    let pool = BufferPool::new(&setup.pd, 4, GRH + args.size)
+    let pool = BufferPool::new(&setup.pd, 4, GRH_LEN + args.size)
         .map_err(|e| format!("couldn't register the buffers: {e}"))?;
     let take = || pool.take().ok_or_else(|| "no buffer free".to_string());
     let started = Instant::now();
@@ -156,13 +155,13 @@ fn run(args: &Args) -> Result<(), String> {
         let data = got
             .take_buf()
             .ok_or("the receive's buffer did not come back")?;
-        if data.len() != GRH + args.size {
+        if data.len() != GRH_LEN + args.size {
             return Err(format!("datagram {round}: {} bytes", data.len()));
         }
-        if let Some(i) = (0..args.size).find(|&i| data[GRH + i] != byte(round, i)) {
+        if let Some(i) = (0..args.size).find(|&i| data[GRH_LEN + i] != byte(round, i)) {
             return Err(format!(
                 "datagram {round}: byte {i} is {:#04x}, expected {:#04x}",
-                data[GRH + i],
+                data[GRH_LEN + i],
                 byte(round, i)
             ));
         }

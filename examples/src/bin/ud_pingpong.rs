@@ -11,8 +11,8 @@
 
 use clap::Parser;
 use rdma_examples::exchange::{self, Dest};
-use rdma_examples::pingpong::{self, GRH_LEN, Options, Pingpong, UD_QKEY};
-use rdma_verbs::{AccessFlags, Init, QueuePair, SqPsnRtsAttr, Ud, UdInitAttr, UdRtrAttr};
+use rdma_examples::pingpong::{self, Options, Pingpong, UD_QKEY};
+use rdma_verbs::{AccessFlags, GRH_LEN, Init, QueuePair, SqPsnRtsAttr, Ud, UdInitAttr, UdRtrAttr};
 
 const PROGRAM: &str = "ud_pingpong";
 

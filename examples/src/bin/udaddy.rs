@@ -22,9 +22,10 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use rdma_cm::rdma_verbs::GRH_LEN;
 use rdma_cm::{CmId, ConnParam, Event, EventChannel, EventKind, PortSpace};
 use rdma_examples::cmtool::{self, lookup, parse_u8, parse_u32};
-use rdma_examples::udnode::{GRH, UdNode};
+use rdma_examples::udnode::UdNode;
 
 const PROGRAM: &str = "udaddy";
 
@@ -206,7 +207,7 @@ fn client(args: &Args) -> Result<(), String> {
         if args.validate {
             for (m, mut reply) in replies.into_iter().enumerate() {
                 let buf = reply.take_buf().ok_or("a receive without its buffer")?;
-                if buf[GRH..] != payload(c, m, args.size)[..] {
+                if buf[GRH_LEN..] != payload(c, m, args.size)[..] {
                     return Err(format!(
                         "connection {c}: reply {m} differs from what was sent"
                     ));
@@ -267,9 +268,9 @@ fn server(args: &Args) -> Result<(), String> {
     println!("sending replies");
     for (node, datagrams) in nodes.iter_mut().zip(received) {
         let first = datagrams.first().ok_or("no datagram")?;
-        let grh: [u8; GRH] = first
+        let grh: [u8; GRH_LEN] = first
             .buf()
-            .and_then(|buf| buf.get(..GRH))
+            .and_then(|buf| buf.get(..GRH_LEN))
             .and_then(|grh| grh.try_into().ok())
             .ok_or("a receive without its GRH")?;
         let client_qpn = first.wc().src_qp();
@@ -285,7 +286,7 @@ fn server(args: &Args) -> Result<(), String> {
             .iter()
             .map(|done| {
                 done.buf()
-                    .map(|buf| buf[GRH..].to_vec())
+                    .map(|buf| buf[GRH_LEN..].to_vec())
                     .unwrap_or_default()
             })
             .collect();

@@ -3,14 +3,12 @@
 
 use rdma_cm::CmId;
 use rdma_cm::rdma_verbs::{
-    AddressHandle, BufferPool, CompletionQueue, OwnedSend, QueuePair, Rts, Ud, WcOpcode, WcStatus,
-    WorkCompletion,
+    AddressHandle, BufferPool, CompletionQueue, GRH_LEN, OwnedSend, QueuePair, Rts, Ud, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 
 use super::reap;
 
-/// Bytes of the global routing header in front of every UD receive.
-pub const GRH: usize = 40;
 /// The Q_Key of the UDP port space (`RDMA_UDP_QKEY`).
 pub const UDP_QKEY: u32 = 0x0123_4567;
 pub const MESSAGES: u8 = 8;
@@ -42,7 +40,8 @@ impl Side {
             .build()
             .expect("ibv_create_qp (UD)");
         let qp = id.ready_ud_qp(qp).expect("UD queue pair to RTS");
-        let pool = BufferPool::new(&pd, usize::from(MESSAGES) * 2, PAYLOAD + GRH).expect("buffers");
+        let pool =
+            BufferPool::new(&pd, usize::from(MESSAGES) * 2, PAYLOAD + GRH_LEN).expect("buffers");
         let mut side = Self {
             qp,
             send_cq,
@@ -88,7 +87,7 @@ impl Side {
         src_qp: Option<u32>,
         seed: u8,
         what: &str,
-    ) -> (WorkCompletion, [u8; GRH]) {
+    ) -> (WorkCompletion, [u8; GRH_LEN]) {
         let mut first = None;
         for i in 0..MESSAGES {
             let mut done = reap(&mut self.recv_cq, what);
@@ -99,14 +98,14 @@ impl Side {
                 (WcStatus::Success, WcOpcode::Recv, Some(src), src),
                 "{what}: datagram {i}: {wc:?}"
             );
-            assert_eq!(wc.byte_len() as usize, PAYLOAD + GRH, "{what}: {wc:?}");
+            assert_eq!(wc.byte_len() as usize, PAYLOAD + GRH_LEN, "{what}: {wc:?}");
             let buf = done.take_buf().expect("the receive's buffer");
             assert_eq!(
-                &buf[GRH..],
+                &buf[GRH_LEN..],
                 &payload(seed.wrapping_add(i))[..],
                 "{what}: datagram {i}'s bytes"
             );
-            first.get_or_insert((wc, buf[..GRH].try_into().unwrap()));
+            first.get_or_insert((wc, buf[..GRH_LEN].try_into().unwrap()));
         }
         first.unwrap()
     }

@@ -10,6 +10,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use super::recv::{check_room, room};
 use super::{
     OwnedOp, OwnedRecv, OwnedSend, OwnedSges, PostRefused, Prepared, RegionRange, Table, check_pd,
 };
@@ -509,8 +510,9 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`], nothing posted: a queue pair on an SRQ, a buffer or range of
-    /// another protection domain, a range of a region that is not shared; [`Error::QueueFull`]
+    /// [`Error::InvalidArgument`], nothing posted: a queue pair on an SRQ, a receive on UD with
+    /// room for fewer than [`GRH_LEN`](crate::GRH_LEN) bytes, a buffer or range of another
+    /// protection domain, a range of a region that is not shared; [`Error::QueueFull`]
     /// or [`Error::Post`] with `index`, and [`Error::PostIndeterminate`], as for
     /// [`post_send_list`](QueuePair::post_send_list).
     ///
@@ -528,6 +530,10 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
             ));
         }
         check_recvs(&mut list.items, self.pd().as_raw())?;
+        for (index, item) in list.items.iter().enumerate() {
+            check_room::<T>(room(item.buf.as_ref(), item.range.as_ref()))
+                .map_err(|error| at(index, error))?;
+        }
         let OwnedRecvList { items, ids, chain } = list;
         post_list(
             self,

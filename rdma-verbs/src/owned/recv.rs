@@ -37,8 +37,8 @@ impl OwnedRecv {
     /// A receive with no memory, on RC and UC: it takes a message of no bytes (a zero-length
     /// SEND, with or without immediate data) or an RDMA WRITE with immediate data, whose bytes
     /// land in the writer's target, and its completion carries the immediate data. A message
-    /// with bytes ends it in [`WcStatus::LocLenErr`](crate::WcStatus::LocLenErr), and so does
-    /// every message on UD, where the device writes a 40-byte GRH in front of each.
+    /// with bytes ends it in [`WcStatus::LocLenErr`](crate::WcStatus::LocLenErr). A UD queue
+    /// pair refuses it when posted: every datagram needs [`GRH_LEN`](crate::GRH_LEN) bytes.
     pub fn empty() -> Self {
         Self {
             buf: None,
@@ -72,6 +72,11 @@ impl OwnedRecv {
     pub fn tag(mut self, tag: u64) -> Self {
         self.tag = tag;
         self
+    }
+
+    /// The bytes the receive has room for.
+    fn room(&self) -> usize {
+        room(self.buf.as_ref(), self.range.as_ref())
     }
 
     /// The buffer, for a receive that will not be posted.
@@ -131,6 +136,12 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
         if self.has_srq() {
             return Err(on_srq(Some(buf)));
         }
+        if let Err(error) = check_room::<T>(buf.capacity()) {
+            return Err(PostRefused {
+                error,
+                buf: Some(buf),
+            });
+        }
         if let Err(error) = check_pd(Some(&buf), self.pd().as_raw()) {
             return Err(PostRefused {
                 error,
@@ -178,17 +189,49 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
     /// # Errors
     ///
     /// [`PostRefused`], with the buffer when the device never saw it:
-    /// [`Error::InvalidArgument`] for a queue pair on an SRQ, a buffer or range of another
-    /// protection domain, or a range of a region that is not shared; [`Error::QueueFull`] when
+    /// [`Error::InvalidArgument`] for a queue pair on an SRQ, a receive on UD with room for
+    /// fewer than [`GRH_LEN`](crate::GRH_LEN) bytes, a buffer or range of another protection
+    /// domain, or a range of a region that is not shared; [`Error::QueueFull`] when
     /// as many receives are in flight as the receive queue holds; else as
     /// [`post_recv_one`](Self::post_recv_one).
     pub fn post_recv_owned(&mut self, request: OwnedRecv) -> std::result::Result<(), PostRefused> {
         if self.has_srq() {
             return Err(on_srq(request.buf));
         }
+        if let Err(error) = check_room::<T>(request.room()) {
+            return Err(PostRefused {
+                error,
+                buf: request.buf,
+            });
+        }
         let parts = request.prepare(self.pd().as_raw())?;
         self.post_recv_payload(parts.buf, parts.keep, parts.sges.payload(), parts.tag)
     }
+}
+
+/// The bytes a receive into `buf` and `range` has room for: the buffer's capacity and the
+/// range's length.
+pub(super) fn room(buf: Option<&Buf>, range: Option<&RegionRange>) -> usize {
+    buf.map_or(0, Buf::capacity) + range.map_or(0, RegionRange::len)
+}
+
+/// Refuses a receive with room for `room` bytes on a `T` queue pair that cannot take a
+/// message into it: on UD, one with no room for the GRH (the device would end it in
+/// `IBV_WC_LOC_LEN_ERR` whatever arrived). Free on the connected transports.
+#[inline(always)]
+pub(super) fn check_room<T: Transport>(room: usize) -> crate::error::Result<()> {
+    if T::DATAGRAM && room < crate::GRH_LEN {
+        return Err(no_room_for_grh(room));
+    }
+    Ok(())
+}
+
+#[cold]
+fn no_room_for_grh(room: usize) -> Error {
+    Error::InvalidArgument(format!(
+        "a UD receive needs room for the {}-byte GRH in front of the datagram, and this one has {room} bytes",
+        crate::GRH_LEN
+    ))
 }
 
 /// The refusal of a receive posted to a queue pair on an SRQ.

@@ -226,9 +226,6 @@ impl Fixture {
     }
 }
 
-/// Bytes of the global routing header in front of every UD receive.
-pub const GRH_LEN: usize = 40;
-
 /// Checks the 40 GRH bytes a UD receive starts with, for a datagram this port sent to itself: on
 /// RoCE v2 over IPv4 the last 20 hold the IPv4 header (version 4, source and destination the
 /// port's own address); on InfiniBand and RoCE over IPv6 it is an IPv6-style header with the
