@@ -1,4 +1,4 @@
-//! A lock for the owned-buffer data path's few-instruction critical sections (`inflight.rs`):
+//! A lock for the owned-buffer data path's few-instruction critical sections (`inflight/ring.rs`):
 //! one atomic exchange to take it and one store to release it when nobody else holds it,
 //! where `std::sync::Mutex` adds poisoning checks and an out-of-line call per use.
 //!

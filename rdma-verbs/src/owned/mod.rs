@@ -9,7 +9,7 @@
 //! the completion of its own request, or of a later one of the same queue, which completes in
 //! order; (b) when the queue pair is reset or destroyed, after the verb has returned; or (c)
 //! when the provider refused the post and said so. Each request's `wr_id` is an id no other
-//! request of the process ever had (see `inflight.rs`), and the other post paths refuse ids of
+//! request of the process ever had (see `inflight/mod.rs`), and the other post paths refuse ids of
 //! that form, so no other completion, stale or not, can be taken for it.
 //!
 //! Files: `send.rs` (owned send requests and their post), `recv.rs` (owned receives, on queue

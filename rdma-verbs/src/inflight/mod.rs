@@ -1,0 +1,183 @@
+//! In-flight tables of the owned-buffer data path (`docs/data-path.md`): what each queue of a
+//! queue pair holds while the device may use it, the request ids that find it again, and the
+//! routes by which a completion queue reaches the tables of its queue pairs.
+//!
+//! - here: request ids ([`OWNED_ID_BIT`], [`RECV_ID_BIT`], the process's id blocks), the
+//!   [`Entry`] a table holds per request, a queue pair's [`QpTables`];
+//! - `ring.rs`: [`Ring`], one queue of a queue pair (posting order, lock-free posts);
+//! - `srq.rs`: [`SrqTable`], an SRQ's receives (any order, found by id);
+//! - `route.rs`: [`Routes`] and [`RouteCache`], from a completion to its table.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::buf::Buf;
+use crate::error::{Error, Result};
+
+mod ring;
+mod route;
+mod srq;
+
+pub(crate) use ring::Ring;
+pub(crate) use route::{RouteCache, Routes};
+pub(crate) use srq::SrqTable;
+
+/// The bit every owned request id has, and no other `wr_id` may have: the post paths refuse
+/// `wr_id`s with it set, so a completion of another request can never be taken for an owned
+/// one.
+pub(crate) const OWNED_ID_BIT: u64 = 1 << 63;
+
+/// The bit the ids of receives have (a queue pair's receive queue, or an SRQ), so that a
+/// completion goes straight to the table that can hold its request. Only a hint of where to
+/// look: every table still matches the whole id.
+pub(crate) const RECV_ID_BIT: u64 = 1 << 62;
+
+/// Ids are handed to tables in blocks of this many.
+const BLOCK: u64 = 1 << 16;
+/// The next block of ids, for the whole process. Blocks are numbered from 0; block `b` holds
+/// ids `OWNED_ID_BIT | b * BLOCK ..` (with [`RECV_ID_BIT`] for a receive table), so there are
+/// 2^46 blocks (2^62 ids) before the space runs out, which it refuses to do rather than wrap.
+static NEXT_BLOCK: AtomicU64 = AtomicU64::new(0);
+const BLOCKS: u64 = RECV_ID_BIT / BLOCK;
+
+/// A table's source of ids: no two requests of the process ever get the same id.
+#[derive(Debug)]
+pub(crate) struct IdSource {
+    next: u64,
+    end: u64,
+    /// [`RECV_ID_BIT`] for a receive table, else 0.
+    kind: u64,
+}
+
+impl IdSource {
+    pub(crate) const fn new(recv: bool) -> Self {
+        Self {
+            next: 0,
+            end: 0,
+            kind: if recv { RECV_ID_BIT } else { 0 },
+        }
+    }
+
+    #[inline]
+    pub(crate) fn next(&mut self) -> Result<u64> {
+        if self.next == self.end {
+            self.next_block()?;
+        }
+        let id = self.next;
+        self.next += 1;
+        Ok(id)
+    }
+
+    /// Takes the next block of ids from the process's counter: once per 65,536 ids.
+    #[cold]
+    #[inline(never)]
+    fn next_block(&mut self) -> Result<()> {
+        let block = NEXT_BLOCK
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                (b < BLOCKS).then_some(b + 1)
+            })
+            .map_err(|_| {
+                Error::InvalidArgument("the process has used every owned request id".into())
+            })?;
+        self.next = OWNED_ID_BIT | self.kind | (block * BLOCK);
+        self.end = self.next + BLOCK;
+        Ok(())
+    }
+}
+
+/// What the device may use while a request is in flight, and what the completion returns.
+pub(crate) struct Entry {
+    pub(crate) id: u64,
+    pub(crate) tag: u64,
+    pub(crate) buf: Option<Buf>,
+    /// What else the device may use while the request is in flight (a UD send's address
+    /// handle, the region a bind or a [`RegionRange`] names), kept alive until it is done.
+    ///
+    /// [`RegionRange`]: crate::RegionRange
+    pub(crate) keep: Option<Arc<dyn Send + Sync>>,
+}
+
+impl Entry {
+    /// Whether the request is a receive (its buffer's length becomes the bytes received):
+    /// receive ids carry [`RECV_ID_BIT`].
+    #[inline]
+    pub(crate) fn is_recv(&self) -> bool {
+        self.id & RECV_ID_BIT != 0
+    }
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry")
+            .field("id", &self.id)
+            .field("tag", &self.tag)
+            .field("buf", &self.buf)
+            .field("keeps_alive", &self.keep.is_some())
+            .finish()
+    }
+}
+
+/// The error of a post into a full table, with the buffer back.
+#[cold]
+pub(crate) fn queue_full(buf: Option<Buf>) -> (Error, Option<Buf>) {
+    (
+        Error::QueueFull {
+            verb: "owned post",
+            index: 0,
+        },
+        buf,
+    )
+}
+
+/// The in-flight tables of one queue pair.
+#[derive(Debug)]
+pub(crate) struct QpTables {
+    pub(crate) send: Ring,
+    pub(crate) recv: Ring,
+    /// The SRQ's table, for a queue pair that receives through one.
+    pub(crate) srq: Option<Arc<SrqTable>>,
+}
+
+impl QpTables {
+    pub(crate) fn new(max_send_wr: u32, max_recv_wr: u32, srq: Option<Arc<SrqTable>>) -> Self {
+        Self {
+            send: Ring::new(max_send_wr, false),
+            recv: Ring::new(max_recv_wr, true),
+            srq,
+        }
+    }
+
+    /// Requests in flight in both queues.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.send.len() + self.recv.len()
+    }
+
+    /// Releases everything (see [`Ring::clear`]).
+    pub(crate) fn clear(&self) {
+        self.send.clear();
+        self.recv.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_unique_and_marked() {
+        let mut a = IdSource::new(false);
+        let mut b = IdSource::new(true);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..(BLOCK as usize + 10) {
+            let (send, recv) = (a.next().unwrap(), b.next().unwrap());
+            assert_eq!(send & (OWNED_ID_BIT | RECV_ID_BIT), OWNED_ID_BIT);
+            assert_eq!(
+                recv & (OWNED_ID_BIT | RECV_ID_BIT),
+                OWNED_ID_BIT | RECV_ID_BIT
+            );
+            for id in [send, recv] {
+                assert!(seen.insert(id), "id {id:#x} handed out twice");
+            }
+        }
+    }
+}
