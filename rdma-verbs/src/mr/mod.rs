@@ -1,4 +1,8 @@
 //! Memory regions: registered memory the HCA may access.
+//!
+//! - here: [`MemoryRegion`], its registration (`ibv_reg_mr`), its bytes and deregistration;
+//! - `slice.rs`: [`MrSlice`] and [`MrSliceMut`], its byte ranges for the `unsafe` posts;
+//! - `remote.rs`: [`RemoteMemory`], a peer's memory as it advertises it.
 
 use std::alloc::Layout;
 use std::fmt;
@@ -11,6 +15,12 @@ use crate::ffi;
 use crate::flags::AccessFlags;
 use crate::pd::ProtectionDomain;
 use crate::shared::{copy_from_shared, copy_to_shared};
+
+mod remote;
+mod slice;
+
+pub use remote::RemoteMemory;
+pub use slice::{MrSlice, MrSliceMut};
 
 /// Alignment of the buffers [`ProtectionDomain::register`] allocates: a page, so that regions
 /// never share pages with other allocations.
@@ -577,163 +587,6 @@ impl Drop for MemoryRegion {
     }
 }
 
-/// A bounds-checked byte range of a [`MemoryRegion`], for a scatter/gather entry.
-///
-/// It borrows the region, so the region outlives the slice; whether the region outlives the work
-/// request that uses it is up to the post call.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-#[must_use = "a slice does nothing until a request carries it"]
-pub struct MrSlice<'a> {
-    pub(crate) addr: u64,
-    pub(crate) length: u32,
-    pub(crate) lkey: u32,
-    _region: std::marker::PhantomData<&'a MemoryRegion>,
-}
-
-impl MrSlice<'_> {
-    /// Start address.
-    pub fn addr(&self) -> u64 {
-        self.addr
-    }
-
-    /// Length in bytes.
-    pub fn len(&self) -> u32 {
-        self.length
-    }
-
-    /// Whether the slice is empty.
-    pub fn is_empty(&self) -> bool {
-        self.length == 0
-    }
-
-    /// The region's local key.
-    pub fn lkey(&self) -> u32 {
-        self.lkey
-    }
-}
-
-impl MrSlice<'static> {
-    /// A slice that borrows nothing: for memory whose registration something other than a
-    /// borrow keeps alive (an owned [`Buf`](crate::Buf) moved into a queue pair's in-flight
-    /// table before the post). A slice is only numbers; what makes posting it sound is the
-    /// post's contract.
-    pub(crate) fn from_raw_parts(addr: u64, length: u32, lkey: u32) -> Self {
-        Self {
-            addr,
-            length,
-            lkey,
-            _region: std::marker::PhantomData,
-        }
-    }
-
-    /// A slice of no region, for host tests that never post it.
-    #[cfg(test)]
-    pub(crate) fn unchecked_for_test(addr: u64, length: u32, lkey: u32) -> Self {
-        Self::from_raw_parts(addr, length, lkey)
-    }
-}
-
-impl<'a> MrSlice<'a> {
-    /// The part of this slice starting `offset` bytes in, `len` bytes long: same region, same
-    /// borrow. With [`MrSliceMut::as_slice`] it sends part of a receive target, as UD programs
-    /// send the bytes after the 40-byte GRH of the buffer they receive into.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] if the range is outside this slice.
-    pub fn sub(&self, offset: u32, len: u32) -> Result<MrSlice<'a>> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.length => Ok(MrSlice {
-                addr: self.addr + u64::from(offset),
-                length: len,
-                lkey: self.lkey,
-                _region: std::marker::PhantomData,
-            }),
-            _ => Err(Error::InvalidArgument(format!(
-                "bytes {offset}..+{len} are outside the {}-byte slice",
-                self.length
-            ))),
-        }
-    }
-}
-
-/// A bounds-checked byte range of a [`MemoryRegion`] borrowed exclusively (see
-/// [`MemoryRegion::slice_mut`]): the target of receives, RDMA reads and atomics posted through
-/// a [`PostScope`](crate::PostScope). Not `Copy`: sharing it (`&MrSliceMut`) lets several
-/// requests target the same bytes, as C programs do, while Rust still cannot touch them.
-#[derive(Debug, PartialEq, Eq)]
-#[must_use = "a slice does nothing until a request carries it"]
-pub struct MrSliceMut<'a> {
-    pub(crate) addr: u64,
-    pub(crate) length: u32,
-    pub(crate) lkey: u32,
-    _region: std::marker::PhantomData<&'a mut MemoryRegion>,
-}
-
-impl MrSliceMut<'_> {
-    /// Start address.
-    pub fn addr(&self) -> u64 {
-        self.addr
-    }
-
-    /// Length in bytes.
-    pub fn len(&self) -> u32 {
-        self.length
-    }
-
-    /// Whether the slice is empty.
-    pub fn is_empty(&self) -> bool {
-        self.length == 0
-    }
-
-    /// As a shared slice, for APIs that take one. The exclusive borrow stays in force for as
-    /// long as the result lives.
-    pub fn as_slice(&self) -> MrSlice<'_> {
-        MrSlice {
-            addr: self.addr,
-            length: self.length,
-            lkey: self.lkey,
-            _region: std::marker::PhantomData,
-        }
-    }
-}
-
-/// Remote memory: an address, a length and the rkey that grants access, as a peer advertises it
-/// for RDMA reads, writes and atomics.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-#[must_use = "remote memory does nothing until a request names it"]
-pub struct RemoteMemory {
-    /// Start address in the peer's address space.
-    pub addr: u64,
-    /// Length in bytes.
-    pub len: u32,
-    /// The peer's remote key.
-    pub rkey: u32,
-}
-
-impl RemoteMemory {
-    /// The part of this memory starting `offset` bytes in, `len` bytes long.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] if it does not fit, or if its address would pass the end of
-    /// the 64-bit address space (the fields come from a peer and are not trusted).
-    pub fn slice(&self, offset: u32, len: u32) -> Result<Self> {
-        let addr = self.addr.checked_add(u64::from(offset));
-        match (offset.checked_add(len), addr) {
-            (Some(end), Some(addr)) if end <= self.len => Ok(Self {
-                addr,
-                len,
-                rkey: self.rkey,
-            }),
-            _ => Err(Error::InvalidArgument(format!(
-                "bytes {offset}..+{len} are outside the {}-byte remote memory at {:#x}",
-                self.len, self.addr
-            ))),
-        }
-    }
-}
-
 /// The copy [`MemoryRegion::read_at`] makes out of a region: relaxed atomic loads if the
 /// region is shared ([`MemoryRegion::is_shared`]: a peer or an owned request may write it while
 /// Rust holds it), a `memcpy` otherwise. Separate from the region so that Miri can check it
@@ -862,35 +715,5 @@ mod tests {
         // SAFETY: as above, no other thread left.
         unsafe { copy_out(shared, base.wrapping_add(start), &mut out) };
         assert_eq!(out, [4; 50]);
-    }
-
-    #[test]
-    fn remote_memory_slice_never_overflows() {
-        let remote = RemoteMemory {
-            addr: u64::MAX - 4,
-            len: u32::MAX,
-            rkey: 7,
-        };
-        // addr + offset passes the end of the address space: an error, not a panic or a wrap.
-        assert!(matches!(remote.slice(5, 1), Err(Error::InvalidArgument(_))));
-        assert!(matches!(
-            remote.slice(u32::MAX, 1),
-            Err(Error::InvalidArgument(_))
-        ));
-        assert_eq!(
-            remote.slice(4, 0).unwrap(),
-            RemoteMemory {
-                addr: u64::MAX,
-                len: 0,
-                rkey: 7
-            }
-        );
-        let ok = RemoteMemory {
-            addr: 0x1000,
-            len: 64,
-            rkey: 1,
-        };
-        assert_eq!(ok.slice(8, 56).unwrap().addr, 0x1008);
-        assert!(matches!(ok.slice(8, 57), Err(Error::InvalidArgument(_))));
     }
 }
