@@ -23,6 +23,7 @@ macro_rules! c_enum {
 
         impl $name {
             /// Converts the C value.
+            #[inline]
             pub fn from_raw(raw: $raw) -> Self {
                 #[allow(non_upper_case_globals)] // matching on the C constants by name
                 match raw {
@@ -32,6 +33,7 @@ macro_rules! c_enum {
             }
 
             /// The C value.
+            #[inline]
             pub fn as_raw(self) -> $raw {
                 match self {
                     $( Self::$variant => $value as $raw, )*

@@ -577,6 +577,14 @@ impl WorkCompletion {
         WcOpcode::from_raw(self.0.opcode)
     }
 
+    /// Whether the completion is of a receive an RDMA WRITE with immediate data consumed (its
+    /// bytes went to the writer's target, not to the receive): the raw opcode compared, with
+    /// no conversion.
+    #[inline]
+    pub(crate) fn is_recv_rdma_with_imm(&self) -> bool {
+        self.0.opcode == ffi::IBV_WC_RECV_RDMA_WITH_IMM
+    }
+
     /// The vendor's error code, for failed completions.
     pub fn vendor_err(&self) -> u32 {
         self.0.vendor_err

@@ -23,7 +23,7 @@ use crate::spin::SpinLock;
 ///   and [`unpush`](Self::unpush) are `unsafe` and require that. A push writes the slot at
 ///   `tail`, which no other code reads, and then publishes it by storing `tail + 1`; it takes
 ///   no lock.
-/// - the *completers*: the completion queue's poller ([`complete`](Self::complete)), and
+/// - the *completers*: the completion queue's poller ([`complete_into`](Self::complete_into)), and
 ///   [`clear`](Self::clear) after a reset or destroy. They read and move out entries between
 ///   `head` and the `tail` they loaded, and store the new `head`, under `consumer`, a lock
 ///   taken once per completion.
@@ -79,8 +79,11 @@ impl Ring {
     /// The slot of position `position`.
     #[inline]
     fn slot(&self, position: u64) -> *mut MaybeUninit<Entry> {
-        // In bounds: masked to the slots' length.
-        self.slots[(position & self.mask) as usize].get()
+        let index = (position & self.mask) as usize;
+        debug_assert!(index < self.slots.len());
+        // SAFETY: `slots.len()` is `mask + 1` (a power of two, set in `new` and never
+        // changed), so the masked position is in bounds.
+        unsafe { self.slots.get_unchecked(index) }.get()
     }
 
     /// Records a request about to be posted and returns its id, and whether it took the ring's
@@ -152,11 +155,22 @@ impl Ring {
         Some(entry)
     }
 
-    /// The completion of request `id`: takes it and releases every request before it (their
-    /// buffers return to their pools). `None` if `id` is not in flight here (a stale
-    /// completion, or another queue's).
-    #[inline]
+    /// [`complete_into`](Self::complete_into), the entry returned (for tests).
+    #[cfg(test)]
     pub(crate) fn complete(&self, id: u64) -> Option<Entry> {
+        let mut out = MaybeUninit::uninit();
+        // SAFETY: `complete_into` wrote the entry when it returned `true`.
+        self.complete_into(id, &mut out)
+            .then(|| unsafe { out.assume_init() })
+    }
+
+    /// The completion of request `id`: moves its entry into `out` (whose old contents are
+    /// overwritten, not dropped) and releases every request before it (their buffers return to
+    /// their pools); returns whether it did, `false` if `id` is not in flight here (a stale
+    /// completion, or another queue's). The entry is copied once, from its slot to where the
+    /// caller wants it.
+    #[inline]
+    pub(crate) fn complete_into(&self, id: u64, out: &mut MaybeUninit<Entry>) -> bool {
         let _consumer = self.consumer.lock();
         let head = self.head.load(Ordering::Relaxed);
         // Acquire: the entries before `tail` were written before it was stored.
@@ -173,17 +187,20 @@ impl Ring {
             position = position.wrapping_add(1);
         }
         if position == tail {
-            return None;
+            return false;
         }
         if position != head {
             // SAFETY: under the lock, `head` is `head` and `position` is before the loaded
             // `tail`.
             unsafe { self.release(head, position) };
         }
-        // SAFETY: as above; `head` moves past it below, so it is read once.
-        let entry = unsafe { (*self.slot(position)).assume_init_read() };
+        // SAFETY: as above: the slot holds an entry, which `head` moves past below, so it is
+        // read once; `out` is a distinct, writable `MaybeUninit<Entry>` (a `&mut`).
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.slot(position).cast_const(), out, 1);
+        }
         self.head.store(position.wrapping_add(1), Ordering::Release);
-        Some(entry)
+        true
     }
 
     /// Drops the entries from `from` up to (not including) `to`, moving `head` past each one

@@ -1,6 +1,7 @@
 //! [`Routes`] and [`RouteCache`]: how a completion queue reaches the tables of the queue pairs
 //! that complete into it, and [`take_completed`], the lookup of a completion's request.
 
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -115,53 +116,81 @@ impl RouteCache {
     /// links them goes through the device. A stale completion (its request released by a reset
     /// or destroy) takes that path too, which costs a lock, not an allocation (the copy reuses
     /// its storage).
+    ///
+    /// The entry is moved into `out` (old contents overwritten, not dropped); returns whether
+    /// one was.
     #[inline]
     pub(crate) fn take_completed(
         &mut self,
         routes: &Routes,
         qp_num: u32,
         wr_id: u64,
-    ) -> Option<Entry> {
-        let entry = take_completed(&self.routes, qp_num, wr_id);
-        if entry.is_some() || wr_id & OWNED_ID_BIT == 0 {
-            return entry;
+        out: &mut MaybeUninit<Entry>,
+    ) -> bool {
+        if take_completed(&self.routes, qp_num, wr_id, out) {
+            return true;
         }
-        self.retry(routes, qp_num, wr_id)
+        if wr_id & OWNED_ID_BIT == 0 {
+            return false;
+        }
+        self.retry(routes, qp_num, wr_id, out)
     }
 
     /// [`take_completed`](Self::take_completed)'s second look, after a reload.
     #[cold]
     #[inline(never)]
-    fn retry(&mut self, routes: &Routes, qp_num: u32, wr_id: u64) -> Option<Entry> {
+    fn retry(
+        &mut self,
+        routes: &Routes,
+        qp_num: u32,
+        wr_id: u64,
+        out: &mut MaybeUninit<Entry>,
+    ) -> bool {
         self.reload(routes);
-        take_completed(&self.routes, qp_num, wr_id)
+        take_completed(&self.routes, qp_num, wr_id, out)
     }
 }
 
 /// Finds the owned request a completion of queue pair `qp_num` with `wr_id` ends, among
-/// `routes`: takes it from its table (releasing the requests before it). `None` for a
-/// completion of no owned request.
+/// `routes`: moves it from its table into `out` (releasing the requests before it; `out`'s
+/// old contents are overwritten, not dropped) and returns `true`; `false` for a completion of
+/// no owned request.
 #[inline(always)]
-pub(crate) fn take_completed(routes: &[Route], qp_num: u32, wr_id: u64) -> Option<Entry> {
+pub(crate) fn take_completed(
+    routes: &[Route],
+    qp_num: u32,
+    wr_id: u64,
+    out: &mut MaybeUninit<Entry>,
+) -> bool {
     if wr_id & OWNED_ID_BIT == 0 {
-        return None;
+        return false;
     }
     // Ids are unique in the process, so at most one table holds it; several routes share a
     // number only while a destroyed queue pair's route is being removed. The receive bit says
     // which queue's table to look in (an SRQ's, for a queue pair on one).
     let recv = wr_id & RECV_ID_BIT != 0;
-    routes.iter().filter(|r| r.qp_num == qp_num).find_map(|r| {
-        if !recv {
-            return r.send.then(|| r.tables.send.complete(wr_id)).flatten();
+    for route in routes.iter().filter(|r| r.qp_num == qp_num) {
+        let found = if !recv {
+            route.send && route.tables.send.complete_into(wr_id, out)
+        } else if !route.recv {
+            false
+        } else {
+            match &route.tables.srq {
+                Some(srq) => match srq.take(wr_id) {
+                    Some(entry) => {
+                        out.write(entry);
+                        true
+                    }
+                    None => false,
+                },
+                None => route.tables.recv.complete_into(wr_id, out),
+            }
+        };
+        if found {
+            return true;
         }
-        if !r.recv {
-            return None;
-        }
-        match &r.tables.srq {
-            Some(srq) => srq.take(wr_id),
-            None => r.tables.recv.complete(wr_id),
-        }
-    })
+    }
+    false
 }
 
 #[cfg(test)]
@@ -169,6 +198,13 @@ mod tests {
     use super::*;
     use crate::inflight::SrqTable;
     use crate::inflight::ring::tests::push;
+
+    /// [`take_completed`], its entry as an `Option`.
+    fn take(routes: &[Route], qp_num: u32, wr_id: u64) -> Option<Entry> {
+        let mut out = MaybeUninit::uninit();
+        // SAFETY: `take_completed` moved an entry into `out` when it returned `true`.
+        take_completed(routes, qp_num, wr_id, &mut out).then(|| unsafe { out.assume_init() })
+    }
 
     #[test]
     fn only_owned_ids_are_looked_up() {
@@ -180,13 +216,10 @@ mod tests {
             send: false,
             recv: true,
         }];
-        assert!(take_completed(&routes, 5, id & !OWNED_ID_BIT).is_none());
-        assert!(
-            take_completed(&routes, 6, id).is_none(),
-            "another queue pair"
-        );
-        assert_eq!(take_completed(&routes, 5, id).unwrap().tag, 7);
-        assert!(take_completed(&routes, 5, id).is_none(), "taken once");
+        assert!(take(&routes, 5, id & !OWNED_ID_BIT).is_none());
+        assert!(take(&routes, 6, id).is_none(), "another queue pair");
+        assert_eq!(take(&routes, 5, id).unwrap().tag, 7);
+        assert!(take(&routes, 5, id).is_none(), "taken once");
     }
 
     /// A completion is looked up only in the queue its id names (send or receive), only on a
@@ -209,12 +242,12 @@ mod tests {
         };
         // The send queue completes elsewhere: the send id is not looked up here.
         let routes = [route(&old, true, true), route(&live, false, true)];
-        assert!(take_completed(&routes, 9, send).is_none());
+        assert!(take(&routes, 9, send).is_none());
         // The receive id: this queue pair is on the SRQ, so its own receive ring is not used.
-        assert!(take_completed(&routes, 9, recv).is_none());
-        assert_eq!(take_completed(&routes, 9, on_srq).unwrap().tag, 3);
+        assert!(take(&routes, 9, recv).is_none());
+        assert_eq!(take(&routes, 9, on_srq).unwrap().tag, 3);
         let routes = [route(&old, true, true), route(&live, true, false)];
-        assert_eq!(take_completed(&routes, 9, send).unwrap().tag, 1);
+        assert_eq!(take(&routes, 9, send).unwrap().tag, 1);
         assert_eq!((live.send.len(), live.recv.len(), srq.len()), (0, 1, 0));
     }
 }

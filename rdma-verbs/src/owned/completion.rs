@@ -4,7 +4,7 @@
 use std::mem::MaybeUninit;
 
 use crate::buf::Buf;
-use crate::cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
+use crate::cq::{CompletionQueue, WcStatus, WorkCompletion};
 use crate::error::Result;
 use crate::inflight::Entry;
 
@@ -79,7 +79,7 @@ fn received_len(wc: &WorkCompletion, recv: bool) -> Option<u32> {
     if !recv {
         return None;
     }
-    if wc.status() != WcStatus::Success || wc.opcode() == WcOpcode::RecvRdmaWithImm {
+    if !wc.is_success() || wc.is_recv_rdma_with_imm() {
         return Some(0);
     }
     Some(wc.byte_len())
@@ -127,9 +127,15 @@ impl CompletionQueue {
             for wc in polled {
                 // No lock is held while `f` runs, which may post (taking table locks) or
                 // create queue pairs on this queue (changing the routes).
-                let entry =
-                    self.route_cache
-                        .take_completed(&self.inner.routes, wc.qp_num(), wc.wr_id());
+                let mut entry = MaybeUninit::uninit();
+                let found = self.route_cache.take_completed(
+                    &self.inner.routes,
+                    wc.qp_num(),
+                    wc.wr_id(),
+                    &mut entry,
+                );
+                // SAFETY: `take_completed` moved an entry into `entry` when it returned `true`.
+                let entry = found.then(|| unsafe { entry.assume_init() });
                 f(Completion::new(*wc, entry));
             }
             done += n;

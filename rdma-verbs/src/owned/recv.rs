@@ -38,7 +38,9 @@ impl OwnedRecv {
     /// SEND, with or without immediate data) or an RDMA WRITE with immediate data, whose bytes
     /// land in the writer's target, and its completion carries the immediate data. A message
     /// with bytes ends it in [`WcStatus::LocLenErr`](crate::WcStatus::LocLenErr). A UD queue
-    /// pair refuses it when posted: every datagram needs [`GRH_LEN`](crate::GRH_LEN) bytes.
+    /// pair refuses it when posted: every datagram needs [`GRH_LEN`](crate::GRH_LEN) bytes. An
+    /// SRQ cannot tell which transports it feeds: receives for UD queue pairs on an SRQ need
+    /// that room too, and without it complete in error.
     pub fn empty() -> Self {
         Self {
             buf: None,
