@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use common::*;
@@ -379,17 +380,29 @@ fn owned_refusals_give_the_buffer_back() {
         "{refused}"
     );
     assert_eq!(refused.into_buf().map(|b| b.capacity()), Some(GRH_LEN - 1));
+    let no_grh = |e: &Error| matches!(e, Error::InvalidArgument(why) if why.contains("GRH"));
     let refused = ud
         .post_recv_owned(OwnedRecv::buf(small.take().unwrap()))
         .unwrap_err();
-    assert!(
-        matches!(refused.error(), Error::InvalidArgument(_)),
-        "{refused}"
-    );
+    assert!(no_grh(refused.error()), "{refused}");
     assert!(refused.into_buf().is_some());
     let refused = ud.post_recv_owned(OwnedRecv::empty()).unwrap_err();
+    assert!(no_grh(refused.error()), "{refused}");
+    // A range counts as room too: 39 bytes of a shared region are refused.
+    let shared = Arc::new(
+        f.pd.register(GRH_LEN * 2, AccessFlags::LOCAL_WRITE)
+            .unwrap()
+            .into_shared(),
+    );
+    let range = RegionRange::new(&shared, 0..GRH_LEN - 1).unwrap();
+    let refused = ud.post_recv_owned(OwnedRecv::range(range)).unwrap_err();
+    assert!(no_grh(refused.error()), "{refused}");
+    // A receive given two ranges is refused for that first, whatever its room.
+    let twice = OwnedRecv::range(RegionRange::new(&shared, 0..8).unwrap())
+        .and_range(RegionRange::new(&shared, 8..16).unwrap());
+    let refused = ud.post_recv_owned(twice).unwrap_err();
     assert!(
-        matches!(refused.error(), Error::InvalidArgument(_)),
+        matches!(refused.error(), Error::InvalidArgument(why) if !why.contains("GRH")),
         "{refused}"
     );
     assert_eq!(ud.owned_in_flight(), 0);
@@ -544,14 +557,16 @@ fn owned_ud_send_keeps_its_address_handle_alive() {
 }
 
 /// UD: a receive of exactly [`GRH_LEN`] bytes, the least a UD queue pair takes, receives a
-/// datagram of no bytes (with immediate data): its buffer comes back holding the GRH alone.
+/// datagram of no bytes (with immediate data): its buffer comes back holding the GRH alone. So
+/// does a receive whose 40 bytes are split between a buffer and a range.
 #[test]
 fn owned_ud_receive_of_just_the_grh_takes_an_empty_datagram() {
     let Some(f) = fixture() else { return };
     const QKEY: u32 = 0x0bad_cafe;
     let (mut cq_a, mut cq_b) = (f.cq(4), f.cq(4));
     let mut a = f.ud_qp(f.pd.qp_builder(&cq_a, &cq_a), QKEY);
-    let mut b = f.ud_qp(f.pd.qp_builder(&cq_b, &cq_b), QKEY);
+    // Two scatter entries for the receive split between a buffer and a range.
+    let mut b = f.ud_qp(f.pd.qp_builder(&cq_b, &cq_b).max_recv_sge(2), QKEY);
     let grh_only = BufferPool::new(&f.pd, 1, GRH_LEN).unwrap();
     let mut guard = grh_only.take().unwrap();
     guard.fill_from(&[0xee; GRH_LEN]).unwrap();
@@ -577,6 +592,39 @@ fn owned_ud_receive_of_just_the_grh_takes_an_empty_datagram() {
     let buf = got[0].take_buf().unwrap();
     assert_eq!(buf.len(), GRH_LEN, "the GRH alone");
     assert_grh(&buf[..].try_into().unwrap(), Gid(f.device.gid));
+
+    // The room may be split: 16 bytes of a buffer and 24 of a range hold the GRH between them.
+    let head = BufferPool::new(&f.pd, 1, 16).unwrap();
+    let shared = Arc::new(
+        f.pd.register(64, AccessFlags::LOCAL_WRITE)
+            .unwrap()
+            .into_shared(),
+    );
+    let receive = OwnedRecv::buf(head.take().unwrap())
+        .and_range(RegionRange::new(&shared, 8..8 + GRH_LEN - 16).unwrap())
+        .tag(8);
+    b.post_recv_owned(receive).unwrap();
+    let mut empty = pool.take().unwrap();
+    empty.set_len(0).unwrap();
+    a.post_send_owned(
+        OwnedSend::send(empty)
+            .with_imm(0x5eee)
+            .to(&ah, b.qp_num(), QKEY),
+    )
+    .unwrap();
+    assert_eq!(reap(&mut cq_a, 1)[0].status(), WcStatus::Success);
+    let mut got = reap(&mut cq_b, 1);
+    assert_eq!(
+        (got[0].tag(), got[0].status(), got[0].wc().imm_data()),
+        (Some(8), WcStatus::Success, Some(0x5eee))
+    );
+    assert_eq!(got[0].wc().byte_len() as usize, GRH_LEN);
+    let mut grh = [0u8; GRH_LEN];
+    let first = got[0].take_buf().unwrap();
+    assert_eq!(first.len(), 16, "the buffer is full");
+    grh[..16].copy_from_slice(&first);
+    shared.read_at(8, &mut grh[16..]).unwrap();
+    assert_grh(&grh, Gid(f.device.gid));
 }
 
 /// Two queue pairs receive through one SRQ, each into its own completion queue: each

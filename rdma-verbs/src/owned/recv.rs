@@ -138,13 +138,9 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
         if self.has_srq() {
             return Err(on_srq(Some(buf)));
         }
-        if let Err(error) = check_room::<T>(buf.capacity()) {
-            return Err(PostRefused {
-                error,
-                buf: Some(buf),
-            });
-        }
-        if let Err(error) = check_pd(Some(&buf), self.pd().as_raw()) {
+        let checked =
+            check_pd(Some(&buf), self.pd().as_raw()).and_then(|()| check_room::<T>(buf.capacity()));
+        if let Err(error) = checked {
             return Err(PostRefused {
                 error,
                 buf: Some(buf),
@@ -200,13 +196,15 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
         if self.has_srq() {
             return Err(on_srq(request.buf));
         }
-        if let Err(error) = check_room::<T>(request.room()) {
+        // Counted before `prepare` splits the request, checked after its checks.
+        let room = request.room();
+        let parts = request.prepare(self.pd().as_raw())?;
+        if let Err(error) = check_room::<T>(room) {
             return Err(PostRefused {
                 error,
-                buf: request.buf,
+                buf: parts.buf,
             });
         }
-        let parts = request.prepare(self.pd().as_raw())?;
         self.post_recv_payload(parts.buf, parts.keep, parts.sges.payload(), parts.tag)
     }
 }
@@ -222,6 +220,8 @@ pub(super) fn room(buf: Option<&Buf>, range: Option<&RegionRange>) -> usize {
 /// `IBV_WC_LOC_LEN_ERR` whatever arrived). Free on the connected transports.
 #[inline(always)]
 pub(super) fn check_room<T: Transport>(room: usize) -> crate::error::Result<()> {
+    // UD is the only datagram transport (the trait is sealed), and every UD receive starts
+    // with the GRH's room; a datagram transport without it would need its own constant.
     if T::DATAGRAM && room < crate::GRH_LEN {
         return Err(no_room_for_grh(room));
     }
@@ -231,7 +231,8 @@ pub(super) fn check_room<T: Transport>(room: usize) -> crate::error::Result<()> 
 #[cold]
 fn no_room_for_grh(room: usize) -> Error {
     Error::InvalidArgument(format!(
-        "a UD receive needs room for the {}-byte GRH in front of the datagram, and this one has {room} bytes",
+        "a UD receive needs room for the {}-byte GRH in front of the datagram, \
+         and this one has room for {room} bytes",
         crate::GRH_LEN
     ))
 }
@@ -274,7 +275,10 @@ impl SharedReceiveQueue {
     /// [`PostRefused`], with the buffer when the device never saw it:
     /// [`Error::InvalidArgument`] for a buffer or range of another protection domain, or a
     /// range of a region that is not shared; [`Error::QueueFull`] when as many receives are in
-    /// flight as the SRQ holds; else as [`post_recv_one`](Self::post_recv_one).
+    /// flight as the SRQ holds; else as [`post_recv_one`](Self::post_recv_one). An SRQ cannot
+    /// tell which transports it feeds, so it does not refuse a receive with room for fewer than
+    /// [`GRH_LEN`](crate::GRH_LEN) bytes, as a UD queue pair does: one that UD consumes
+    /// completes in error.
     #[inline]
     pub fn post_recv_owned(&mut self, request: OwnedRecv) -> std::result::Result<(), PostRefused> {
         let parts = request.prepare(self.pd().as_raw())?;
