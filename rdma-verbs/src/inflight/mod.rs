@@ -8,6 +8,7 @@
 //! - `srq.rs`: [`SrqTable`], an SRQ's receives (any order, found by id);
 //! - `route.rs`: [`Routes`] and [`RouteCache`], from a completion to its table.
 
+use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -31,6 +32,12 @@ pub(crate) const OWNED_ID_BIT: u64 = 1 << 63;
 /// completion goes straight to the table that can hold its request. Only a hint of where to
 /// look: every table still matches the whole id.
 pub(crate) const RECV_ID_BIT: u64 = 1 << 62;
+
+/// [`OWNED_ID_BIT`] as a `NonZeroU64`.
+const OWNED: NonZeroU64 = match NonZeroU64::new(OWNED_ID_BIT) {
+    Some(bit) => bit,
+    None => unreachable!(),
+};
 
 /// Ids are handed to tables in blocks of this many.
 const BLOCK: u64 = 1 << 16;
@@ -58,14 +65,18 @@ impl IdSource {
         }
     }
 
+    /// The next id: never 0, since every id has [`OWNED_ID_BIT`] (which lets an
+    /// `Option<Entry>` be as small as an [`Entry`]).
     #[inline]
-    pub(crate) fn next(&mut self) -> Result<u64> {
+    pub(crate) fn next(&mut self) -> Result<NonZeroU64> {
         if self.next == self.end {
             self.next_block()?;
         }
         let id = self.next;
         self.next += 1;
-        Ok(id)
+        // `next_block` set the bit on every id of the block; or-ing it in again makes the
+        // type say so.
+        Ok(OWNED | id)
     }
 
     /// Takes the next block of ids from the process's counter: once per 65,536 ids.
@@ -87,7 +98,8 @@ impl IdSource {
 
 /// What the device may use while a request is in flight, and what the completion returns.
 pub(crate) struct Entry {
-    pub(crate) id: u64,
+    /// Non-zero, so that `Option<Entry>` (a completion's) needs no tag of its own.
+    pub(crate) id: NonZeroU64,
     pub(crate) tag: u64,
     pub(crate) buf: Option<Buf>,
     /// What else the device may use while the request is in flight (a UD send's address
@@ -97,12 +109,18 @@ pub(crate) struct Entry {
     pub(crate) keep: Option<Arc<dyn Send + Sync>>,
 }
 
+// A completion's `Option<Entry>` takes no more room than the entry (its id is never 0): 48
+// bytes on 64-bit targets, the size the docs quote.
+const _: () = assert!(size_of::<Option<Entry>>() == size_of::<Entry>());
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(size_of::<Entry>() == 48);
+
 impl Entry {
     /// Whether the request is a receive (its buffer's length becomes the bytes received):
     /// receive ids carry [`RECV_ID_BIT`].
     #[inline]
     pub(crate) fn is_recv(&self) -> bool {
-        self.id & RECV_ID_BIT != 0
+        self.id.get() & RECV_ID_BIT != 0
     }
 }
 
@@ -169,7 +187,7 @@ mod tests {
         let mut b = IdSource::new(true);
         let mut seen = std::collections::HashSet::new();
         for _ in 0..(BLOCK as usize + 10) {
-            let (send, recv) = (a.next().unwrap(), b.next().unwrap());
+            let (send, recv) = (a.next().unwrap().get(), b.next().unwrap().get());
             assert_eq!(send & (OWNED_ID_BIT | RECV_ID_BIT), OWNED_ID_BIT);
             assert_eq!(
                 recv & (OWNED_ID_BIT | RECV_ID_BIT),

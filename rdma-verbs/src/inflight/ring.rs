@@ -126,7 +126,7 @@ impl Ring {
         }
         // Release: the entry is written before completers can see it.
         self.tail.store(tail.wrapping_add(1), Ordering::Release);
-        Ok((id, in_flight + 1 == self.capacity))
+        Ok((id.get(), in_flight + 1 == self.capacity))
     }
 
     /// Takes back the request `id` recorded last, whose post the provider refused.
@@ -146,7 +146,7 @@ impl Ring {
         // completers reach only under the lock held here; the poster (the caller) does not
         // write it meanwhile.
         let entry = unsafe { (*self.slot(last)).assume_init_ref() };
-        if entry.id != id {
+        if entry.id.get() != id {
             return None;
         }
         // SAFETY: as above; `tail` moves back over the slot, so it is read once.
@@ -158,19 +158,19 @@ impl Ring {
     /// [`complete_into`](Self::complete_into), the entry returned (for tests).
     #[cfg(test)]
     pub(crate) fn complete(&self, id: u64) -> Option<Entry> {
-        let mut out = MaybeUninit::uninit();
-        // SAFETY: `complete_into` wrote the entry when it returned `true`.
-        self.complete_into(id, &mut out)
-            .then(|| unsafe { out.assume_init() })
+        let mut out = None;
+        let found = self.complete_into(id, &mut out);
+        assert_eq!(found, out.is_some(), "returns whether it wrote");
+        out
     }
 
-    /// The completion of request `id`: moves its entry into `out` (whose old contents are
-    /// overwritten, not dropped) and releases every request before it (their buffers return to
-    /// their pools); returns whether it did, `false` if `id` is not in flight here (a stale
-    /// completion, or another queue's). The entry is copied once, from its slot to where the
-    /// caller wants it.
+    /// The completion of request `id`: moves its entry into `out`, which holds `None` (it is
+    /// overwritten, not dropped: were it `Some`, that entry would leak), and releases every
+    /// request before it (their buffers return to their pools); returns whether it did,
+    /// `false` if `id` is not in flight here (a stale completion, or another queue's). The
+    /// entry is copied once, from its slot into `out`.
     #[inline]
-    pub(crate) fn complete_into(&self, id: u64, out: &mut MaybeUninit<Entry>) -> bool {
+    pub(crate) fn complete_into(&self, id: u64, out: &mut Option<Entry>) -> bool {
         let _consumer = self.consumer.lock();
         let head = self.head.load(Ordering::Relaxed);
         // Acquire: the entries before `tail` were written before it was stored.
@@ -181,7 +181,7 @@ impl Ring {
         while position != tail {
             // SAFETY: between `head` and `tail`, under the lock: an entry, not written by the
             // poster until `head` passes it.
-            if unsafe { (*self.slot(position)).assume_init_ref() }.id == id {
+            if unsafe { (*self.slot(position)).assume_init_ref() }.id.get() == id {
                 break;
             }
             position = position.wrapping_add(1);
@@ -194,10 +194,12 @@ impl Ring {
             // `tail`.
             unsafe { self.release(head, position) };
         }
-        // SAFETY: as above: the slot holds an entry, which `head` moves past below, so it is
-        // read once; `out` is a distinct, writable `MaybeUninit<Entry>` (a `&mut`).
+        debug_assert!(out.is_none(), "an entry would leak");
+        // SAFETY: as above: the slot holds an entry, which `head` moves past below with
+        // nothing between that can panic (`ptr::write` only), so it is read once. `out` is a
+        // `&mut`, so valid and aligned; what it held (`None`) is overwritten, not dropped.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.slot(position).cast_const(), out, 1);
+            std::ptr::write(out, Some((*self.slot(position)).assume_init_read()));
         }
         self.head.store(position.wrapping_add(1), Ordering::Release);
         true
@@ -356,7 +358,7 @@ pub(crate) mod tests {
             std::thread::spawn(move || {
                 for id in ids_rx {
                     if let Some(entry) = ring.complete(id) {
-                        assert_eq!(entry.id, id);
+                        assert_eq!(entry.id.get(), id);
                         assert_eq!(entry.tag % 3, 2, "the third of each group");
                         completed.fetch_add(1, Ordering::Relaxed);
                     }

@@ -1,7 +1,6 @@
 //! [`Routes`] and [`RouteCache`]: how a completion queue reaches the tables of the queue pairs
 //! that complete into it, and [`take_completed`], the lookup of a completion's request.
 
-use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -107,8 +106,8 @@ impl RouteCache {
     }
 
     /// Finds the owned request a completion of queue pair `qp_num` with `wr_id` ends: takes
-    /// it from its table (releasing the requests before it). `None` for a completion of no
-    /// owned request.
+    /// it from its table (releasing the requests before it) into `out`. `false`, `out` left
+    /// `None`, for a completion of no owned request.
     ///
     /// An owned id that matches nothing makes it reload the copy from `routes` and look once
     /// more: Rust's memory model does not order a route's addition (on the thread that created
@@ -117,15 +116,15 @@ impl RouteCache {
     /// or destroy) takes that path too, which costs a lock, not an allocation (the copy reuses
     /// its storage).
     ///
-    /// The entry is moved into `out` (old contents overwritten, not dropped); returns whether
-    /// one was.
+    /// The entry is moved into `out`, which holds `None` (overwritten, not dropped); returns
+    /// whether one was.
     #[inline]
     pub(crate) fn take_completed(
         &mut self,
         routes: &Routes,
         qp_num: u32,
         wr_id: u64,
-        out: &mut MaybeUninit<Entry>,
+        out: &mut Option<Entry>,
     ) -> bool {
         if take_completed(&self.routes, qp_num, wr_id, out) {
             return true;
@@ -139,28 +138,22 @@ impl RouteCache {
     /// [`take_completed`](Self::take_completed)'s second look, after a reload.
     #[cold]
     #[inline(never)]
-    fn retry(
-        &mut self,
-        routes: &Routes,
-        qp_num: u32,
-        wr_id: u64,
-        out: &mut MaybeUninit<Entry>,
-    ) -> bool {
+    fn retry(&mut self, routes: &Routes, qp_num: u32, wr_id: u64, out: &mut Option<Entry>) -> bool {
         self.reload(routes);
         take_completed(&self.routes, qp_num, wr_id, out)
     }
 }
 
 /// Finds the owned request a completion of queue pair `qp_num` with `wr_id` ends, among
-/// `routes`: moves it from its table into `out` (releasing the requests before it; `out`'s
-/// old contents are overwritten, not dropped) and returns `true`; `false` for a completion of
-/// no owned request.
+/// `routes`: moves it from its table into `out`, which holds `None` (releasing the requests
+/// before it), and returns `true`; `false`, `out` left `None`, for a completion of no owned
+/// request.
 #[inline(always)]
 pub(crate) fn take_completed(
     routes: &[Route],
     qp_num: u32,
     wr_id: u64,
-    out: &mut MaybeUninit<Entry>,
+    out: &mut Option<Entry>,
 ) -> bool {
     if wr_id & OWNED_ID_BIT == 0 {
         return false;
@@ -178,7 +171,11 @@ pub(crate) fn take_completed(
             match &route.tables.srq {
                 Some(srq) => match srq.take(wr_id) {
                     Some(entry) => {
-                        out.write(entry);
+                        debug_assert!(out.is_none(), "an entry would leak");
+                        // SAFETY: `out` is a `&mut`, so valid and aligned; what it held
+                        // (`None`) is overwritten, not dropped, which keeps drop code for it
+                        // out of the inlined poll loop.
+                        unsafe { std::ptr::write(out, Some(entry)) };
                         true
                     }
                     None => false,
@@ -201,9 +198,10 @@ mod tests {
 
     /// [`take_completed`], its entry as an `Option`.
     fn take(routes: &[Route], qp_num: u32, wr_id: u64) -> Option<Entry> {
-        let mut out = MaybeUninit::uninit();
-        // SAFETY: `take_completed` moved an entry into `out` when it returned `true`.
-        take_completed(routes, qp_num, wr_id, &mut out).then(|| unsafe { out.assume_init() })
+        let mut out = None;
+        let found = take_completed(routes, qp_num, wr_id, &mut out);
+        assert_eq!(found, out.is_some(), "returns whether it wrote");
+        out
     }
 
     #[test]
@@ -220,6 +218,33 @@ mod tests {
         assert!(take(&routes, 6, id).is_none(), "another queue pair");
         assert_eq!(take(&routes, 5, id).unwrap().tag, 7);
         assert!(take(&routes, 5, id).is_none(), "taken once");
+    }
+
+    /// A poller's copy taken before a queue pair's route was added still finds that queue
+    /// pair's completion (the second look, after a reload), once; a stale id and a foreign
+    /// one leave `out` `None`, and a route removed while the copy still has it finds nothing
+    /// (its tables were emptied).
+    #[test]
+    fn an_old_copy_reloads_and_finds_the_completion() {
+        let routes = Routes::default();
+        let mut cache = RouteCache::new();
+        cache.refresh(&routes);
+        let tables = Arc::new(QpTables::new(2, 2, None));
+        routes.add(4, &tables, true, false);
+        let (id, _) = push(&tables.send, 11);
+        let mut take = |wr_id| {
+            let mut out = None;
+            let found = cache.take_completed(&routes, 4, wr_id, &mut out);
+            assert_eq!(found, out.is_some(), "returns whether it wrote");
+            out
+        };
+        assert_eq!(take(id).map(|entry| entry.tag), Some(11));
+        assert!(take(id).is_none(), "taken once");
+        assert!(take(id & !OWNED_ID_BIT).is_none(), "not an owned id");
+        let (late, _) = push(&tables.send, 12);
+        tables.clear();
+        routes.remove(&tables);
+        assert!(take(late).is_none(), "released by the destroy");
     }
 
     /// A completion is looked up only in the queue its id names (send or receive), only on a

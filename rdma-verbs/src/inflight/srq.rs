@@ -36,7 +36,7 @@ impl SrqState {
         loop {
             match &self.slots[i] {
                 None => return None,
-                Some(entry) if entry.id == id => return Some(i),
+                Some(entry) if entry.id.get() == id => return Some(i),
                 Some(_) => i = (i + 1) & self.mask,
             }
         }
@@ -52,7 +52,7 @@ impl SrqState {
         loop {
             j = (j + 1) & self.mask;
             let Some(next) = &self.slots[j] else { break };
-            let home = self.home(next.id);
+            let home = self.home(next.id.get());
             let stays = if hole <= j {
                 hole < home && home <= j
             } else {
@@ -69,7 +69,7 @@ impl SrqState {
 
 impl SrqTable {
     /// Room for `capacity` receives (the SRQ's `max_wr`) in twice as many slots, rounded up
-    /// to a power of two: about 112 bytes per receive, allocated here, once. At most 2^30
+    /// to a power of two: about 96 bytes per receive, allocated here, once. At most 2^30
     /// receives are tracked; an SRQ granted more takes at most that many owned receives.
     pub(crate) fn new(capacity: u32) -> Self {
         let capacity = (capacity as usize).clamp(1, 1 << 30);
@@ -111,13 +111,13 @@ impl SrqTable {
             Err(error) => return Err((error, buf)),
         };
         // At most half full: a free slot exists on the probe path.
-        let mut i = state.home(id);
+        let mut i = state.home(id.get());
         while state.slots[i].is_some() {
             i = (i + 1) & state.mask;
         }
         state.slots[i] = Some(Entry { id, tag, buf, keep });
         state.len += 1;
-        Ok(id)
+        Ok(id.get())
     }
 
     /// Takes request `id` back (a refused post), or takes it with its completion: `None` if
