@@ -168,10 +168,12 @@ pub(crate) struct Liveness {
 }
 
 impl Liveness {
-    /// Why the link to `peer` is gone (closed, failed, or carrying bytes it never should), or
-    /// `None` while it lives. Never blocks.
+    /// Why the link to `peer` is gone (closed, failed, carrying bytes it never should, or
+    /// never made: no such node), or `None` while it lives. Never blocks.
     pub(crate) fn gone(&mut self, peer: u16) -> Option<String> {
-        let conn = self.conns.get_mut(usize::from(peer))?;
+        let Some(conn) = self.conns.get_mut(usize::from(peer)) else {
+            return Some(format!("no liveness link to node {peer}"));
+        };
         let mut byte = [0u8; 1];
         match conn.read(&mut byte) {
             Ok(0) => Some(CLOSED.into()),
@@ -612,6 +614,58 @@ mod tests {
             libc::ECONNRESET
         )));
         assert!(!read_bound_passed(&ErrorKind::UnexpectedEof.into()));
+    }
+
+    /// The liveness links never block, take a quiet peer for a live one, and name each way a
+    /// link goes: closed, carrying a byte (they carry none), or no link at all.
+    #[test]
+    fn liveness_tells_each_way_a_link_goes() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut accepted = Vec::new();
+        let conns: Vec<TcpStream> = (0..3)
+            .map(|_| {
+                let conn = TcpStream::connect(addr).unwrap();
+                accepted.push(listener.accept().unwrap().0);
+                conn
+            })
+            .collect();
+        let links = TcpLinks {
+            conns,
+            broken: None,
+        };
+        let mut liveness = links.into_liveness().unwrap();
+        // Quiet and open: alive, and the read returns at once (a blocking one would hang).
+        for peer in 0..3 {
+            assert_eq!(liveness.gone(peer), None, "node {peer}");
+        }
+        let mut accepted = accepted.into_iter();
+        let quiet = accepted.next().unwrap();
+        accepted.next().unwrap().write_all(&[7]).unwrap();
+        drop(accepted.next().unwrap());
+        // What happened on the other ends reaches these sockets soon; wait for it, bounded.
+        let settle = |liveness: &mut Liveness, peer| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                match liveness.gone(peer) {
+                    Some(why) => return Some(why),
+                    None if Instant::now() >= deadline => return None,
+                    None => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        };
+        assert_eq!(
+            settle(&mut liveness, 1).as_deref(),
+            Some("sent bytes on its liveness connection, which carries none")
+        );
+        assert_eq!(settle(&mut liveness, 2).as_deref(), Some(CLOSED));
+        assert_eq!(liveness.gone(0), None, "the quiet link still lives");
+        assert_eq!(
+            liveness.gone(3).as_deref(),
+            Some("no liveness link to node 3")
+        );
+        drop(quiet);
+        assert_eq!(settle(&mut liveness, 0).as_deref(), Some(CLOSED));
     }
 
     /// A peer that takes the request and never replies is reported as silent for the bound

@@ -1,9 +1,9 @@
 //! The DSM across hosts (`cargo xtask test --nodes N`): jobs whose ranks are spread over the
 //! pair of VMs (rank r on node r mod 2), so pages, locks and barriers cross the virtual wire:
 //! the counter and SOR with 2 and 4 ranks over `rdma-read` and `tcp`, a rank killed on one
-//! host while the other waits for it, and a host whose link goes down mid-run; and jobs of one
-//! rank per VM of the whole run (2 VMs with `--nodes 2`, 4 with `--nodes 4`). Every process is
-//! bounded.
+//! host while the other waits for it, and a host whose link goes down mid-run or while the
+//! other host's rank waits for a lock it holds; and jobs of one rank per VM of the whole run
+//! (2 VMs with `--nodes 2`, 4 with `--nodes 4`). Every process is bounded.
 
 mod common;
 
@@ -11,7 +11,7 @@ use std::io::Write as _;
 use std::process::{Child, Output};
 use std::time::{Duration, Instant};
 
-use common::{BOUND, finish, text};
+use common::{BOUND, Watched, finish, text};
 use rdma_test_support::{Cluster, TestDevice};
 
 fn setup() -> Option<(TestDevice, Cluster)> {
@@ -31,17 +31,7 @@ fn job(
     app: &[&str],
     key: &str,
 ) -> Vec<(u16, Output)> {
-    let port = if c.node() == 0 {
-        let port = std::net::TcpListener::bind((c.addr(0), 0))
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        c.publish(key, &port.to_string());
-        port.to_string()
-    } else {
-        c.fetch(0, key)
-    };
-    let rendezvous = format!("{}:{port}", c.addr(0));
+    let rendezvous = rendezvous(c, key);
     let children: Vec<(u16, Child)> = (0..size)
         .filter(|r| usize::from(*r) % 2 == c.node())
         .map(|rank| {
@@ -63,6 +53,37 @@ fn job(
         .collect();
     c.barrier(&format!("{key}-done"));
     outputs
+}
+
+/// Checks that a rank of a two-rank job exited 1 naming the other rank (on the other VM) as
+/// the cause; returns the line that names it.
+fn named_the_other(c: &Cluster, out: &Output, what: &str) -> String {
+    let peer = 1 - c.node();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{what}: {err}");
+    // Named as the cause: `dsm: node P: ...`, or inside a failed fault's line
+    // (`dsm: node N: the access at ... cannot be served: node P: ...`).
+    let named = format!("node {peer}: ");
+    err.lines()
+        .find(|l| l.starts_with("dsm: ") && l.contains(&named))
+        .unwrap_or_else(|| panic!("{what}: the other node is not named:\n{err}"))
+        .to_string()
+}
+
+/// The rendezvous of a job: node 0's address, at a port free on node 0, which it publishes
+/// under `key` and node 1 fetches.
+fn rendezvous(c: &Cluster, key: &str) -> String {
+    let port = if c.node() == 0 {
+        let port = std::net::TcpListener::bind((c.addr(0), 0))
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        c.publish(key, &port.to_string());
+        port.to_string()
+    } else {
+        c.fetch(0, key)
+    };
+    format!("{}:{port}", c.addr(0))
 }
 
 fn all_ok(outputs: &[(u16, Output)], what: &str) {
@@ -207,17 +228,7 @@ fn multinode_dsm_a_host_that_vanishes_is_named_by_the_other() {
     let Some((device, c)) = setup() else { return };
     for transport in ["rdma-read", "tcp"] {
         let key = format!("vanish-{transport}");
-        let port = if c.node() == 0 {
-            let port = std::net::TcpListener::bind((c.addr(0), 0))
-                .and_then(|l| l.local_addr())
-                .expect("a free port")
-                .port();
-            c.publish(&key, &port.to_string());
-            port.to_string()
-        } else {
-            c.fetch(0, &key)
-        };
-        let rendezvous = format!("{}:{port}", c.addr(0));
+        let rendezvous = rendezvous(&c, &key);
         // Far more increments than can finish before the link goes down.
         let app = ["counter", "--increments", "1000000"];
         let child = common::rank(&device, transport, c.node(), 2, &rendezvous, 10_000, &app);
@@ -234,23 +245,62 @@ fn multinode_dsm_a_host_that_vanishes_is_named_by_the_other() {
             finish(child, BOUND, &what)
         };
         let took = started.elapsed();
-        let peer = 1 - c.node();
-        let err = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{what}: {err}");
-        // Named as the cause: `dsm: node P: ...`, or inside a failed fault's line
-        // (`dsm: node N: the access at ... cannot be served: node P: ...`).
-        let named = format!("node {peer}: ");
-        assert!(
-            err.lines()
-                .any(|l| l.starts_with("dsm: ") && l.contains(&named)),
-            "{what}: the other node is not named:\n{err}"
-        );
+        let named = named_the_other(&c, &out, &what);
         // On the real stderr: libtest keeps a passing test's `eprintln!` to itself.
         let _ = writeln!(
             std::io::stderr(),
-            "NOTE: {what}: exit 1 after {:.1} s (link down at 8 s on node 1): {}",
+            "NOTE: {what}: exit 1 after {:.1} s (link down at 8 s on node 1): {named}",
             took.as_secs_f64(),
-            err.lines().next().unwrap_or("")
+        );
+        c.barrier(&format!("{key}-done"));
+    }
+}
+
+/// A host that vanishes while the other host's rank waits for a lock grant from it: node 0's
+/// rank holds lock 0 (`dsm hold`), node 1's rank asks for it and says so, and only then does
+/// node 1's link go down. The lock and barrier bound is an hour, so no bound but the liveness
+/// link (TCP keepalive and `TCP_USER_TIMEOUT` at the 10 s peer bound) can end node 1's wait
+/// before the 240 s process bound fails the test: each side names the other and exits 1.
+#[test]
+fn multinode_dsm_a_host_that_vanishes_during_a_lock_wait_is_named() {
+    let Some((device, c)) = setup() else { return };
+    for transport in ["rdma-read", "tcp"] {
+        let key = format!("vanish-lock-{transport}");
+        let rendezvous = rendezvous(&c, &key);
+        // Node 0 holds the lock far longer than node 1 takes to ask and the link to go down.
+        let app = ["hold", "--ms", "30000"];
+        let mut command =
+            common::rank_command(&device, transport, c.node(), 2, &rendezvous, 10_000, &app);
+        command.env("DSM_SYNC_TIMEOUT_MS", "3600000");
+        let child = Watched::new(command.spawn().expect("spawn a rank"));
+        let what = format!("{transport}, lock wait: node {}", c.node());
+        let started = Instant::now();
+        let out = if c.node() == 1 {
+            let waits =
+                child.wait_for_line("dsm: node 1 waits for lock 0, which node 0 holds", BOUND);
+            // The request leaves right after the line; then node 1 can only wait for the grant.
+            std::thread::sleep(Duration::from_secs(2));
+            let down = c.link_down();
+            let out = child.finish(BOUND, &what);
+            down.restore();
+            assert!(
+                waits,
+                "{what}: it never asked for the lock:\n{}",
+                text(&out.stderr)
+            );
+            out
+        } else {
+            child.finish(BOUND, &what)
+        };
+        let named = named_the_other(&c, &out, &what);
+        if c.node() == 1 {
+            // Ended by the liveness link, not by a bound (the reply bound would say "within").
+            assert!(!named.contains("within"), "{what}: {named}");
+        }
+        let _ = writeln!(
+            std::io::stderr(),
+            "NOTE: {what}: exit 1 after {:.1} s: {named}",
+            started.elapsed().as_secs_f64(),
         );
         c.barrier(&format!("{key}-done"));
     }

@@ -105,6 +105,31 @@ fn the_counter_under_a_lock_counts_every_increment() {
     }
 }
 
+/// `hold`, which the cross-host fault test builds on: while node 0 holds lock 0, every other
+/// node asks for it and waits, then each takes it in turn and the run ends cleanly.
+#[test]
+fn hold_keeps_the_others_waiting_for_the_lock_then_each_takes_it() {
+    let Some(device) = device() else { return };
+    for transport in TRANSPORTS {
+        let what = format!("hold on 3 nodes over {transport}");
+        let output = run(&device, 3, transport, &[], &["hold", "--ms", "300"]);
+        let err = text(&output.stderr);
+        let out = ok(output, &what);
+        assert_eq!(
+            out.trim(),
+            "hold: lock 0 held 300 ms by node 0, then taken by each of the 2 others",
+            "{what}"
+        );
+        for rank in 1..3 {
+            let line = format!("dsm: node {rank} waits for lock 0, which node 0 holds");
+            assert!(
+                err.lines().any(|l| l == line),
+                "{what}: no {line:?} in:\n{err}"
+            );
+        }
+    }
+}
+
 #[test]
 fn matmul_and_sor_equal_the_single_node_run_bit_for_bit() {
     let Some(device) = device() else { return };

@@ -84,6 +84,13 @@ enum Cmd {
         #[arg(long)]
         last_len: Option<usize>,
     },
+    /// Node 0 takes lock 0 and holds it for `--ms` while every other node waits for it (each
+    /// says so on stderr first); then each takes it in turn.
+    Hold {
+        /// How long node 0 holds the lock, milliseconds.
+        #[arg(long, default_value_t = 1_000)]
+        ms: u64,
+    },
     /// Node `--victim` exits abruptly after the first barrier; the others go on to a second.
     Die {
         /// The node that exits.
@@ -271,6 +278,16 @@ fn node_main(app: Cmd) -> Result<(), String> {
             node.barrier().map_err(|e| e.to_string())?;
             None
         }
+        Cmd::Hold { ms } => {
+            hold(&node, ms).map_err(|e| e.to_string())?;
+            if rank == 0 {
+                println!(
+                    "hold: lock 0 held {ms} ms by node 0, then taken by each of the {} others",
+                    node.nodes() - 1
+                );
+            }
+            None
+        }
         Cmd::Die { victim } => {
             node.barrier().map_err(|e| e.to_string())?;
             if rank == victim {
@@ -302,6 +319,23 @@ fn node_main(app: Cmd) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The `hold` application (see [`Cmd::Hold`]): the others wait for a lock grant for as long
+/// as node 0 holds the lock, which the fault tests use to take a host away during that wait.
+fn hold(node: &Node, ms: u64) -> dsm::Result<()> {
+    let rank = node.rank();
+    if rank == 0 {
+        let guard = node.lock(0)?;
+        node.barrier()?;
+        std::thread::sleep(Duration::from_millis(ms));
+        guard.unlock()?;
+    } else {
+        node.barrier()?;
+        dsm::say!("dsm: node {rank} waits for lock 0, which node 0 holds");
+        node.lock(0)?.unlock()?;
+    }
+    node.barrier()
 }
 
 /// The `refault` application (see [`Cmd::Refault`]).

@@ -1,7 +1,9 @@
 //! What the DSM's device test files share: bounded runs of the `dsm` binary and their output.
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rdma_test_support::TestDevice;
@@ -14,16 +16,84 @@ pub(crate) const BOUND: Duration = Duration::from_secs(240);
 
 /// Waits for `child` at most `bound`, reading its output as it runs; kills it after.
 pub(crate) fn finish(mut child: Child, bound: Duration, what: &str) -> Output {
-    let mut stdout = child.stdout.take().expect("piped stdout");
     let mut stderr = child.stderr.take().expect("piped stderr");
-    let out = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        let _ = stdout.read_to_end(&mut s);
-        s
-    });
     let err = std::thread::spawn(move || {
         let mut s = Vec::new();
         let _ = stderr.read_to_end(&mut s);
+        s
+    });
+    finish_reading(child, err, bound, what)
+}
+
+/// A running `dsm` process whose stderr is read line by line as it comes, so that a test can
+/// act on what it says mid-run.
+#[allow(
+    dead_code,
+    reason = "each test file is a crate of its own; not all use this"
+)]
+pub(crate) struct Watched {
+    child: Child,
+    lines: Receiver<String>,
+    err: JoinHandle<Vec<u8>>,
+}
+
+#[allow(
+    dead_code,
+    reason = "each test file is a crate of its own; not all use this"
+)]
+impl Watched {
+    /// Starts reading `child`'s stderr (piped).
+    pub(crate) fn new(mut child: Child) -> Self {
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (send, lines) = mpsc::channel();
+        let err = std::thread::spawn(move || {
+            let mut stderr = BufReader::new(stderr);
+            let mut all = Vec::new();
+            loop {
+                let start = all.len();
+                match stderr.read_until(b'\n', &mut all) {
+                    Ok(0) | Err(_) => break all,
+                    Ok(_) => {
+                        let line = text(&all[start..]).trim_end_matches('\n').to_string();
+                        // The test may have stopped listening; the bytes are still kept.
+                        let _ = send.send(line);
+                    }
+                }
+            }
+        });
+        Self { child, lines, err }
+    }
+
+    /// Whether the process writes the line `line` within `bound` (`false` if it ends first).
+    pub(crate) fn wait_for_line(&self, line: &str, bound: Duration) -> bool {
+        let deadline = Instant::now() + bound;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(got) if got == line => return true,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// As [`finish`]: waits at most `bound`, kills it after.
+    pub(crate) fn finish(self, bound: Duration, what: &str) -> Output {
+        finish_reading(self.child, self.err, bound, what)
+    }
+}
+
+/// [`finish`], with `err` already reading the child's stderr.
+fn finish_reading(
+    mut child: Child,
+    err: JoinHandle<Vec<u8>>,
+    bound: Duration,
+    what: &str,
+) -> Output {
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let out = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = stdout.read_to_end(&mut s);
         s
     });
     let started = Instant::now();
@@ -123,7 +193,27 @@ pub(crate) fn rank(
     timeout_ms: u32,
     app: &[&str],
 ) -> Child {
-    Command::new(DSM)
+    rank_command(device, transport, rank, size, rendezvous, timeout_ms, app)
+        .spawn()
+        .expect("spawn a rank")
+}
+
+/// The command [`rank`] spawns, for a test to add to.
+#[allow(
+    dead_code,
+    reason = "each test file is a crate of its own; not all use this"
+)]
+pub(crate) fn rank_command(
+    device: &TestDevice,
+    transport: &str,
+    rank: usize,
+    size: usize,
+    rendezvous: &str,
+    timeout_ms: u32,
+    app: &[&str],
+) -> Command {
+    let mut command = Command::new(DSM);
+    command
         .args(app)
         .env("DSM_RANK", rank.to_string())
         .env("DSM_SIZE", size.to_string())
@@ -134,7 +224,6 @@ pub(crate) fn rank(
         .env("DSM_WINDOW_MIB", "8")
         .env("DSM_TIMEOUT_MS", timeout_ms.to_string())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn a rank")
+        .stderr(Stdio::piped());
+    command
 }
