@@ -80,17 +80,22 @@ impl FreeList {
             let bits_of = &self.words[word];
             let mut bits = bits_of.load(Ordering::Relaxed);
             while bits != 0 {
-                let lowest = bits & bits.wrapping_neg();
+                // The lowest free bit, as a shift: clearing one bit known by its position
+                // compiles to a single atomic bit-test-and-reset, not a compare-exchange loop.
+                let bit = bits.trailing_zeros();
+                let lowest = 1u64 << bit;
                 let before = bits_of.fetch_and(!lowest, Ordering::Acquire);
                 if before & lowest != 0 {
                     if word != start {
                         self.hint.store(word, Ordering::Relaxed);
                     }
                     // Below `count <= 2^32`: only bits of indices below it are ever set.
-                    return Some((word * 64) as u32 + lowest.trailing_zeros());
+                    return Some((word * 64) as u32 + bit);
                 }
-                // Another thread took it: try what is still free in this word.
-                bits = before & !lowest;
+                // Another thread took it: try what is still free in this word (loaded again,
+                // so that `before` is used by the bit test alone, which the single
+                // instruction needs).
+                bits = bits_of.load(Ordering::Relaxed);
             }
             word += 1;
             if word == words {
