@@ -81,7 +81,8 @@ impl FreeList {
             let mut bits = bits_of.load(Ordering::Relaxed);
             while bits != 0 {
                 // The lowest free bit, as a shift: clearing one bit known by its position
-                // compiles to a single atomic bit-test-and-reset, not a compare-exchange loop.
+                // compiles to a single atomic bit-test-and-reset on x86-64 (`lock btr`), not a
+                // compare-exchange loop.
                 let bit = bits.trailing_zeros();
                 let lowest = 1u64 << bit;
                 let before = bits_of.fetch_and(!lowest, Ordering::Acquire);
@@ -158,7 +159,8 @@ impl BufferPool {
     }
 
     /// A free buffer, its length set to the full [`buffer_size`](Self::buffer_size), or `None`
-    /// when every buffer is out. Never allocates, never blocks (lock-free: it may be called
+    /// when it found none free (every buffer out; under concurrency, one may have come back to
+    /// a word it had passed). Never allocates, never blocks (lock-free: it may be called
     /// from any thread at once, as buffers may be dropped from any).
     #[inline]
     pub fn take(&self) -> Option<Buf> {

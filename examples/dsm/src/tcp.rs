@@ -168,11 +168,12 @@ pub(crate) struct Liveness {
 }
 
 impl Liveness {
-    /// Why the link to `peer` is gone (closed, failed, carrying bytes it never should, or
-    /// never made: no such node), or `None` while it lives. Never blocks.
+    /// Why the link to `peer` is gone (closed, failed, or carrying bytes it never should), or
+    /// `None` while it lives. Never blocks. The mesh links every node, itself included, so a
+    /// node without a link is no node of the run: named so rather than taken for alive.
     pub(crate) fn gone(&mut self, peer: u16) -> Option<String> {
         let Some(conn) = self.conns.get_mut(usize::from(peer)) else {
-            return Some(format!("no liveness link to node {peer}"));
+            return Some("no liveness link (no such node)".into());
         };
         let mut byte = [0u8; 1];
         match conn.read(&mut byte) {
@@ -662,7 +663,7 @@ mod tests {
         assert_eq!(liveness.gone(0), None, "the quiet link still lives");
         assert_eq!(
             liveness.gone(3).as_deref(),
-            Some("no liveness link to node 3")
+            Some("no liveness link (no such node)")
         );
         drop(quiet);
         assert_eq!(settle(&mut liveness, 0).as_deref(), Some(CLOSED));

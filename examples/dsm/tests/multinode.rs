@@ -1,8 +1,8 @@
 //! The DSM across hosts (`cargo xtask test --nodes N`): jobs whose ranks are spread over the
 //! pair of VMs (rank r on node r mod 2), so pages, locks and barriers cross the virtual wire:
 //! the counter and SOR with 2 and 4 ranks over `rdma-read` and `tcp`, a rank killed on one
-//! host while the other waits for it, and a host whose link goes down mid-run or while the
-//! other host's rank waits for a lock it holds; and jobs of one rank per VM of the whole run
+//! host while the other waits for it, and a host whose link goes down mid-run or while its
+//! rank waits for a lock the other host's rank holds; and jobs of one rank per VM of the whole run
 //! (2 VMs with `--nodes 2`, 4 with `--nodes 4`). Every process is bounded.
 
 mod common;
@@ -256,11 +256,13 @@ fn multinode_dsm_a_host_that_vanishes_is_named_by_the_other() {
     }
 }
 
-/// A host that vanishes while the other host's rank waits for a lock grant from it: node 0's
-/// rank holds lock 0 (`dsm hold`), node 1's rank asks for it and says so, and only then does
-/// node 1's link go down. The lock and barrier bound is an hour, so no bound but the liveness
-/// link (TCP keepalive and `TCP_USER_TIMEOUT` at the 10 s peer bound) can end node 1's wait
-/// before the 240 s process bound fails the test: each side names the other and exits 1.
+/// A host that vanishes while its rank waits for a lock grant from the other host: node 0's
+/// rank holds lock 0 (`dsm hold`), node 1's rank says it asks for it, and 2 s later node 1's
+/// link goes down. Node 1 then sends nothing (no RDMA retry can fail) and gets no grant; the
+/// lock bound is an hour (300 s by default, past the 240 s process bound too), so its wait
+/// ends only when the TCP connection to node 0 fails (keepalive and `TCP_USER_TIMEOUT` at the
+/// 10 s peer bound: the liveness link on `rdma-read`, the request connection on `tcp`). Each
+/// side names the other and exits 1; node 1's cause must be that connection.
 #[test]
 fn multinode_dsm_a_host_that_vanishes_during_a_lock_wait_is_named() {
     let Some((device, c)) = setup() else { return };
@@ -276,15 +278,16 @@ fn multinode_dsm_a_host_that_vanishes_during_a_lock_wait_is_named() {
         let what = format!("{transport}, lock wait: node {}", c.node());
         let started = Instant::now();
         let out = if c.node() == 1 {
-            let waits =
-                child.wait_for_line("dsm: node 1 waits for lock 0, which node 0 holds", BOUND);
-            // The request leaves right after the line; then node 1 can only wait for the grant.
+            let asked =
+                child.wait_for_line("dsm: node 1 asks for lock 0, which node 0 holds", BOUND);
+            // The request leaves right after the line (node 0 holds the lock for 30 s): 2 s
+            // later node 1 can only be waiting for the grant.
             std::thread::sleep(Duration::from_secs(2));
             let down = c.link_down();
             let out = child.finish(BOUND, &what);
             down.restore();
             assert!(
-                waits,
+                asked,
                 "{what}: it never asked for the lock:\n{}",
                 text(&out.stderr)
             );
@@ -294,8 +297,12 @@ fn multinode_dsm_a_host_that_vanishes_during_a_lock_wait_is_named() {
         };
         let named = named_the_other(&c, &out, &what);
         if c.node() == 1 {
-            // Ended by the liveness link, not by a bound (the reply bound would say "within").
-            assert!(!named.contains("within"), "{what}: {named}");
+            // Ended by the TCP connection to node 0 (`tcp::Liveness::gone` on `rdma-read`, the
+            // call's read on `tcp`), not by a bound ("within") or a failed RDMA request.
+            assert!(
+                named.contains("node 0: connection failed: "),
+                "{what}: {named}"
+            );
         }
         let _ = writeln!(
             std::io::stderr(),

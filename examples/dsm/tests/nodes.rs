@@ -106,9 +106,11 @@ fn the_counter_under_a_lock_counts_every_increment() {
 }
 
 /// `hold`, which the cross-host fault test builds on: while node 0 holds lock 0, every other
-/// node asks for it and waits, then each takes it in turn and the run ends cleanly.
+/// node asks for it, and each takes it only after node 0's release (each finds node 0's count,
+/// written just before the release, under the lock: `hold` fails otherwise); one node alone
+/// holds it and ends.
 #[test]
-fn hold_keeps_the_others_waiting_for_the_lock_then_each_takes_it() {
+fn hold_hands_the_lock_from_node_0_to_every_other_node() {
     let Some(device) = device() else { return };
     for transport in TRANSPORTS {
         let what = format!("hold on 3 nodes over {transport}");
@@ -117,17 +119,25 @@ fn hold_keeps_the_others_waiting_for_the_lock_then_each_takes_it() {
         let out = ok(output, &what);
         assert_eq!(
             out.trim(),
-            "hold: lock 0 held 300 ms by node 0, then taken by each of the 2 others",
+            "hold: lock 0 held 300 ms by node 0, then taken by each of the 2 others after its release",
             "{what}"
         );
         for rank in 1..3 {
-            let line = format!("dsm: node {rank} waits for lock 0, which node 0 holds");
+            let line = format!("dsm: node {rank} asks for lock 0, which node 0 holds");
             assert!(
                 err.lines().any(|l| l == line),
                 "{what}: no {line:?} in:\n{err}"
             );
         }
     }
+    let out = ok(
+        run(&device, 1, "tcp", &[], &["hold", "--ms", "0"]),
+        "hold on 1 node",
+    );
+    assert_eq!(
+        out.trim(),
+        "hold: lock 0 held 0 ms by node 0 (no other node)"
+    );
 }
 
 #[test]

@@ -84,10 +84,11 @@ enum Cmd {
         #[arg(long)]
         last_len: Option<usize>,
     },
-    /// Node 0 takes lock 0 and holds it for `--ms` while every other node waits for it (each
-    /// says so on stderr first); then each takes it in turn.
+    /// Node 0 takes lock 0 and holds it for `--ms` while every other node asks for it (each
+    /// says so on stderr first); then each takes it in turn, after node 0's release.
     Hold {
-        /// How long node 0 holds the lock, milliseconds.
+        /// How long node 0 holds the lock, milliseconds (the others wait at most the lock
+        /// bound, `--sync-timeout-ms`).
         #[arg(long, default_value_t = 1_000)]
         ms: u64,
     },
@@ -280,11 +281,13 @@ fn node_main(app: Cmd) -> Result<(), String> {
         }
         Cmd::Hold { ms } => {
             hold(&node, ms).map_err(|e| e.to_string())?;
-            if rank == 0 {
-                println!(
-                    "hold: lock 0 held {ms} ms by node 0, then taken by each of the {} others",
-                    node.nodes() - 1
-                );
+            match (rank, node.nodes() - 1) {
+                (0, 0) => println!("hold: lock 0 held {ms} ms by node 0 (no other node)"),
+                (0, others) => println!(
+                    "hold: lock 0 held {ms} ms by node 0, then taken by each of the {others} \
+                     others after its release"
+                ),
+                _ => {}
             }
             None
         }
@@ -323,17 +326,39 @@ fn node_main(app: Cmd) -> Result<(), String> {
 
 /// The `hold` application (see [`Cmd::Hold`]): the others wait for a lock grant for as long
 /// as node 0 holds the lock, which the fault tests use to take a host away during that wait.
+///
+/// Each holder counts itself into a shared word under the lock: node 0 writes 1 just before
+/// its release, so a node that finds 0 took the lock before that release (an error), and the
+/// word ends equal to the number of nodes.
 fn hold(node: &Node, ms: u64) -> dsm::Result<()> {
     let rank = node.rank();
+    let holders = node.alloc::<u64>(1, Placement::Home(0))?;
     if rank == 0 {
         let guard = node.lock(0)?;
         node.barrier()?;
         std::thread::sleep(Duration::from_millis(ms));
+        holders.set(0, 1)?;
         guard.unlock()?;
     } else {
         node.barrier()?;
-        dsm::say!("dsm: node {rank} waits for lock 0, which node 0 holds");
-        node.lock(0)?.unlock()?;
+        dsm::say!("dsm: node {rank} asks for lock 0, which node 0 holds");
+        let guard = node.lock(0)?;
+        let before = holders.get(0)?;
+        if before == 0 {
+            return Err(dsm::Error::Check(format!(
+                "node {rank}: took lock 0 before node 0 released it"
+            )));
+        }
+        holders.set(0, before + 1)?;
+        guard.unlock()?;
+    }
+    node.barrier()?;
+    let holders = holders.get(0)?;
+    if holders != u64::from(node.nodes()) {
+        return Err(dsm::Error::Check(format!(
+            "node {rank}: lock 0 had {holders} holders, {} expected",
+            node.nodes()
+        )));
     }
     node.barrier()
 }

@@ -32,9 +32,10 @@ pub(crate) fn finish(mut child: Child, bound: Duration, what: &str) -> Output {
     reason = "each test file is a crate of its own; not all use this"
 )]
 pub(crate) struct Watched {
-    child: Child,
+    /// `None` once [`finish`](Self::finish) took them.
+    child: Option<Child>,
+    err: Option<JoinHandle<Vec<u8>>>,
     lines: Receiver<String>,
-    err: JoinHandle<Vec<u8>>,
 }
 
 #[allow(
@@ -61,14 +62,22 @@ impl Watched {
                 }
             }
         });
-        Self { child, lines, err }
+        Self {
+            child: Some(child),
+            err: Some(err),
+            lines,
+        }
     }
 
     /// Whether the process writes the line `line` within `bound` (`false` if it ends first).
     pub(crate) fn wait_for_line(&self, line: &str, bound: Duration) -> bool {
         let deadline = Instant::now() + bound;
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            let left = deadline - now;
             match self.lines.recv_timeout(left) {
                 Ok(got) if got == line => return true,
                 Ok(_) => {}
@@ -78,8 +87,21 @@ impl Watched {
     }
 
     /// As [`finish`]: waits at most `bound`, kills it after.
-    pub(crate) fn finish(self, bound: Duration, what: &str) -> Output {
-        finish_reading(self.child, self.err, bound, what)
+    pub(crate) fn finish(mut self, bound: Duration, what: &str) -> Output {
+        let (Some(child), Some(err)) = (self.child.take(), self.err.take()) else {
+            unreachable!("finish takes the watch by value, once");
+        };
+        finish_reading(child, err, bound, what)
+    }
+}
+
+impl Drop for Watched {
+    /// A test that panics before [`finish`](Watched::finish) leaves no process behind.
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
