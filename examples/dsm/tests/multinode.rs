@@ -35,7 +35,7 @@ fn job(
     let children: Vec<(u16, Child)> = (0..size)
         .filter(|r| usize::from(*r) % 2 == c.node())
         .map(|rank| {
-            let child = common::rank(
+            let child = common::rank_command(
                 device,
                 transport,
                 usize::from(rank),
@@ -43,7 +43,9 @@ fn job(
                 &rendezvous,
                 30_000,
                 app,
-            );
+            )
+            .spawn()
+            .expect("spawn a rank");
             (rank, child)
         })
         .collect();
@@ -206,7 +208,9 @@ fn multinode_dsm_one_rank_per_vm_of_the_whole_run() {
         // the previous one's rendezvous.
         let rendezvous = format!("{}:{}", addrs[0], 17300 + i);
         let what = format!("{} on {nodes} VMs over {transport}", app.join(" "));
-        let child = common::rank(&device, transport, node, nodes, &rendezvous, 60_000, app);
+        let child = common::rank_command(&device, transport, node, nodes, &rendezvous, 60_000, app)
+            .spawn()
+            .expect("spawn a rank");
         let out = finish(child, BOUND, &what);
         assert!(out.status.success(), "{what}: {}", text(&out.stderr));
         if node == 0 {
@@ -231,7 +235,10 @@ fn multinode_dsm_a_host_that_vanishes_is_named_by_the_other() {
         let rendezvous = rendezvous(&c, &key);
         // Far more increments than can finish before the link goes down.
         let app = ["counter", "--increments", "1000000"];
-        let child = common::rank(&device, transport, c.node(), 2, &rendezvous, 10_000, &app);
+        let child =
+            common::rank_command(&device, transport, c.node(), 2, &rendezvous, 10_000, &app)
+                .spawn()
+                .expect("spawn a rank");
         let what = format!("{transport}: node {}", c.node());
         let started = Instant::now();
         let out = if c.node() == 1 {

@@ -199,28 +199,10 @@ pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// One rank of a job launched by hand (the variables a scheduler would set), output piped:
-/// `dsm <app>` as rank `rank` of `size`, meeting at `rendezvous`, over `transport` on
-/// `device`, with an 8 MiB window and the peer bound `timeout_ms`.
-#[allow(
-    dead_code,
-    reason = "each test file is a crate of its own; not all use this"
-)]
-pub(crate) fn rank(
-    device: &TestDevice,
-    transport: &str,
-    rank: usize,
-    size: usize,
-    rendezvous: &str,
-    timeout_ms: u32,
-    app: &[&str],
-) -> Child {
-    rank_command(device, transport, rank, size, rendezvous, timeout_ms, app)
-        .spawn()
-        .expect("spawn a rank")
-}
-
-/// The command [`rank`] spawns, for a test to add to.
+/// The command of one rank of a job launched by hand (the variables a scheduler would set),
+/// output piped: `dsm <app>` as rank `rank` of `size`, meeting at `rendezvous`, over
+/// `transport` on `device`, with an 8 MiB window and the peer bound `timeout_ms`. A test
+/// spawns it, after adding to it what it needs.
 #[allow(
     dead_code,
     reason = "each test file is a crate of its own; not all use this"
