@@ -3,7 +3,8 @@
 //! fetch-and-add at 2, 64, 1024 and 4096 bytes (8 for the atomic), inline up to 64 bytes; the
 //! 64-byte send message rate posted one by one and in doorbell-batched lists of 8 and 32 with
 //! one signaled request per batch; and the post+poll round of the instruction counts. Each
-//! runs on the `unsafe` calls and on the owned-buffer (safe) path.
+//! runs on the `unsafe` calls and on the owned-buffer (safe) path; the send latency also on
+//! slot rings (safe).
 //!
 //! All run in one process on two RC queue pairs connected to each other (`loopback`), so one
 //! iteration is a whole round trip (perftest's latency tables print half of it for send and
@@ -21,11 +22,11 @@ use criterion::measurement::WallTime;
 use criterion::{
     BenchmarkGroup, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main,
 };
-use rdma_benches::loopback::{self, Loopback, Shape, spin};
+use rdma_benches::loopback::{self, Loopback, Patience, Shape, spin};
 use rdma_verbs::{
     AccessFlags, Buf, BufferPool, Completion, CompletionQueue, MemoryRegion, OwnedRecvList,
-    OwnedSend, OwnedSendList, Payload, RecvList, RecvRequest, SendList, SendRequest, WcOpcode,
-    WorkCompletion,
+    OwnedSend, OwnedSendList, Payload, QueuePair, Rc, RecvList, RecvRequest, Rts, SendList,
+    SendRequest, Slot, SlotRing, SlotSend, WcOpcode, WorkCompletion,
 };
 
 /// Message sizes of the latency benches.
@@ -228,7 +229,118 @@ fn send_latency(c: &mut Criterion) {
             ));
         }
     }
+    for size in SIZES {
+        let mut lb = ok(Loopback::open(Shape {
+            depth: 4,
+            max_inline_data: INLINE as u32,
+        }));
+        let message = pattern(size);
+        let Loopback {
+            a, b, cq_a, cq_b, ..
+        } = &mut lb;
+        let (mut ring_a, mut ring_b) = (ok(a.slot_ring(4, size)), ok(b.slot_ring(4, size)));
+        let mut wcs = [WorkCompletion::default(); 4];
+        post_recv_next(b, &mut ring_b);
+        post_recv_next(a, &mut ring_a);
+        // The last slot `a` received back, kept for the check.
+        let mut echoed: Option<Slot> = None;
+        let ran = run(&mut group, BenchmarkId::new("slot", size), || {
+            let mut out = take_slot(&mut ring_a);
+            ok(ring_a.fill(&mut out, &message));
+            ok(a.post_send_slot(&mut ring_a, SlotSend::send(out)));
+            let mut received = None;
+            ok(spin_slot(
+                cq_b,
+                &mut ring_b,
+                1,
+                &mut wcs,
+                |ring, op, slot| {
+                    if op == WcOpcode::Recv {
+                        received = Some(slot);
+                    } else {
+                        ok(ring.put(slot));
+                    }
+                },
+            ));
+            post_recv_next(b, &mut ring_b);
+            // `b` answers with the slot it received.
+            let back = received.unwrap_or_else(|| die("no slot received"));
+            ok(b.post_send_slot(&mut ring_b, SlotSend::send(back)));
+            ok(spin_slot(
+                cq_a,
+                &mut ring_a,
+                2,
+                &mut wcs,
+                |ring, op, slot| {
+                    if op == WcOpcode::Recv {
+                        if let Some(old) = echoed.replace(slot) {
+                            ok(ring.put(old));
+                        }
+                    } else {
+                        ok(ring.put(slot));
+                    }
+                },
+            ));
+            post_recv_next(a, &mut ring_a);
+            ok(spin_slot(
+                cq_b,
+                &mut ring_b,
+                1,
+                &mut wcs,
+                |ring, _, slot| {
+                    ok(ring.put(slot));
+                },
+            ));
+        });
+        let echoed = echoed.as_ref().map(|slot| ok(ring_a.bytes(slot)));
+        if ran && echoed != Some(&message[..]) {
+            die(&format!(
+                "latency/send/slot/{size}: the bytes echoed differ from those sent"
+            ));
+        }
+    }
     group.finish();
+}
+
+/// Posts a free slot of `ring` as a receive of `qp`.
+fn post_recv_next(qp: &mut QueuePair<Rc, Rts>, ring: &mut SlotRing) {
+    let slot = take_slot(ring);
+    ok(qp.post_recv_slot(ring, slot));
+}
+
+/// A free slot of `ring` (every bench gives each slot back before it needs another).
+fn take_slot(ring: &mut SlotRing) -> Slot {
+    ring.take().unwrap_or_else(|| die("the slot ring is empty"))
+}
+
+/// Polls `cq` until `want` completions arrived, each successful, one of a SEND and a receive,
+/// and a request of `ring`, handing each one's slot to `keep` with its opcode; busy, and
+/// bounded as [`spin`].
+fn spin_slot(
+    cq: &mut CompletionQueue,
+    ring: &mut SlotRing,
+    want: usize,
+    wcs: &mut [WorkCompletion],
+    mut keep: impl FnMut(&mut SlotRing, WcOpcode, Slot),
+) -> Result<(), String> {
+    let mut got = 0;
+    let mut patience = Patience::default();
+    while got < want {
+        let polled = cq.poll(&mut wcs[..want - got]).map_err(|e| e.to_string())?;
+        for wc in polled.iter() {
+            let op = wc.opcode();
+            if !wc.is_success() || !SEND_RECV.contains(&op) {
+                return Err(format!("completion {}: {:?} {op:?}", got + 1, wc.status()));
+            }
+            let slot = ring
+                .complete(wc)
+                .ok_or_else(|| format!("completion {} is none of the ring's", got + 1))?;
+            keep(ring, op, slot);
+            got += 1;
+        }
+        patience.after_poll(polled.len(), got, want)?;
+    }
+    Ok(())
 }
 
 /// The opcodes of a send-and-receive exchange.
@@ -245,8 +357,7 @@ fn spin_owned(
 ) -> Result<(), String> {
     let mut got = 0;
     let mut failed = None;
-    let mut idle = 0u32;
-    let mut since: Option<Instant> = None;
+    let mut patience = Patience::default();
     while got < want {
         let polled = cq
             .poll_each(want - got, |mut completion: Completion| {
@@ -263,15 +374,7 @@ fn spin_owned(
             return Err(format!("completion {} of {want}: {failed}", got + 1));
         }
         got += polled;
-        if polled == 0 {
-            idle = idle.wrapping_add(1);
-            if idle % 1024 == 0 && since.get_or_insert_with(Instant::now).elapsed() > loopback::WAIT
-            {
-                return Err(format!("{got} of {want} completions, then nothing"));
-            }
-        } else {
-            since = None;
-        }
+        patience.after_poll(polled, got, want)?;
     }
     Ok(())
 }

@@ -131,7 +131,7 @@ impl Loopback {
 
 /// Polls `cq` until `want` completions arrived, each successful and each with an opcode of
 /// `opcodes` (a queue carries both a queue pair's sends and its receives); busy, as a latency
-/// benchmark polls. Gives up after [`WAIT`], checking the time once per 1024 empty polls.
+/// benchmark polls. Gives up after [`WAIT`] (see [`Patience`]).
 ///
 /// # Errors
 ///
@@ -143,8 +143,7 @@ pub fn spin(
     wcs: &mut [WorkCompletion],
 ) -> Result<(), String> {
     let mut got = 0;
-    let mut idle = 0u32;
-    let mut since: Option<Instant> = None;
+    let mut patience = Patience::default();
     while got < want {
         let room = (want - got).min(wcs.len());
         let done = cq.poll(&mut wcs[..room]).map_err(|e| e.to_string())?;
@@ -158,18 +157,38 @@ pub fn spin(
                 ));
             }
         }
-        if done.is_empty() {
-            idle = idle.wrapping_add(1);
-            if idle % 1024 == 0 && since.get_or_insert_with(Instant::now).elapsed() > WAIT {
-                return Err(format!(
-                    "{got} of {want} completions, then nothing for {} s",
-                    WAIT.as_secs()
-                ));
-            }
-        } else {
-            got += done.len();
-            since = None;
-        }
+        got += done.len();
+        patience.after_poll(done.len(), got, want)?;
     }
     Ok(())
+}
+
+/// The bound of a busy poll: it gives up once polls found nothing for [`WAIT`], checking the
+/// time once per 1024 empty polls (reading the clock on every poll would be most of a poll).
+#[derive(Debug, Default)]
+pub struct Patience {
+    idle: u32,
+    since: Option<Instant>,
+}
+
+impl Patience {
+    /// Records a poll that found `found` completions, with `got` of `want` arrived so far.
+    ///
+    /// # Errors
+    ///
+    /// Nothing arrived for [`WAIT`].
+    pub fn after_poll(&mut self, found: usize, got: usize, want: usize) -> Result<(), String> {
+        if found > 0 {
+            self.since = None;
+            return Ok(());
+        }
+        self.idle = self.idle.wrapping_add(1);
+        if self.idle % 1024 == 0 && self.since.get_or_insert_with(Instant::now).elapsed() > WAIT {
+            return Err(format!(
+                "{got} of {want} completions, then nothing for {} s",
+                WAIT.as_secs()
+            ));
+        }
+        Ok(())
+    }
 }

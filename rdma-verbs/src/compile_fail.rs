@@ -116,6 +116,14 @@ case!(
     "rust"
 );
 
+// Slot rings: a slot's bytes are read or written, not both at once.
+case!(
+    SlotBytesWhileWritten,
+    "slot_bytes_while_written.rs",
+    "compile_fail,E0502"
+);
+case!(SlotBytesOk, "slot_bytes_ok.rs", "rust");
+
 // Values that do nothing unless used (`#[must_use]`). A lint has no error code: the control,
 // which differs only in using the value, shows that nothing else fails.
 case!(RequestUnused, "request_unused.rs", "compile_fail");

@@ -29,14 +29,17 @@
 //!   it and hand it back on failure; sends exist only in RTS.
 //! - Work requests are built safely and chained into reusable [`PostList`]s that go to the device
 //!   in one call. Posting them directly is `unsafe`: the device uses the memory after the call
-//!   returns. Two safe ways: [`QueuePair::scope`], in which memory stays borrowed until its
-//!   completion is reaped, and the owned-buffer path, in which posting moves a [`Buf`] of a
+//!   returns. Three safe ways: [`QueuePair::scope`], in which memory stays borrowed until its
+//!   completion is reaped; the owned-buffer path, in which posting moves a [`Buf`] of a
 //!   [`BufferPool`] into the queue pair ([`QueuePair::post_send_owned`],
 //!   [`QueuePair::post_recv_buf`]) and [`CompletionQueue::poll_each`] hands it back with its
 //!   completion: receive rings that outlive any scope, many queue pairs on one completion
-//!   queue, unsignaled sends, doorbell-batched [`OwnedSendList`]s. Why each is sound:
-//!   [`docs::safety`]; how the owned path works: [`docs::data_path`]; the state types:
-//!   [`docs::typestate`]; where each verb lives: [`docs::modules`].
+//!   queue, unsignaled sends, doorbell-batched [`OwnedSendList`]s; and slot rings, with the
+//!   least bookkeeping: a queue pair's own registered slots ([`QueuePair::slot_ring`]),
+//!   posted as [`Slot`]s and handed back by [`SlotRing::complete`] for the completions the
+//!   caller polled. Why each is sound: [`docs::safety`]; how the two paths work:
+//!   [`docs::data_path`]; the state types: [`docs::typestate`]; where each verb lives:
+//!   [`docs::modules`].
 //! - Polling fills a caller's array; nothing allocates on the data path.
 //! - Failed verbs return [`Error`], naming the verb and its errno; failed work requests are
 //!   completions with a [`WcStatus`]. The library does not panic on bad input.
@@ -94,6 +97,7 @@ mod pd;
 pub mod qp;
 mod scope;
 pub mod shared;
+mod slot;
 mod spin;
 mod srq;
 #[cfg(feature = "tokio")]
@@ -125,6 +129,7 @@ pub use qp::{
     UdRtrAttr,
 };
 pub use scope::{PostScope, ScopeCqs};
+pub use slot::{MAX_SLOTS, Slot, SlotRefused, SlotRing, SlotSend};
 pub use srq::{SharedReceiveQueue, SrqBuilder};
 #[cfg(feature = "tokio")]
 pub use tokio_io::{AsyncCompletionChannel, AsyncContextEvents};

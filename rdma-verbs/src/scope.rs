@@ -172,6 +172,12 @@ impl<T: Transport> QueuePair<T, Rts> {
                 "owned requests are in flight on this queue pair: reap them before a scope".into(),
             ));
         }
+        if self.tables().has_attachments() {
+            // Its slot ring's completions carry this queue pair's number too.
+            return Err(Error::InvalidArgument(
+                "a queue pair with a slot ring cannot open a scope".into(),
+            ));
+        }
         check_cqs(self.cq_inners(), &cqs)?;
         let mut scope = PostScope {
             qp: self,

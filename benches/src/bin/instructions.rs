@@ -30,7 +30,8 @@ use std::process::ExitCode;
 use rdma_benches::loopback::{Loopback, Shape};
 use rdma_verbs::{
     AccessFlags, Buf, BufferPool, Completion, CompletionQueue, MemoryRegion, MrSlice, OwnedSend,
-    QueuePair, Rc, RecvRequest, Rts, SendRequest, WcOpcode, WorkCompletion,
+    QueuePair, Rc, RecvRequest, Rts, SendRequest, Slot, SlotRing, SlotSend, WcOpcode,
+    WorkCompletion,
 };
 
 const SIZE: usize = 64;
@@ -147,6 +148,35 @@ fn run(mode: &str, rounds: u32) -> Result<(), String> {
                 }
             }
         }
+        "slot" => {
+            let e = |e: rdma_verbs::Error| e.to_string();
+            let mut send_ring = pair.a.slot_ring(1, SIZE).map_err(e)?;
+            let mut recv_ring = pair.b.slot_ring(1, SIZE).map_err(e)?;
+            let mut send = send_ring.take();
+            let mut recv = recv_ring.take();
+            let slot = send.as_mut().ok_or("the ring is empty")?;
+            send_ring.fill(slot, &[0x5a; SIZE]).map_err(e)?;
+            let mut wcs = [WorkCompletion::default(); 4];
+            for round in 0..rounds {
+                pair.arm()?;
+                let slot = recv.take().ok_or("no receive slot came back")?;
+                measured_post_recv_slot(&mut pair.b, &mut recv_ring, slot).map_err(e)?;
+                let slot = send.take().ok_or("no send slot came back")?;
+                measured_post_send_slot(&mut pair.a, &mut send_ring, slot).map_err(e)?;
+                pair.wait_both()?;
+                send = measured_poll_slot(&mut pair.cq_a, &mut send_ring, &mut wcs);
+                let sent_ok = wcs[0].is_success() && wcs[0].opcode() == WcOpcode::Send;
+                recv = measured_poll_slot(&mut pair.cq_b, &mut recv_ring, &mut wcs);
+                let received_ok = wcs[0].is_success() && wcs[0].opcode() == WcOpcode::Recv;
+                let got = match &recv {
+                    Some(slot) => recv_ring.bytes(slot).map_err(e)?,
+                    None => &[],
+                };
+                if !(sent_ok && received_ok && send.is_some() && got == [0x5a; SIZE]) {
+                    return Err(format!("round {round}: received {got:?}"));
+                }
+            }
+        }
         other => return Err(format!("unknown mode {other:?}")),
     }
     println!("{mode}: {rounds} rounds");
@@ -224,4 +254,54 @@ fn measured_poll_keep(cq: &mut CompletionQueue, slot: &mut Option<Buf>) -> usize
 fn measured_poll_owned(cq: &mut CompletionQueue) -> usize {
     cq.poll_each(4, |completion: Completion| drop(completion))
         .unwrap_or(0)
+}
+
+#[unsafe(no_mangle)]
+#[inline(never)]
+fn measured_post_recv_slot(
+    qp: &mut QueuePair<Rc, Rts>,
+    ring: &mut SlotRing,
+    slot: Slot,
+) -> rdma_verbs::Result<()> {
+    qp.post_recv_slot(ring, slot)
+        .map_err(rdma_verbs::Error::from)
+}
+
+#[unsafe(no_mangle)]
+#[inline(never)]
+fn measured_post_send_slot(
+    qp: &mut QueuePair<Rc, Rts>,
+    ring: &mut SlotRing,
+    slot: Slot,
+) -> rdma_verbs::Result<()> {
+    qp.post_send_slot(ring, SlotSend::send(slot))
+        .map_err(rdma_verbs::Error::from)
+}
+
+/// Polls one completion and hands it to its slot ring, which hands its slot back.
+#[unsafe(no_mangle)]
+#[inline(never)]
+fn measured_poll_slot(
+    cq: &mut CompletionQueue,
+    ring: &mut SlotRing,
+    wcs: &mut [WorkCompletion],
+) -> Option<Slot> {
+    let polled = cq.poll(wcs).ok()?;
+    let (first, rest) = polled.split_first()?;
+    if !rest.is_empty() {
+        give_back(ring, rest);
+    }
+    ring.complete(first)
+}
+
+/// Hands `wcs` to `ring` and gives their slots back (one completion per poll is expected: the
+/// benchmark waits for each before polling).
+#[cold]
+#[inline(never)]
+fn give_back(ring: &mut SlotRing, wcs: &[WorkCompletion]) {
+    for wc in wcs {
+        if let Some(slot) = ring.complete(wc) {
+            let _ = ring.put(slot);
+        }
+    }
 }

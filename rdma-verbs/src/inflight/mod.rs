@@ -9,8 +9,8 @@
 //! - `route.rs`: [`Routes`] and [`RouteCache`], from a completion to its table.
 
 use std::num::NonZeroU64;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::buf::Buf;
 use crate::error::{Error, Result};
@@ -154,6 +154,28 @@ pub(crate) struct QpTables {
     pub(crate) recv: Ring,
     /// The SRQ's table, for a queue pair that receives through one.
     pub(crate) srq: Option<Arc<SrqTable>>,
+    /// What the queue pair keeps alive until it is destroyed: the regions of its slot rings
+    /// (`slot.rs`), whose posted requests no table records.
+    attached: Attached,
+}
+
+/// [`QpTables::attach`]ed values.
+#[derive(Default)]
+struct Attached(Mutex<Vec<Arc<dyn Send + Sync>>>);
+
+impl Attached {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Arc<dyn Send + Sync>>> {
+        // A panic while it was held left a valid `Vec`.
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl std::fmt::Debug for Attached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} attached", self.lock().len())
+    }
 }
 
 impl QpTables {
@@ -162,7 +184,40 @@ impl QpTables {
             send: Ring::new(max_send_wr, false),
             recv: Ring::new(max_recv_wr, true),
             srq,
+            attached: Attached::default(),
         }
+    }
+
+    /// Keeps `value` alive until [`detach`](Self::detach) or [`detach_all`](Self::detach_all),
+    /// which runs once the queue pair is destroyed.
+    pub(crate) fn attach(&self, value: Arc<dyn Send + Sync>) {
+        self.attached.lock().push(value);
+    }
+
+    /// Whether anything is attached (a slot ring lives, or one was dropped with slots posted).
+    pub(crate) fn has_attachments(&self) -> bool {
+        !self.attached.lock().is_empty()
+    }
+
+    /// Drops the attachment that is `value` (compared by address), if any.
+    pub(crate) fn detach<T: Send + Sync>(&self, value: &Arc<T>) {
+        let target = Arc::as_ptr(value).cast::<()>();
+        let detached: Vec<_> = {
+            let mut attached = self.attached.lock();
+            let (gone, kept) = std::mem::take(&mut *attached)
+                .into_iter()
+                .partition(|a| Arc::as_ptr(a).cast::<()>() == target);
+            *attached = kept;
+            gone
+        };
+        // Dropped outside the lock: a region's drop deregisters it.
+        drop(detached);
+    }
+
+    /// Drops what was attached: only once the device no longer uses the queue pair.
+    pub(crate) fn detach_all(&self) {
+        let detached = std::mem::take(&mut *self.attached.lock());
+        drop(detached);
     }
 
     /// Requests in flight in both queues.

@@ -35,6 +35,7 @@ pub use list::{OwnedRecvList, OwnedSendList};
 pub use range::RegionRange;
 use range::{OwnedSges, check_region};
 pub use recv::OwnedRecv;
+pub(crate) use recv::check_room;
 pub(crate) use send::Prepared;
 pub use send::{AtomicOp, BindOp, InvalidateOp, OwnedOp, OwnedSend, ReadOp, SendOp, WriteOp};
 

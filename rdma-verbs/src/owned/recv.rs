@@ -219,7 +219,7 @@ pub(super) fn room(buf: Option<&Buf>, range: Option<&RegionRange>) -> usize {
 /// message into it: on UD, one with no room for the GRH (the device would end it in
 /// `IBV_WC_LOC_LEN_ERR` whatever arrived). Free on the connected transports.
 #[inline(always)]
-pub(super) fn check_room<T: Transport>(room: usize) -> crate::error::Result<()> {
+pub(crate) fn check_room<T: Transport>(room: usize) -> crate::error::Result<()> {
     // UD is the only datagram transport (the trait is sealed), and every UD receive starts
     // with the GRH's room; a datagram transport without it would need its own constant.
     if T::DATAGRAM && room < crate::GRH_LEN {

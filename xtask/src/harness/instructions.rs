@@ -1,6 +1,6 @@
 //! `cargo xtask instructions`: the user-space instructions of one post+poll round written in C
-//! against libibverbs, on rdma-verbs' `unsafe` calls and on its owned-buffer path, counted by
-//! callgrind on the device (in the VM where the host has none), and their ratios. See
+//! against libibverbs, on rdma-verbs' `unsafe` calls, its owned-buffer path and its slot rings,
+//! counted by callgrind on the device (in the VM where the host has none), and their ratios. See
 //! `docs/benchmarks.md` for the method.
 
 use std::collections::BTreeMap;
@@ -10,10 +10,11 @@ use std::process::Command;
 use super::build::{build_c_program, build_release_bin};
 use super::vm::{self, shell_quote};
 
-/// The modes `instructions` measures: C (`benches/c/post_poll.c`), then rdma-verbs' two paths,
-/// the owned one twice: taking and returning a buffer per request (`owned`), and re-posting
-/// the buffers its completions hand back (`reuse`), as the `unsafe` mode reuses one region.
-const MODES: [&str; 4] = ["c", "unsafe", "owned", "reuse"];
+/// The modes `instructions` measures: C (`benches/c/post_poll.c`), then rdma-verbs' paths: the
+/// `unsafe` calls, the owned one twice (taking and returning a buffer per request, `owned`, and
+/// re-posting the buffers its completions hand back, `reuse`, as the `unsafe` mode reuses one
+/// region), and slot rings (`slot`: each slot posted again when its completion hands it back).
+const MODES: [&str; 5] = ["c", "unsafe", "owned", "reuse", "slot"];
 
 /// `cargo xtask instructions [ROUNDS]` (default 2000).
 pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
@@ -45,7 +46,7 @@ pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
             println!("  {function:<28} {cost:>8.1}");
         }
     }
-    let [c, unsafe_, owned, reuse] = &counts.modes;
+    let [c, unsafe_, owned, reuse, slot] = &counts.modes;
     println!(
         "unsafe / c: {:.3} (in the program itself: {:.2})",
         unsafe_.total / c.total,
@@ -61,6 +62,11 @@ pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
         reuse.total / unsafe_.total,
         reuse.own / unsafe_.own
     );
+    println!(
+        "slot / unsafe: {:.3} (in the program itself: {:.2})",
+        slot.total / unsafe_.total,
+        slot.own / unsafe_.own
+    );
     Ok(())
 }
 
@@ -74,7 +80,7 @@ pub(crate) struct Count {
 
 /// One mode's counts, per round.
 pub(crate) struct Mode {
-    /// `c`, `unsafe`, `owned` or `reuse`.
+    /// `c`, `unsafe`, `owned`, `reuse` or `slot`.
     pub(crate) name: &'static str,
     /// Every measured function's inclusive count.
     pub(crate) functions: BTreeMap<String, f64>,
@@ -86,7 +92,7 @@ pub(crate) struct Mode {
 
 /// The modes' counts, in [`MODES`] order.
 pub(crate) struct Counts {
-    pub(crate) modes: [Mode; 4],
+    pub(crate) modes: [Mode; 5],
 }
 
 impl Count {
@@ -159,9 +165,15 @@ impl Count {
                 own: per(own),
             })
         };
-        let [c, unsafe_, owned, reuse] = MODES;
+        let [c, unsafe_, owned, reuse, slot] = MODES;
         Ok(Counts {
-            modes: [mode(c)?, mode(unsafe_)?, mode(owned)?, mode(reuse)?],
+            modes: [
+                mode(c)?,
+                mode(unsafe_)?,
+                mode(owned)?,
+                mode(reuse)?,
+                mode(slot)?,
+            ],
         })
     }
 }
@@ -170,27 +182,31 @@ impl Counts {
     /// The Markdown table of the counts: per round, each mode's total, its part in the
     /// program's own code, and the ratios.
     pub(crate) fn table(&self, rounds: u32) -> String {
-        let [c, unsafe_, owned, reuse] = &self.modes;
+        let [c, unsafe_, owned, reuse, slot] = &self.modes;
         let mut out = format!(
             "Instructions per post+poll round (callgrind, {rounds} rounds; post one receive, \
              post one 64-byte signaled SEND, poll both; owned: a buffer taken from the pool for \
              each request and returned by its completion; owned, reused: the buffers the \
-             completions hand back posted again):\n\n\
-             | | C | `unsafe` | owned | owned, reused |\n|---|---:|---:|---:|---:|\n"
+             completions hand back posted again; slot ring: a queue pair's own slots, each \
+             handed back by its completion and posted again):\n\n\
+             | | C | `unsafe` | owned | owned, reused | slot ring |\n\
+             |---|---:|---:|---:|---:|---:|\n"
         );
         out.push_str(&format!(
-            "| round | {:.0} | {:.0} | {:.0} | {:.0} |\n",
-            c.total, unsafe_.total, owned.total, reuse.total
+            "| round | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+            c.total, unsafe_.total, owned.total, reuse.total, slot.total
         ));
         out.push_str(&format!(
-            "| in the program's own code | {:.0} | {:.0} | {:.0} | {:.0} |\n",
-            c.own, unsafe_.own, owned.own, reuse.own
+            "| in the program's own code | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+            c.own, unsafe_.own, owned.own, reuse.own, slot.own
         ));
         out.push_str(&format!(
-            "| ratio | 1 | {:.3} × C | {:.3} × `unsafe` | {:.3} × `unsafe` |\n",
+            "| ratio | 1 | {:.3} × C | {:.3} × `unsafe` | {:.3} × `unsafe` | {:.3} × \
+             `unsafe` |\n",
             unsafe_.total / c.total,
             owned.total / unsafe_.total,
-            reuse.total / unsafe_.total
+            reuse.total / unsafe_.total,
+            slot.total / unsafe_.total
         ));
         out
     }

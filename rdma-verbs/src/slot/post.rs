@@ -1,0 +1,399 @@
+//! Posting slots: [`QueuePair::post_recv_slot`], [`QueuePair::post_send_slot`] with a
+//! [`SlotSend`], and [`SlotRefused`], what a refused post gives back.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use super::{Posted, Slot, SlotRing, other_qp, other_ring};
+use crate::error::Error;
+use crate::flags::SendFlags;
+use crate::mr::RemoteMemory;
+use crate::owned::{AtomicOp, OwnedOp, ReadOp, SendOp, WriteOp, check_room};
+use crate::qp::{CanPostRecv, QueuePair, Rts, Transport, may_have_posted};
+use crate::wr::{Payload, RecvRequest, SendRequest};
+
+/// A slot post the queue pair did not take: the error, and the slot, which the device never
+/// saw (`None` when the provider did not say whether it took the request: the slot then
+/// stays posted until a completion of its queue, or the queue pair's destruction).
+#[derive(Debug)]
+pub struct SlotRefused {
+    pub(super) error: Error,
+    pub(super) slot: Option<Slot>,
+}
+
+impl SlotRefused {
+    /// Why the post failed.
+    pub fn error(&self) -> &Error {
+        &self.error
+    }
+
+    /// The error and the slot.
+    pub fn into_parts(self) -> (Error, Option<Slot>) {
+        (self.error, self.slot)
+    }
+
+    /// The slot, if it came back.
+    pub fn into_slot(self) -> Option<Slot> {
+        self.slot
+    }
+}
+
+impl fmt::Display for SlotRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl std::error::Error for SlotRefused {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl From<SlotRefused> for Error {
+    fn from(refused: SlotRefused) -> Self {
+        refused.error
+    }
+}
+
+/// A send request from a slot, typed by operation as [`OwnedSend`](crate::OwnedSend) is:
+/// SEND and RDMA WRITE take [`with_imm`](SlotSend::with_imm), the other operations cannot.
+/// Signaled by default; an [`unsignaled`](Self::unsignaled) request's slot returns to the ring
+/// when a later signaled send of the ring completes.
+#[must_use = "a request does nothing until it is posted"]
+pub struct SlotSend<K: OwnedOp = SendOp> {
+    slot: Slot,
+    op: SlotOp,
+    imm: Option<u32>,
+    flags: SendFlags,
+    _op: PhantomData<fn() -> K>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum SlotOp {
+    Send,
+    Write(RemoteMemory),
+    Read(RemoteMemory),
+    FetchAdd(RemoteMemory, u64),
+    CompareSwap(RemoteMemory, u64, u64),
+}
+
+impl<K: OwnedOp> SlotSend<K> {
+    fn new(slot: Slot, op: SlotOp) -> Self {
+        Self {
+            slot,
+            op,
+            imm: None,
+            flags: SendFlags::SIGNALED,
+            _op: PhantomData,
+        }
+    }
+
+    /// No completion for this request (see the type's documentation).
+    pub fn unsignaled(mut self) -> Self {
+        self.flags.remove(SendFlags::SIGNALED);
+        self
+    }
+
+    /// Starts the request only once the queue pair's earlier RDMA READs and atomics have
+    /// completed (`IBV_SEND_FENCE`).
+    pub fn fenced(mut self) -> Self {
+        self.flags.insert(SendFlags::FENCE);
+        self
+    }
+
+    /// The slot, for a request that will not be posted.
+    pub fn into_slot(self) -> Slot {
+        self.slot
+    }
+}
+
+impl SlotSend<SendOp> {
+    /// SEND of the slot's first [`len`](Slot::len) bytes.
+    pub fn send(slot: Slot) -> Self {
+        Self::new(slot, SlotOp::Send)
+    }
+
+    /// Immediate data, delivered with the receive completion.
+    pub fn with_imm(mut self, imm: u32) -> Self {
+        self.imm = Some(imm);
+        self
+    }
+
+    /// The receiver's completion raises a solicited event (`IBV_SEND_SOLICITED`).
+    pub fn solicited(mut self) -> Self {
+        self.flags.insert(SendFlags::SOLICITED);
+        self
+    }
+}
+
+impl SlotSend<WriteOp> {
+    /// RDMA WRITE of the slot's first [`len`](Slot::len) bytes to `remote` (refused when
+    /// posted if longer than `remote`).
+    pub fn write(slot: Slot, remote: RemoteMemory) -> Self {
+        Self::new(slot, SlotOp::Write(remote))
+    }
+
+    /// Immediate data, delivered with the peer's receive completion.
+    pub fn with_imm(mut self, imm: u32) -> Self {
+        self.imm = Some(imm);
+        self
+    }
+}
+
+impl SlotSend<ReadOp> {
+    /// RDMA READ of `remote` into the slot's first [`len`](Slot::len) bytes (refused when
+    /// posted if longer than `remote`).
+    pub fn read(slot: Slot, remote: RemoteMemory) -> Self {
+        Self::new(slot, SlotOp::Read(remote))
+    }
+}
+
+impl SlotSend<AtomicOp> {
+    /// ATOMIC_FETCH_AND_ADD of `add` to the 8 bytes at `remote`; the old value lands in the
+    /// slot's first 8 bytes (in the byte order the provider writes), its length set to 8.
+    pub fn fetch_add(slot: Slot, remote: RemoteMemory, add: u64) -> Self {
+        Self::new(slot, SlotOp::FetchAdd(remote, add))
+    }
+
+    /// ATOMIC_CMP_AND_SWP: `swap` into the 8 bytes at `remote` if they hold `compare`; the
+    /// old value lands in the slot's first 8 bytes, its length set to 8.
+    pub fn compare_swap(slot: Slot, remote: RemoteMemory, compare: u64, swap: u64) -> Self {
+        Self::new(slot, SlotOp::CompareSwap(remote, compare, swap))
+    }
+}
+
+impl<K: OwnedOp> fmt::Debug for SlotSend<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SlotSend")
+            .field("slot", &self.slot)
+            .field("op", &self.op)
+            .field("imm", &self.imm)
+            .field("flags", &self.flags)
+            .finish()
+    }
+}
+
+#[cold]
+fn longer_than_remote(len: u32, remote: &RemoteMemory) -> Error {
+    Error::InvalidArgument(format!(
+        "{len} bytes against {} bytes of remote memory",
+        remote.len
+    ))
+}
+
+#[cold]
+fn record_full() -> Error {
+    Error::InvalidArgument("the slot ring's record is full (a slot posted twice?)".into())
+}
+
+#[cold]
+fn datagram_send() -> Error {
+    Error::InvalidArgument(
+        "a slot cannot be sent on UD (its address handle would need keeping): use OwnedSend".into(),
+    )
+}
+
+impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
+    /// Posts a receive into `slot` (all of its [`slot_size`](SlotRing::slot_size) bytes): the
+    /// slot stays in `ring` until [`SlotRing::complete`] is given the receive's completion.
+    /// Allocates nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`SlotRefused`], with the slot when the device never saw it:
+    /// [`Error::InvalidArgument`] for a ring bound to another queue pair, a slot of another
+    /// ring, a UD queue pair's slot with no room for the GRH; else as
+    /// [`post_recv_one`](Self::post_recv_one).
+    #[inline]
+    pub fn post_recv_slot(
+        &mut self,
+        ring: &mut SlotRing,
+        slot: Slot,
+    ) -> std::result::Result<(), SlotRefused> {
+        if !Arc::ptr_eq(&ring.tables, self.tables()) || slot.ring != ring.ring {
+            let error = if slot.ring != ring.ring {
+                other_ring()
+            } else {
+                other_qp()
+            };
+            return Err(SlotRefused {
+                error,
+                slot: Some(slot),
+            });
+        }
+        if let Err(error) = check_room::<T>(ring.size as usize) {
+            return Err(SlotRefused {
+                error,
+                slot: Some(slot),
+            });
+        }
+        let id = match ring.recv_ids.next() {
+            Ok(id) => id.get(),
+            Err(error) => {
+                return Err(SlotRefused {
+                    error,
+                    slot: Some(slot),
+                });
+            }
+        };
+        let payload = Payload::Slice(ring.raw_slice(slot.index, ring.size));
+        let posted = Posted {
+            id,
+            index: slot.index,
+            len: ring.size,
+        };
+        if !ring.record.push(true, posted) {
+            return Err(SlotRefused {
+                error: record_full(),
+                slot: Some(slot),
+            });
+        }
+        let request = RecvRequest::new(0, payload).owned(id);
+        // SAFETY: the request names the slot's bytes, which lie in the ring's region. The queue
+        // pair keeps that region registered (`slot_ring` attached it; only a ring with nothing
+        // posted detaches it, and a successful `ibv_destroy_qp`), and the slot is recorded as
+        // posted: its `Slot` is gone, so Rust cannot reach its bytes, until the completion of
+        // this receive (or a later one of this queue, which completes in order) is handed to
+        // the ring, or this post fails without the device having seen it. The id has
+        // `OWNED_ID_BIT` and is unique in the process, so no other completion can release the
+        // slot. No scope can count this receive's completion as its own (the contract's other
+        // clause): a queue pair with a ring's region attached refuses to open one.
+        match unsafe { self.post_recv_one(&request) } {
+            Ok(()) => Ok(()),
+            Err(error) => Err(refused(ring, true, id, error)),
+        }
+    }
+}
+
+/// The refusal of post `id` to queue `recv` of `ring`: the slot comes back unless the provider
+/// may have taken the request.
+#[cold]
+fn refused(ring: &mut SlotRing, recv: bool, id: u64, error: Error) -> SlotRefused {
+    if may_have_posted(&error) {
+        return SlotRefused { error, slot: None };
+    }
+    let slot = ring.record.unpush(recv, id).map(|posted| Slot {
+        ring: ring.ring,
+        index: posted.index,
+        len: posted.len,
+    });
+    SlotRefused { error, slot }
+}
+
+impl<T: Transport> QueuePair<T, Rts> {
+    /// Posts a send request from a slot: the slot stays in `ring` until
+    /// [`SlotRing::complete`] is given the request's completion (or, for an unsignaled
+    /// request, a later signaled one's of the ring). A request is signaled whatever it asked
+    /// when no slot of the ring is left free, and after fewer unsignaled ones in a row than
+    /// the ring has slots and the send queue holds, so that a completion comes to free them.
+    /// (Owned sends on the same queue pair count apart: signal some of them too.)
+    /// Allocates nothing. Not on UD (use
+    /// [`OwnedSend`](crate::OwnedSend), whose entry keeps the address handle alive).
+    ///
+    /// # Errors
+    ///
+    /// [`SlotRefused`], with the slot when the device never saw it:
+    /// [`Error::InvalidArgument`] for a ring bound to another queue pair, a slot of another
+    /// ring, a length over the slot size, a READ or WRITE longer than its remote memory, a UD
+    /// queue pair; else as [`post_send_one`](Self::post_send_one) (an operation the transport
+    /// does not carry, a full send queue).
+    #[inline]
+    pub fn post_send_slot<K: OwnedOp>(
+        &mut self,
+        ring: &mut SlotRing,
+        request: SlotSend<K>,
+    ) -> std::result::Result<(), SlotRefused> {
+        let SlotSend {
+            mut slot,
+            op,
+            imm,
+            mut flags,
+            _op,
+        } = request;
+        if matches!(op, SlotOp::FetchAdd(..) | SlotOp::CompareSwap(..)) {
+            slot.len = 8;
+        }
+        let checked = if T::DATAGRAM {
+            Err(datagram_send())
+        } else if !Arc::ptr_eq(&ring.tables, self.tables()) {
+            Err(other_qp())
+        } else {
+            ring.check(&slot).and_then(|len| match op {
+                SlotOp::Write(remote) | SlotOp::Read(remote)
+                    if len as u64 > u64::from(remote.len) =>
+                {
+                    Err(longer_than_remote(len as u32, &remote))
+                }
+                _ => Ok(()),
+            })
+        };
+        if let Err(error) = checked {
+            return Err(SlotRefused {
+                error,
+                slot: Some(slot),
+            });
+        }
+        let id = match ring.send_ids.next() {
+            Ok(id) => id.get(),
+            Err(error) => {
+                return Err(SlotRefused {
+                    error,
+                    slot: Some(slot),
+                });
+            }
+        };
+        let slice = ring.raw_slice(slot.index, slot.len);
+        let posted = Posted {
+            id,
+            index: slot.index,
+            len: slot.len,
+        };
+        if !ring.record.push(false, posted) {
+            return Err(SlotRefused {
+                error: record_full(),
+                slot: Some(slot),
+            });
+        }
+        // Unsignaled sends come back only with a later signaled one: one is signaled after
+        // `signal_every - 1` unsignaled ones in a row (fewer than the slots and than the send
+        // queue holds), and whenever no slot is left free (the caller may have none to post).
+        let mut run = ring.unsignaled_run + 1;
+        if flags.contains(SendFlags::SIGNALED)
+            || run >= ring.signal_every
+            || ring.record.free_is_empty()
+        {
+            flags.insert(SendFlags::SIGNALED);
+            run = 0;
+        }
+        let payload = Payload::Slice(slice);
+        let mut request = match op {
+            SlotOp::Send => SendRequest::send(0, payload),
+            SlotOp::Write(remote) => SendRequest::write(0, payload, remote),
+            SlotOp::Read(remote) => SendRequest::read(0, payload, remote),
+            SlotOp::FetchAdd(remote, add) => SendRequest::fetch_add(0, slice, remote, add),
+            SlotOp::CompareSwap(remote, compare, swap) => {
+                SendRequest::compare_swap(0, slice, remote, compare, swap)
+            }
+        }
+        .owned(id)
+        .flags(flags);
+        if let Some(imm) = imm {
+            request = request.with_imm(imm);
+        }
+        // SAFETY: as in `post_recv_slot`: the request names the slot's first `len` bytes (at
+        // most the slot size, checked), in the ring's region, which the queue pair keeps
+        // registered; the slot is recorded as posted and its `Slot` is gone until the
+        // completion of this request, or of a later signaled one of this queue (which
+        // completes in order), is handed to the ring, or this post fails without the device
+        // having seen it. `remote` is the peer's memory.
+        match unsafe { self.post_send_one(&request) } {
+            Ok(()) => {
+                ring.unsignaled_run = run;
+                Ok(())
+            }
+            Err(error) => Err(refused(ring, false, id, error)),
+        }
+    }
+}

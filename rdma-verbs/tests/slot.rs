@@ -1,0 +1,750 @@
+//! Slot rings on the device: a queue pair's own registered slots, posted and handed back by the
+//! completions the caller polls, with every byte checked; a receive ring across rounds; queue
+//! pairs sharing completion queues (each completion to its own ring, others' ignored);
+//! unsignaled sends released by a later signaled one, and the post that must be signaled;
+//! RDMA WRITE, READ and both atomics; what a ring refuses, giving the slot back; a ring
+//! dropped with receives posted, and one dropped with none; a reset that discarded receives;
+//! the error state's flushes; completions handed over out of order; slot and owned requests
+//! on one queue pair and completion queue; a ring whose queue pair was destroyed.
+
+mod common;
+
+use common::*;
+use rdma_verbs::*;
+
+const SIZE: usize = 256;
+
+fn message(round: u64) -> Vec<u8> {
+    pattern(SIZE, round as u8)
+}
+
+/// Hands each completion of `wcs` to `ring`, which must hand back a slot for every one.
+fn complete_all(ring: &mut SlotRing, wcs: &[WorkCompletion]) -> Vec<Slot> {
+    wcs.iter()
+        .map(|wc| {
+            ring.complete(wc)
+                .unwrap_or_else(|| panic!("a completion of this ring matched nothing: {wc:?}"))
+        })
+        .collect()
+}
+
+/// A receive ring of 8 slots stays posted across 200 rounds: each completion hands its slot
+/// back with the bytes received, in posting order, and it is posted again at once. The send
+/// slot comes back with its send completion; a copy of a completion given again matches
+/// nothing.
+#[test]
+fn slot_receive_ring_across_rounds() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(32), f.cq(32));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let mut tx = a.slot_ring(2, SIZE).unwrap();
+    let mut rx = b.slot_ring(8, SIZE).unwrap();
+    assert!(tx.is_for(&a) && !tx.is_for(&b) && rx.is_for(&b));
+    while let Some(slot) = rx.take() {
+        b.post_recv_slot(&mut rx, slot).unwrap();
+    }
+    assert_eq!(rx.posted(), 8);
+    for round in 0..200u64 {
+        let mut slot = tx.take().expect("a send slot");
+        tx.fill(&mut slot, &message(round)).unwrap();
+        a.post_send_slot(&mut tx, SlotSend::send(slot)).unwrap();
+        let sent = wait_for(&mut cq_a, 1);
+        assert_eq!(
+            (sent[0].status(), sent[0].opcode()),
+            (WcStatus::Success, WcOpcode::Send)
+        );
+        let back = complete_all(&mut tx, &sent).remove(0);
+        assert_eq!(back.len(), SIZE, "a send slot comes back as posted");
+        assert!(tx.complete(&sent[0]).is_none(), "the same completion again");
+        tx.put(back).unwrap();
+
+        let got = wait_for(&mut cq_b, 1);
+        assert_eq!(got[0].opcode(), WcOpcode::Recv);
+        assert_eq!(got[0].qp_num(), b.qp_num());
+        let slot = complete_all(&mut rx, &got).remove(0);
+        assert_eq!(
+            slot.index(),
+            (round % 8) as u32,
+            "receives complete in order"
+        );
+        assert_eq!(slot.len(), SIZE, "the length is what arrived");
+        assert_eq!(
+            rx.bytes(&slot).unwrap(),
+            &message(round)[..],
+            "round {round}"
+        );
+        assert!(rx.complete(&got[0]).is_none(), "a copy matches nothing");
+        assert!(tx.complete(&got[0]).is_none(), "another ring's completion");
+        b.post_recv_slot(&mut rx, slot).unwrap();
+    }
+    assert_eq!((rx.posted(), tx.posted()), (8, 0));
+    assert_no_completion(&mut cq_a, QUIET);
+}
+
+/// Three pairs: their senders share one completion queue and their receivers another. Each
+/// sender posts three unsignaled sends and a signaled one; every receive completion is handed
+/// to every receive ring, and only its own takes it; the one send completion per pair frees
+/// the three unsignaled slots of its ring.
+#[test]
+fn slot_rings_share_completion_queues_and_unsignaled_sends_return() {
+    let Some(f) = fixture() else { return };
+    let (mut send_cq, mut recv_cq) = (f.cq(64), f.cq(64));
+    let mut pairs = Vec::new();
+    for _ in 0..3 {
+        let (a, b) = f.rc_pair(
+            f.pd.qp_builder(&send_cq, &send_cq).max_send_wr(8),
+            f.pd.qp_builder(&recv_cq, &recv_cq).max_recv_wr(8),
+            AccessFlags::empty(),
+        );
+        let (tx, rx) = (a.slot_ring(4, SIZE).unwrap(), b.slot_ring(4, SIZE).unwrap());
+        pairs.push((a, b, tx, rx));
+    }
+    for (p, (a, b, tx, rx)) in pairs.iter_mut().enumerate() {
+        while let Some(slot) = rx.take() {
+            b.post_recv_slot(rx, slot).unwrap();
+        }
+        for m in 0..4u64 {
+            let mut slot = tx.take().unwrap();
+            tx.fill(&mut slot, &message((p as u64) << 4 | m)).unwrap();
+            let request = SlotSend::send(slot);
+            let request = if m < 3 { request.unsignaled() } else { request };
+            a.post_send_slot(tx, request).unwrap();
+        }
+        assert_eq!(tx.posted(), 4);
+    }
+    let received = wait_for(&mut recv_cq, 12);
+    let mut seen = std::collections::BTreeSet::new();
+    for wc in &received {
+        assert!(wc.is_success(), "{wc:?}");
+        let mut owners = Vec::new();
+        for (p, (_, b, _, rx)) in pairs.iter_mut().enumerate() {
+            if let Some(slot) = rx.complete(wc) {
+                assert_eq!(wc.qp_num(), b.qp_num(), "only its own ring takes it");
+                let m = u64::from(slot.index());
+                assert_eq!(
+                    rx.bytes(&slot).unwrap(),
+                    &message((p as u64) << 4 | m)[..],
+                    "pair {p} message {m}"
+                );
+                assert!(seen.insert((p, m)));
+                rx.put(slot).unwrap();
+                owners.push(p);
+            }
+        }
+        assert_eq!(owners.len(), 1, "{wc:?} taken by {owners:?}");
+    }
+    assert_eq!(seen.len(), 12);
+    let sent = wait_for(&mut send_cq, 3);
+    assert_no_completion(&mut send_cq, QUIET);
+    for wc in &sent {
+        assert!(wc.is_success(), "{wc:?}");
+        let mut taken = 0;
+        for (_, _, tx, _) in pairs.iter_mut() {
+            if let Some(slot) = tx.complete(wc) {
+                taken += 1;
+                assert_eq!(slot.index(), 3, "the signaled send's slot");
+                assert_eq!(tx.posted(), 0, "the unsignaled ones were freed with it");
+                tx.put(slot).unwrap();
+            }
+        }
+        assert_eq!(taken, 1, "{wc:?}");
+    }
+    for (_, _, tx, rx) in pairs.iter_mut() {
+        let free = std::iter::from_fn(|| tx.take()).count();
+        assert_eq!((free, tx.posted(), rx.posted()), (4, 0, 0));
+    }
+}
+
+/// With every slot of a ring posted, the last send is signaled whatever it asked: its
+/// completion comes, and frees the unsignaled ones.
+#[test]
+fn slot_the_post_that_fills_the_ring_is_signaled() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let mut tx = a.slot_ring(3, 16).unwrap();
+    let mut rx = b.slot_ring(3, 16).unwrap();
+    while let Some(slot) = rx.take() {
+        b.post_recv_slot(&mut rx, slot).unwrap();
+    }
+    while let Some(slot) = tx.take() {
+        a.post_send_slot(&mut tx, SlotSend::send(slot).unsignaled())
+            .unwrap();
+    }
+    let done = wait_for(&mut cq_a, 1);
+    assert_ok(&done[0], done[0].wr_id(), WcOpcode::Send);
+    let last = complete_all(&mut tx, &done).remove(0);
+    assert_eq!(last.index(), 2, "the last one posted");
+    assert_no_completion(&mut cq_a, QUIET);
+    assert_eq!(tx.posted(), 0);
+    assert_eq!(std::iter::from_fn(|| tx.take()).count(), 2);
+    tx.put(last).unwrap();
+}
+
+/// RDMA WRITE from a slot, READ into one, and both atomics with their old values, against a
+/// remotely writable region of the peer; a fenced READ after an unsignaled fetch-and-add
+/// reads the sum, and its completion frees the atomic's slot.
+#[test]
+fn slot_write_read_and_atomics() {
+    let Some(f) = fixture() else { return };
+    let rights = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+    let (mut cq_a, cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, _b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
+        rights,
+    );
+    let mut target =
+        f.pd.register(2 * SIZE, AccessFlags::LOCAL_WRITE | rights)
+            .unwrap();
+    target.write_at(SIZE, &message(77)).unwrap();
+    // Slots of 12 bytes: atomics still land 8-byte aligned.
+    let mut small = a.slot_ring(3, 12).unwrap();
+    let mut ring = a.slot_ring(4, SIZE).unwrap();
+
+    let mut slot = ring.take().unwrap();
+    ring.fill(&mut slot, &message(5)).unwrap();
+    a.post_send_slot(
+        &mut ring,
+        SlotSend::write(slot, target.remote(..SIZE).unwrap()),
+    )
+    .unwrap();
+    let read = ring.take().unwrap();
+    a.post_send_slot(
+        &mut ring,
+        SlotSend::read(read, target.remote(SIZE..).unwrap()),
+    )
+    .unwrap();
+    let done = wait_for(&mut cq_a, 2);
+    assert_eq!(
+        (done[0].opcode(), done[1].opcode()),
+        (WcOpcode::RdmaWrite, WcOpcode::RdmaRead)
+    );
+    let mut copy = vec![0u8; SIZE];
+    target.read_at(0, &mut copy).unwrap();
+    assert_eq!(copy, message(5), "the write landed");
+    let mut back = complete_all(&mut ring, &done);
+    let read = back.pop().unwrap();
+    assert_eq!(ring.bytes(&read).unwrap(), &message(77)[..], "the read");
+    ring.put(read).unwrap();
+    ring.put(back.pop().unwrap()).unwrap();
+
+    let word = target.remote(..8).unwrap();
+    target.write_at(0, &40u64.to_ne_bytes()).unwrap();
+    let mut slots: Vec<Slot> = std::iter::from_fn(|| small.take()).collect();
+    a.post_send_slot(
+        &mut small,
+        SlotSend::fetch_add(slots.pop().unwrap(), word, 2),
+    )
+    .unwrap();
+    let added = wait_for(&mut cq_a, 1);
+    assert_eq!(added[0].opcode(), WcOpcode::FetchAdd);
+    let old = complete_all(&mut small, &added).remove(0);
+    assert_eq!(old.len(), 8);
+    let bytes = small.bytes(&old).unwrap();
+    assert_eq!(u64::from_ne_bytes(bytes.try_into().unwrap()), 40);
+    a.post_send_slot(&mut small, SlotSend::compare_swap(old, word, 42, 7))
+        .unwrap();
+    let swapped = wait_for(&mut cq_a, 1);
+    assert_eq!(swapped[0].opcode(), WcOpcode::CompSwap);
+    let old = complete_all(&mut small, &swapped).remove(0);
+    let bytes = small.bytes(&old).unwrap();
+    assert_eq!(u64::from_ne_bytes(bytes.try_into().unwrap()), 42);
+    assert_eq!(target.load_u64(0).unwrap(), 7);
+
+    let result = slots.pop().unwrap();
+    // A slot left free, so that the ring does not signal the fetch-and-add below whatever it
+    // asks (it signals every send while none is free).
+    small.put(slots.pop().unwrap()).unwrap();
+    a.post_send_slot(&mut small, SlotSend::fetch_add(old, word, 5).unsignaled())
+        .unwrap();
+    let mut result = result;
+    result.set_len(8);
+    a.post_send_slot(&mut small, SlotSend::read(result, word).fenced())
+        .unwrap();
+    let fenced = wait_for(&mut cq_a, 1);
+    assert_ok(&fenced[0], fenced[0].wr_id(), WcOpcode::RdmaRead);
+    let sum = complete_all(&mut small, &fenced).remove(0);
+    assert_eq!(
+        u64::from_ne_bytes(small.bytes(&sum).unwrap().try_into().unwrap()),
+        12
+    );
+    assert_eq!(small.posted(), 0, "the atomic's slot was freed");
+    assert_eq!(target.load_u64(0).unwrap(), 12);
+    assert_no_completion(&mut cq_a, QUIET);
+}
+
+/// What a ring refuses, each time giving the slot back and leaving nothing posted: a ring of
+/// another queue pair, a slot of another ring (posting it, reading it, giving it back), a
+/// length over the slot size, a READ or WRITE longer than its remote memory, an atomic into a
+/// slot of fewer than 8 bytes, a send on UD, a UD receive with no room for the GRH, a full
+/// receive queue; and a scope on a queue pair with a ring.
+#[test]
+fn slot_refusals_give_the_slot_back() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b).max_recv_wr(2),
+        AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+    );
+    let mut ring_a = a.slot_ring(8, 16).unwrap();
+    let mut ring_b = b.slot_ring(64, 16).unwrap();
+    let invalid = |refused: &SlotRefused, what: &str| {
+        assert!(
+            matches!(refused.error(), Error::InvalidArgument(why) if why.contains(what)),
+            "{refused}"
+        );
+    };
+
+    let slot = ring_a.take().unwrap();
+    let refused = b.post_recv_slot(&mut ring_a, slot).unwrap_err();
+    invalid(&refused, "another queue pair");
+    let slot = refused.into_slot().unwrap();
+    let refused = b.post_recv_slot(&mut ring_b, slot).unwrap_err();
+    invalid(&refused, "another ring");
+    let mut slot = refused.into_slot().unwrap();
+    assert!(matches!(
+        ring_b.bytes(&slot),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        ring_b.bytes_mut(&mut slot),
+        Err(Error::InvalidArgument(_))
+    ));
+    let refused = ring_b.put(slot).unwrap_err();
+    invalid(&refused, "another ring");
+    let mut slot = refused.into_slot().unwrap();
+
+    slot.set_len(17);
+    assert!(matches!(
+        ring_a.bytes(&slot),
+        Err(Error::InvalidArgument(_))
+    ));
+    let refused = a
+        .post_send_slot(&mut ring_a, SlotSend::send(slot))
+        .unwrap_err();
+    invalid(&refused, "exceeds the slot size");
+    let mut slot = refused.into_slot().unwrap();
+    assert_eq!(slot.len(), 17);
+    slot.set_len(16);
+    let remote =
+        f.pd.register(8, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+            .unwrap();
+    let refused = a
+        .post_send_slot(
+            &mut ring_a,
+            SlotSend::write(slot, remote.remote(..).unwrap()),
+        )
+        .unwrap_err();
+    invalid(&refused, "remote memory");
+    let refused = a
+        .post_send_slot(
+            &mut ring_a,
+            SlotSend::read(refused.into_slot().unwrap(), remote.remote(..).unwrap()),
+        )
+        .unwrap_err();
+    invalid(&refused, "remote memory");
+    ring_a.put(refused.into_slot().unwrap()).unwrap();
+
+    let mut tiny = a.slot_ring(1, 4).unwrap();
+    let slot = tiny.take().unwrap();
+    let refused = a
+        .post_send_slot(
+            &mut tiny,
+            SlotSend::fetch_add(slot, remote.remote(..).unwrap(), 1),
+        )
+        .unwrap_err();
+    invalid(&refused, "exceeds the slot size");
+    tiny.put(refused.into_slot().unwrap()).unwrap();
+
+    // UD: no slot sends (the address handle would need keeping), and receives need room for
+    // the GRH.
+    let ud_cq = f.cq(4);
+    let mut ud = f.ud_qp(f.pd.qp_builder(&ud_cq, &ud_cq), 0x1234);
+    let mut ud_ring = ud.slot_ring(1, GRH_LEN - 1).unwrap();
+    let slot = ud_ring.take().unwrap();
+    let refused = ud
+        .post_send_slot(&mut ud_ring, SlotSend::send(slot))
+        .unwrap_err();
+    invalid(&refused, "UD");
+    let refused = ud
+        .post_recv_slot(&mut ud_ring, refused.into_slot().unwrap())
+        .unwrap_err();
+    invalid(&refused, "GRH");
+    ud_ring.put(refused.into_slot().unwrap()).unwrap();
+    assert_eq!(ud_ring.posted(), 0);
+
+    // A full receive queue: the provider refuses the receive past its capacity (at least the
+    // granted one; providers round it up), which comes back; a send then fills the oldest
+    // receive, and the ring hands that slot back.
+    let capacity = b.caps().max_recv_wr;
+    let mut full = None;
+    while let Some(slot) = ring_b.take() {
+        if let Err(refused) = b.post_recv_slot(&mut ring_b, slot) {
+            full = Some(refused);
+            break;
+        }
+    }
+    let full = full.expect("a receive queue that never fills");
+    assert!(matches!(full.error(), Error::QueueFull { .. }), "{full}");
+    let posted = ring_b.posted();
+    assert!(posted >= capacity, "{posted} of {capacity} posted");
+    let slot = full.into_slot().expect("the refused slot");
+    assert_eq!(slot.index(), posted, "the one past the last posted");
+    ring_b.put(slot).unwrap();
+    let mut slot = ring_a.take().unwrap();
+    ring_a.fill(&mut slot, b"sixteen bytes!!!").unwrap();
+    a.post_send_slot(&mut ring_a, SlotSend::send(slot)).unwrap();
+    let done = wait_for(&mut cq_a, 1);
+    assert_ok(&done[0], done[0].wr_id(), WcOpcode::Send);
+    let back = complete_all(&mut ring_a, &done).remove(0);
+    ring_a.put(back).unwrap();
+    let got = wait_for(&mut cq_b, 1);
+    let slot = complete_all(&mut ring_b, &got).remove(0);
+    assert_eq!(
+        (slot.index(), ring_b.bytes(&slot).unwrap()),
+        (0, &b"sixteen bytes!!!"[..])
+    );
+    assert_eq!(ring_b.posted(), posted - 1);
+
+    // A scope would count the ring's completions as its own.
+    let mut ran = false;
+    let scoped = b.scope(ScopeCqs::shared(&mut cq_b), |_| ran = true);
+    assert!(
+        matches!(scoped, Err(Error::InvalidArgument(why)) if why.contains("slot ring")) && !ran
+    );
+}
+
+/// A ring dropped while its receives are posted: the queue pair keeps the region, so the
+/// peer's sends still land and complete; a ring whose queue pair was dropped still reads the
+/// slots it holds.
+#[test]
+fn slot_ring_dropped_with_receives_posted() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let mut rx = b.slot_ring(2, SIZE).unwrap();
+    while let Some(slot) = rx.take() {
+        b.post_recv_slot(&mut rx, slot).unwrap();
+    }
+    drop(rx);
+    let mut tx = a.slot_ring(2, SIZE).unwrap();
+    let mut kept = tx.take().unwrap();
+    tx.fill(&mut kept, &message(9)).unwrap();
+    let mut slot = tx.take().unwrap();
+    tx.fill(&mut slot, &message(3)).unwrap();
+    a.post_send_slot(&mut tx, SlotSend::send(slot)).unwrap();
+    let sent = wait_for(&mut cq_a, 1);
+    assert_ok(&sent[0], sent[0].wr_id(), WcOpcode::Send);
+    let got = wait_for(&mut cq_b, 1);
+    assert_ok(&got[0], got[0].wr_id(), WcOpcode::Recv);
+    assert_eq!(got[0].byte_len() as usize, SIZE);
+    drop((a, b));
+    assert_eq!(tx.bytes(&kept).unwrap(), &message(9)[..]);
+    let back = tx
+        .complete(&sent[0])
+        .expect("a completion polled before the drop");
+    tx.put(back).unwrap();
+    tx.put(kept).unwrap();
+}
+
+/// A reset discards the posted receives without completions; after reconnecting, the first
+/// completion of a new receive frees them too, and carries the new bytes.
+#[test]
+fn slot_reset_then_a_new_receive_frees_the_discarded_ones() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (a, b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let mut b = b;
+    let mut rx = b.slot_ring(4, SIZE).unwrap();
+    for _ in 0..3 {
+        let slot = rx.take().unwrap();
+        b.post_recv_slot(&mut rx, slot).unwrap();
+    }
+    let b = b.into_reset().unwrap();
+    let (mut a, mut b) = f.reconnect_rc(a, b, (100, 200));
+    // Nothing was received before the reset: the queue holds no completion of it.
+    assert_no_completion(&mut cq_b, QUIET);
+    let slot = rx.take().unwrap();
+    let index = slot.index();
+    b.post_recv_slot(&mut rx, slot).unwrap();
+    assert_eq!(rx.posted(), 4, "the discarded three and the new one");
+    let mut tx = a.slot_ring(1, SIZE).unwrap();
+    let mut slot = tx.take().unwrap();
+    tx.fill(&mut slot, &message(2)).unwrap();
+    a.post_send_slot(&mut tx, SlotSend::send(slot)).unwrap();
+    let sent = wait_for(&mut cq_a, 1);
+    let back = complete_all(&mut tx, &sent).remove(0);
+    tx.put(back).unwrap();
+    let got = wait_for(&mut cq_b, 1);
+    let slot = complete_all(&mut rx, &got).remove(0);
+    assert_eq!(slot.index(), index);
+    assert_eq!(rx.bytes(&slot).unwrap(), &message(2)[..]);
+    assert_eq!(rx.posted(), 0, "the discarded receives were freed");
+    assert_eq!(std::iter::from_fn(|| rx.take()).count(), 3);
+}
+
+/// Slot and owned requests on one queue pair and one completion queue each side, signaled and
+/// not: `poll_each` hands each completion over, the owned ones with their buffers, the slot
+/// ones with no entry, for the ring; each path frees only its own unsignaled requests.
+#[test]
+fn slot_and_owned_requests_share_a_queue_pair() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(32), f.cq(32));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let (mut tx, mut rx) = (a.slot_ring(4, SIZE).unwrap(), b.slot_ring(4, SIZE).unwrap());
+    let pool = BufferPool::new(&f.pd, 8, SIZE).unwrap();
+    // Receives alternate: slot, owned, slot, owned.
+    for m in 0..4u64 {
+        if m % 2 == 0 {
+            let slot = rx.take().unwrap();
+            b.post_recv_slot(&mut rx, slot).unwrap();
+        } else {
+            b.post_recv_buf(pool.take().unwrap(), m).unwrap();
+        }
+    }
+    // Sends alternate too; the first two unsignaled.
+    for m in 0..4u64 {
+        if m % 2 == 0 {
+            let mut slot = tx.take().unwrap();
+            tx.fill(&mut slot, &message(m)).unwrap();
+            let request = SlotSend::send(slot);
+            let request = if m < 2 { request.unsignaled() } else { request };
+            a.post_send_slot(&mut tx, request).unwrap();
+        } else {
+            let mut buf = pool.take().unwrap();
+            buf.fill_from(&message(m)).unwrap();
+            let request = OwnedSend::send(buf).tag(m);
+            let request = if m < 2 { request.unsignaled() } else { request };
+            a.post_send_owned(request).unwrap();
+        }
+    }
+    let received = reap(&mut cq_b, 4);
+    for (m, mut c) in received.into_iter().enumerate() {
+        let m = m as u64;
+        assert!(c.is_success(), "{c:?}");
+        if m % 2 == 0 {
+            assert_eq!(c.tag(), None, "a slot receive has no owned entry");
+            let slot = rx.complete(c.wc()).expect("the ring's receive");
+            assert_eq!(rx.bytes(&slot).unwrap(), &message(m)[..], "message {m}");
+            rx.put(slot).unwrap();
+        } else {
+            assert_eq!(c.tag(), Some(m));
+            assert!(rx.complete(c.wc()).is_none(), "an owned completion");
+            assert_eq!(&c.take_buf().unwrap()[..], &message(m)[..], "message {m}");
+        }
+    }
+    let sent = reap(&mut cq_a, 2);
+    assert_eq!(sent[0].tag(), None, "the signaled slot send, third");
+    let slot = tx.complete(sent[0].wc()).expect("the ring's send");
+    assert_eq!(slot.index(), 1);
+    assert_eq!(
+        tx.posted(),
+        0,
+        "it freed the unsignaled slot send before it"
+    );
+    tx.put(slot).unwrap();
+    assert_eq!(sent[1].tag(), Some(3));
+    assert!(tx.complete(sent[1].wc()).is_none());
+    drop(sent);
+    assert_eq!(
+        pool.available(),
+        8,
+        "the owned send freed the owned one before it"
+    );
+    assert_eq!(
+        (a.owned_in_flight(), b.owned_in_flight(), rx.posted()),
+        (0, 0, 0)
+    );
+}
+
+/// The error state flushes the posted receives: each completion (`WR_FLUSH_ERR`) hands its
+/// slot back, with no bytes received.
+#[test]
+fn slot_receives_flushed_by_the_error_state_come_back() {
+    let Some(f) = fixture() else { return };
+    let (cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (_a, mut b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let mut rx = b.slot_ring(3, SIZE).unwrap();
+    while let Some(slot) = rx.take() {
+        b.post_recv_slot(&mut rx, slot).unwrap();
+    }
+    let b = b.into_error().expect("move to ERR");
+    let flushed = wait_for(&mut cq_b, 3);
+    for (n, wc) in flushed.iter().enumerate() {
+        assert_eq!(wc.status(), WcStatus::WrFlushErr, "{wc:?}");
+        assert_eq!(wc.qp_num(), b.qp_num());
+        let slot = rx.complete(wc).expect("a flushed receive of the ring");
+        assert_eq!((slot.index(), slot.len()), (n as u32, 0));
+        rx.put(slot).unwrap();
+    }
+    assert_eq!(rx.posted(), 0);
+    assert_no_completion(&mut cq_b, QUIET);
+}
+
+/// A completion handed over before an earlier one of its queue frees the earlier slot with
+/// it; the earlier completion then matches nothing, and its slot is free again.
+#[test]
+fn slot_completions_handed_over_out_of_order() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let (mut tx, mut rx) = (a.slot_ring(2, SIZE).unwrap(), b.slot_ring(2, SIZE).unwrap());
+    while let Some(slot) = rx.take() {
+        b.post_recv_slot(&mut rx, slot).unwrap();
+    }
+    while let Some(mut slot) = tx.take() {
+        let m = u64::from(slot.index());
+        tx.fill(&mut slot, &message(10 + m)).unwrap();
+        a.post_send_slot(&mut tx, SlotSend::send(slot)).unwrap();
+    }
+    let sent = wait_for(&mut cq_a, 2);
+    for slot in complete_all(&mut tx, &sent) {
+        tx.put(slot).unwrap();
+    }
+    let got = wait_for(&mut cq_b, 2);
+    let second = rx.complete(&got[1]).expect("the second receive");
+    assert_eq!(second.index(), 1);
+    assert_eq!(rx.bytes(&second).unwrap(), &message(11)[..]);
+    assert!(rx.complete(&got[0]).is_none(), "freed with the second");
+    assert_eq!(rx.posted(), 0);
+    let first = rx.take().expect("the first slot, free again");
+    assert_eq!(first.index(), 0);
+    rx.put(first).unwrap();
+    rx.put(second).unwrap();
+}
+
+/// Unsignaled sends come back even when the caller asks for no signal at all: a send is
+/// signaled when no slot is left free (here the caller keeps one slot out and posts the
+/// others), and after fewer unsignaled ones in a row than the send queue holds.
+#[test]
+fn slot_unsignaled_sends_are_signaled_often_enough() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, cq_b) = (f.cq(64), f.cq(64));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a).max_send_wr(4),
+        f.pd.qp_builder(&cq_b, &cq_b).max_recv_wr(32),
+        AccessFlags::empty(),
+    );
+    let mut rx = b.slot_ring(32, 16).unwrap();
+    while let Some(slot) = rx.take() {
+        b.post_recv_slot(&mut rx, slot).unwrap();
+    }
+    // No slot left free: every send is signaled.
+    let mut small = a.slot_ring(4, 16).unwrap();
+    let slots: Vec<Slot> = std::iter::from_fn(|| small.take()).collect();
+    let mut slots = slots.into_iter();
+    // The caller keeps one slot out (or loses it): the ring cannot tell.
+    let _kept = slots.next();
+    for slot in slots {
+        a.post_send_slot(&mut small, SlotSend::send(slot).unsignaled())
+            .unwrap();
+    }
+    let done = wait_for(&mut cq_a, 3);
+    assert_eq!(complete_all(&mut small, &done).len(), 3);
+    assert_eq!(small.posted(), 0);
+    // A ring larger than the send queue: after `every - 1` unsignaled sends the next one is
+    // signaled, and its completion frees them all.
+    let every = a.caps().max_send_wr.min(16) as usize;
+    let mut tx = a.slot_ring(16, 16).unwrap();
+    for round in 0..2 {
+        for n in 0..every {
+            let slot = tx.take().unwrap();
+            a.post_send_slot(&mut tx, SlotSend::send(slot).unsignaled())
+                .unwrap();
+            if n + 2 == every {
+                assert_no_completion(&mut cq_a, QUIET);
+            }
+        }
+        let done = wait_for(&mut cq_a, 1);
+        let slot = complete_all(&mut tx, &done).remove(0);
+        assert_eq!(tx.posted(), 0, "round {round}: all {every} freed");
+        tx.put(slot).unwrap();
+    }
+    assert_no_completion(&mut cq_a, QUIET);
+}
+
+/// A ring dropped with nothing posted gives its region back (the queue pair may open a scope
+/// again); one dropped with a receive posted leaves the region with the queue pair, which
+/// refuses a scope; a ring whose queue pair was destroyed refuses the queue pairs made after.
+#[test]
+fn slot_ring_drops_and_destroyed_queue_pairs() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let mut idle = a.slot_ring(2, SIZE).unwrap();
+    let slot = idle.take().unwrap();
+    idle.put(slot).unwrap();
+    drop(idle);
+    let scoped = a.scope(ScopeCqs::shared(&mut cq_a), |_| 7);
+    assert!(matches!(scoped, Ok(7)), "{scoped:?}");
+
+    let mut kept = a.slot_ring(2, SIZE).unwrap();
+    let slot = kept.take().unwrap();
+    a.post_recv_slot(&mut kept, slot).unwrap();
+    drop(kept);
+    let scoped = a.scope(ScopeCqs::shared(&mut cq_a), |_| 7);
+    assert!(
+        matches!(scoped, Err(Error::InvalidArgument(ref why)) if why.contains("slot ring")),
+        "{scoped:?}"
+    );
+
+    let mut orphan = a.slot_ring(2, SIZE).unwrap();
+    drop((a, b));
+    let (mut c, _d) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let slot = orphan.take().unwrap();
+    let refused = c
+        .post_send_slot(&mut orphan, SlotSend::send(slot))
+        .unwrap_err();
+    assert!(
+        matches!(refused.error(), Error::InvalidArgument(why) if why.contains("another queue pair")),
+        "{refused}"
+    );
+    let refused = c
+        .post_recv_slot(&mut orphan, refused.into_slot().unwrap())
+        .unwrap_err();
+    assert!(
+        matches!(refused.error(), Error::InvalidArgument(_)),
+        "{refused}"
+    );
+    orphan.put(refused.into_slot().unwrap()).unwrap();
+    assert!(!orphan.is_for(&c));
+    assert_eq!(orphan.posted(), 0);
+}
