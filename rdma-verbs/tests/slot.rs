@@ -159,10 +159,11 @@ fn slot_rings_share_completion_queues_and_unsignaled_sends_return() {
     }
 }
 
-/// With every slot of a ring posted, the last send is signaled whatever it asked: its
-/// completion comes, and frees the unsignaled ones.
+/// The send that leaves no slot of the ring free is signaled whatever it asked, even where the
+/// run of unsignaled sends is still short: its completion comes, and frees the unsignaled
+/// ones (and the signaled one before them, whose completion is handed over late).
 #[test]
-fn slot_the_post_that_fills_the_ring_is_signaled() {
+fn slot_the_post_that_takes_the_last_free_slot_is_signaled() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, cq_b) = (f.cq(16), f.cq(16));
     let (mut a, mut b) = f.rc_pair(
@@ -170,23 +171,36 @@ fn slot_the_post_that_fills_the_ring_is_signaled() {
         f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
     );
-    let mut tx = a.slot_ring(3, 16).unwrap();
-    let mut rx = b.slot_ring(3, 16).unwrap();
+    assert!(a.caps().max_send_wr >= 4, "{:?}", a.caps());
+    let mut tx = a.slot_ring(4, 16).unwrap();
+    let mut rx = b.slot_ring(4, 16).unwrap();
     while let Some(slot) = rx.take() {
         b.post_recv_slot(&mut rx, slot).unwrap();
     }
-    while let Some(slot) = tx.take() {
+    // A signaled send first: the run of unsignaled ones starts after it.
+    let slot = tx.take().unwrap();
+    a.post_send_slot(&mut tx, SlotSend::send(slot)).unwrap();
+    let first = wait_for(&mut cq_a, 1);
+    // Three unsignaled sends, each taken just before it is posted: the third takes the last
+    // free slot (the first's is still posted, its completion not handed over), with a run of
+    // three, short of the ring's four.
+    for n in 0..3 {
+        let slot = tx.take().unwrap();
         a.post_send_slot(&mut tx, SlotSend::send(slot).unsignaled())
             .unwrap();
+        if n == 1 {
+            assert_no_completion(&mut cq_a, QUIET);
+        }
     }
-    let done = wait_for(&mut cq_a, 1);
-    assert_ok(&done[0], done[0].wr_id(), WcOpcode::Send);
-    let last = complete_all(&mut tx, &done).remove(0);
-    assert_eq!(last.index(), 2, "the last one posted");
+    let last = wait_for(&mut cq_a, 1);
+    assert_ok(&last[0], last[0].wr_id(), WcOpcode::Send);
     assert_no_completion(&mut cq_a, QUIET);
+    let slot = complete_all(&mut tx, &last).remove(0);
+    assert_eq!(slot.index(), 3, "the last one posted");
+    assert!(tx.complete(&first[0]).is_none(), "freed with the last");
     assert_eq!(tx.posted(), 0);
-    assert_eq!(std::iter::from_fn(|| tx.take()).count(), 2);
-    tx.put(last).unwrap();
+    assert_eq!(std::iter::from_fn(|| tx.take()).count(), 3);
+    tx.put(slot).unwrap();
 }
 
 /// RDMA WRITE from a slot, READ into one, and both atomics with their old values, against a
@@ -675,6 +689,9 @@ fn slot_unsignaled_sends_are_signaled_often_enough() {
     // A ring larger than the send queue: after `every - 1` unsignaled sends the next one is
     // signaled, and its completion frees them all.
     let every = a.caps().max_send_wr.min(16) as usize;
+    // Below the ring's 16 slots, so that the run rule, not the free slots, signals; and the 32
+    // receives cover the sends.
+    assert!(every < 15, "{:?}", a.caps());
     let mut tx = a.slot_ring(16, 16).unwrap();
     for round in 0..2 {
         for n in 0..every {

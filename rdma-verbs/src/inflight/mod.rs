@@ -1,6 +1,7 @@
 //! In-flight tables of the owned-buffer data path (`docs/data-path.md`): what each queue of a
-//! queue pair holds while the device may use it, the request ids that find it again, and the
-//! routes by which a completion queue reaches the tables of its queue pairs.
+//! queue pair holds while the device may use it, the request ids that find it again (the slot
+//! rings take theirs from the same source), the routes by which a completion queue reaches the
+//! tables of its queue pairs, and what a queue pair keeps alive for its slot rings.
 //!
 //! - here: request ids ([`OWNED_ID_BIT`], [`RECV_ID_BIT`], the process's id blocks), the
 //!   [`Entry`] a table holds per request, a queue pair's [`QpTables`];
@@ -155,7 +156,7 @@ pub(crate) struct QpTables {
     /// The SRQ's table, for a queue pair that receives through one.
     pub(crate) srq: Option<Arc<SrqTable>>,
     /// What the queue pair keeps alive until it is destroyed: the regions of its slot rings
-    /// (`slot.rs`), whose posted requests no table records.
+    /// (`slot/mod.rs`), whose posted requests no table records.
     attached: Attached,
 }
 

@@ -179,6 +179,9 @@ pub(crate) struct QpInner {
     pub(crate) tables: Arc<QpTables>,
     /// Set once `ibv_destroy_qp` succeeded (by [`QueuePair::close`] or `Drop`).
     pub(crate) destroyed: bool,
+    /// Unsignaled slot sends posted since the last signaled one, whatever their ring: the
+    /// slot rings signal one before the send queue can fill with unsignaled requests.
+    pub(crate) unsignaled_slot_sends: u32,
     /// The multicast groups (GID, LID) it is attached to: detached before the destroy, which
     /// the kernel refuses (`EBUSY`) while any is left.
     pub(crate) mcast: Vec<(crate::device::Gid, u16)>,
@@ -360,6 +363,12 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
     /// See [`QpInner::state_changed`].
     pub(crate) fn state_changed_mut(&mut self) -> &mut bool {
         &mut self.inner.state_changed
+    }
+
+    /// See [`QpInner::unsignaled_slot_sends`].
+    #[inline]
+    pub(crate) fn unsignaled_slot_sends_mut(&mut self) -> &mut u32 {
+        &mut self.inner.unsignaled_slot_sends
     }
 
     /// Whether sends go through the extended `ibv_wr_*` API (see [`SendPath`]): `false` for

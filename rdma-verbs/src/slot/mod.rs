@@ -48,8 +48,8 @@ use record::{Posted, Record};
 /// The rings of the process are numbered from 1, so that a [`Slot`] names its ring.
 static NEXT_RING: AtomicU64 = AtomicU64::new(1);
 
-/// The most slots a ring may have. A ring's record takes about 40 bytes per slot besides the
-/// region (both queues' records have room for every slot).
+/// The most slots a ring may have. A ring's record takes 36 to 68 bytes per slot besides the
+/// region (both queues' records have room for every slot, rounded up to a power of two).
 pub const MAX_SLOTS: u32 = 1 << 20;
 
 /// A queue pair's ring of registered slots (design and soundness: [`docs::data_path`], "Slot
@@ -69,11 +69,10 @@ pub struct SlotRing {
     size: u32,
     stride: u32,
     count: u32,
-    /// At most `signal_every - 1` unsignaled sends in a row: the next is signaled. The smaller
-    /// of the slot count and the send queue's capacity.
+    /// At most `signal_every - 1` unsignaled slot sends of the queue pair in a row (counted by
+    /// the queue pair, for all its rings): the next is signaled. The smaller of the slot count
+    /// and the send queue's capacity.
     signal_every: u32,
-    /// Unsignaled sends posted since the last signaled one.
-    unsignaled_run: u32,
     /// This ring's number, which its slots carry.
     ring: u64,
     /// The in-flight tables of the queue pair the ring is bound to: the one queue pair it
@@ -140,6 +139,7 @@ impl SlotRing {
     /// Hands out a slot that is neither posted nor out, its length the whole
     /// [`slot_size`](Self::slot_size); `None` if every slot is posted or out.
     #[inline]
+    #[must_use = "a slot taken and dropped is lost to the ring"]
     pub fn take(&mut self) -> Option<Slot> {
         let index = self.record.take_free()?;
         Some(Slot {
@@ -184,6 +184,7 @@ impl SlotRing {
     ///
     /// [`Completion`]: crate::Completion
     #[inline]
+    #[must_use = "the slot a completion hands back is lost to the ring if dropped"]
     pub fn complete(&mut self, wc: &WorkCompletion) -> Option<Slot> {
         let id = wc.wr_id();
         let recv = id & RECV_ID_BIT != 0;
@@ -385,7 +386,6 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
             stride,
             count,
             signal_every,
-            unsignaled_run: 0,
             ring: NEXT_RING.fetch_add(1, Ordering::Relaxed),
             tables: self.tables().clone(),
             send_ids: IdSource::new(false),

@@ -140,6 +140,13 @@ impl SlotSend<WriteOp> {
         self.imm = Some(imm);
         self
     }
+
+    /// The receiver's completion (of a write with immediate data) raises a solicited event
+    /// (`IBV_SEND_SOLICITED`).
+    pub fn solicited(mut self) -> Self {
+        self.flags.insert(SendFlags::SOLICITED);
+        self
+    }
 }
 
 impl SlotSend<ReadOp> {
@@ -286,10 +293,13 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// Posts a send request from a slot: the slot stays in `ring` until
     /// [`SlotRing::complete`] is given the request's completion (or, for an unsignaled
     /// request, a later signaled one's of the ring). A request is signaled whatever it asked
-    /// when no slot of the ring is left free, and after fewer unsignaled ones in a row than
-    /// the ring has slots and the send queue holds, so that a completion comes to free them.
-    /// (Owned sends on the same queue pair count apart: signal some of them too.)
-    /// Allocates nothing. Not on UD (use
+    /// when no slot of the ring is left free, and after fewer unsignaled slot sends of this
+    /// queue pair in a row (of any of its rings) than the ring has slots and the send queue
+    /// holds, so that a completion comes to free them. Owned sends are not counted: a queue
+    /// pair that also posts unsignaled [`OwnedSend`](crate::OwnedSend)s must signal often
+    /// enough itself (a provider that frees send-queue entries only at completions refuses
+    /// every post once the queue holds unsignaled requests alone: a stall until a reset, not
+    /// a hazard). Allocates nothing. Not on UD (use
     /// [`OwnedSend`](crate::OwnedSend), whose entry keeps the address handle alive).
     ///
     /// # Errors
@@ -357,9 +367,10 @@ impl<T: Transport> QueuePair<T, Rts> {
             });
         }
         // Unsignaled sends come back only with a later signaled one: one is signaled after
-        // `signal_every - 1` unsignaled ones in a row (fewer than the slots and than the send
-        // queue holds), and whenever no slot is left free (the caller may have none to post).
-        let mut run = ring.unsignaled_run + 1;
+        // `signal_every - 1` unsignaled slot sends of this queue pair in a row (of any ring:
+        // fewer than this ring's slots and than the send queue holds), and whenever no slot of
+        // this ring is left free (the caller may have none to post).
+        let mut run = self.unsignaled_slot_sends_mut().saturating_add(1);
         if flags.contains(SendFlags::SIGNALED)
             || run >= ring.signal_every
             || ring.record.free_is_empty()
@@ -390,10 +401,17 @@ impl<T: Transport> QueuePair<T, Rts> {
         // having seen it. `remote` is the peer's memory.
         match unsafe { self.post_send_one(&request) } {
             Ok(()) => {
-                ring.unsignaled_run = run;
+                *self.unsignaled_slot_sends_mut() = run;
                 Ok(())
             }
-            Err(error) => Err(refused(ring, false, id, error)),
+            Err(error) => {
+                if may_have_posted(&error) {
+                    // Counted as an unsignaled send (it may be one the device holds).
+                    let counted = self.unsignaled_slot_sends_mut();
+                    *counted = counted.saturating_add(1);
+                }
+                Err(refused(ring, false, id, error))
+            }
         }
     }
 }

@@ -109,10 +109,13 @@ impl Record {
     }
 
     /// Records a posted request of queue `recv` (a receive) or not (a send); `false` if its
-    /// queue's record is full (see [`Fifo::push`]).
+    /// queue's record is full (see [`Fifo::push`]). Its id must be above every id the queue
+    /// holds (ids from one id source increase), which [`complete`](Self::complete)'s search
+    /// relies on: checked in debug builds.
     #[inline]
     pub(super) fn push(&mut self, recv: bool, posted: Posted) -> bool {
         let fifo = if recv { &mut self.recv } else { &mut self.send };
+        debug_assert!(fifo.len() == 0 || fifo.at(fifo.tail - 1).id < posted.id);
         fifo.push(posted)
     }
 
@@ -148,12 +151,32 @@ impl Record {
         self.complete_later(recv, id)
     }
 
-    /// [`complete`](Self::complete) of a request that is not the oldest of its queue.
+    /// [`complete`](Self::complete) of a request that is not the oldest of its queue. A
+    /// queue's ids increase from its oldest entry to its newest (an id source hands them out
+    /// in increasing order), so an id outside that span is none of the queue's, found without
+    /// reading the entries, and one inside is found by bisection: a completion of another
+    /// ring or path costs a few reads, however many slots are posted.
     #[cold]
     #[inline(never)]
     fn complete_later(&mut self, recv: bool, id: u64) -> Option<Posted> {
         let fifo = if recv { &mut self.recv } else { &mut self.send };
-        let found = (fifo.head..fifo.tail).find(|&position| fifo.at(position).id == id)?;
+        let (mut low, mut high) = (fifo.head, fifo.tail);
+        if id < fifo.at(low).id || id > fifo.at(high - 1).id {
+            return None;
+        }
+        // The first position whose id is not below `id`.
+        while low < high {
+            let middle = low + (high - low) / 2;
+            if fifo.at(middle).id < id {
+                low = middle + 1;
+            } else {
+                high = middle;
+            }
+        }
+        let found = low;
+        if found == fifo.tail || fifo.at(found).id != id {
+            return None;
+        }
         for position in fifo.head..found {
             let index = fifo.at(position).index;
             debug_assert!(self.free.len() < self.count as usize);
@@ -294,19 +317,49 @@ mod tests {
                 4 | 5 => {
                     let recv = random(2) == 0;
                     let fifo = if recv { &record.recv } else { &record.send };
-                    let id = if fifo.len() == 0 || random(5) == 0 {
-                        // Stale, or never posted: matches nothing.
-                        random(next_id)
+                    let queued: Vec<Posted> = (fifo.head..fifo.tail)
+                        .map(|position| fifo.at(position))
+                        .collect();
+                    let id = if queued.is_empty() || random(5) == 0 {
+                        // Any id handed out so far (of either queue, posted or not).
+                        random(next_id) | if random(2) == 0 { 1 << 62 } else { 0 }
                     } else {
-                        fifo.at(fifo.head + random(fifo.len())).id
+                        queued[random(queued.len() as u64) as usize].id
                     };
-                    let before = (record.send.len(), record.recv.len(), record.free_len());
-                    match record.complete(recv, id) {
-                        Some(done) => out.push(done.index),
-                        None => assert_eq!(
-                            before,
-                            (record.send.len(), record.recv.len(), record.free_len())
-                        ),
+                    let free_before = record.free.clone();
+                    let other = if recv {
+                        record.send.len()
+                    } else {
+                        record.recv.len()
+                    };
+                    let done = record.complete(recv, id);
+                    let fifo = if recv { &record.recv } else { &record.send };
+                    let left: Vec<Posted> = (fifo.head..fifo.tail)
+                        .map(|position| fifo.at(position))
+                        .collect();
+                    let other_after = if recv {
+                        record.send.len()
+                    } else {
+                        record.recv.len()
+                    };
+                    assert_eq!(other, other_after, "the other queue is untouched");
+                    match queued.iter().position(|p| p.id == id) {
+                        Some(found) => {
+                            assert_eq!(done, Some(queued[found]), "the entry with the id");
+                            assert_eq!(left, queued[found + 1..], "the entries after it stay");
+                            let mut freed: Vec<u32> = record.free[free_before.len()..].to_vec();
+                            let mut earlier: Vec<u32> =
+                                queued[..found].iter().map(|p| p.index).collect();
+                            freed.sort_unstable();
+                            earlier.sort_unstable();
+                            assert_eq!(freed, earlier, "the entries before it are freed");
+                            out.push(queued[found].index);
+                        }
+                        None => {
+                            assert_eq!(done, None);
+                            assert_eq!(left, queued, "nothing changes");
+                            assert_eq!(record.free, free_before);
+                        }
                     }
                 }
                 _ => {}
