@@ -155,8 +155,9 @@ pub(crate) struct QpTables {
     pub(crate) recv: Ring,
     /// The SRQ's table, for a queue pair that receives through one.
     pub(crate) srq: Option<Arc<SrqTable>>,
-    /// What the queue pair keeps alive until it is destroyed: the regions of its slot rings
-    /// (`slot/mod.rs`), whose posted requests no table records.
+    /// What the queue pair keeps alive for its slot rings (`slot/mod.rs`, whose posted
+    /// requests no table records): their regions, until the queue pair is destroyed or a ring
+    /// dropped with nothing posted takes its own back.
     attached: Attached,
 }
 
