@@ -29,15 +29,16 @@
 //!   it and hand it back on failure; sends exist only in RTS.
 //! - Work requests are built safely and chained into reusable [`PostList`]s that go to the device
 //!   in one call. Posting them directly is `unsafe`: the device uses the memory after the call
-//!   returns. Three safe ways: [`QueuePair::scope`], in which memory stays borrowed until its
+//!   returns. Four safe ways: [`QueuePair::scope`], in which memory stays borrowed until its
 //!   completion is reaped; the owned-buffer path, in which posting moves a [`Buf`] of a
 //!   [`BufferPool`] into the queue pair ([`QueuePair::post_send_owned`],
 //!   [`QueuePair::post_recv_buf`]) and [`CompletionQueue::poll_each`] hands it back with its
 //!   completion: receive rings that outlive any scope, many queue pairs on one completion
-//!   queue, unsignaled sends, doorbell-batched [`OwnedSendList`]s; and slot rings, with the
-//!   least bookkeeping: a queue pair's own registered slots ([`QueuePair::slot_ring`]),
-//!   posted as [`Slot`]s and handed back by [`SlotRing::complete`] for the completions the
-//!   caller polled. Why each is sound: [`docs::safety`]; how the two paths work:
+//!   queue, unsignaled sends, doorbell-batched [`OwnedSendList`]s; slot rings, a queue pair's
+//!   own registered slots ([`QueuePair::slot_ring`]), posted as [`Slot`]s and handed back by
+//!   [`SlotRing::complete`] for the completions the caller polled; and rings, the cheapest,
+//!   slots posted and completed in order ([`QueuePair::recv_ring`], [`QueuePair::send_ring`],
+//!   [`RecvRing::complete`]). Why each is sound: [`docs::safety`]; how the paths work:
 //!   [`docs::data_path`]; the state types: [`docs::typestate`]; where each verb lives:
 //!   [`docs::modules`].
 //! - Polling fills a caller's array; nothing allocates on the data path.
@@ -95,6 +96,7 @@ mod mw;
 mod owned;
 mod pd;
 pub mod qp;
+mod ring;
 mod scope;
 pub mod shared;
 mod slot;
@@ -118,8 +120,8 @@ pub use flags::{AccessFlags, SendFlags, WcFlags};
 pub use mr::{MemoryRegion, MrSlice, MrSliceMut, RemoteMemory};
 pub use mw::{MemoryWindow, MwType};
 pub use owned::{
-    AtomicOp, BindOp, Completion, InvalidateOp, OwnedOp, OwnedRecv, OwnedRecvList, OwnedSend,
-    OwnedSendList, PostRefused, ReadOp, RegionRange, SendOp, WriteOp,
+    AtomicOp, BindOp, Completion, ImmOp, InvalidateOp, OwnedOp, OwnedRecv, OwnedRecvList,
+    OwnedSend, OwnedSendList, PostRefused, ReadOp, RegionRange, SendOp, WriteOp,
 };
 pub use pd::ProtectionDomain;
 pub use qp::{
@@ -128,6 +130,7 @@ pub use qp::{
     Rts, SendPath, SqPsnRtsAttr, TransitionError, Transport, Uc, UcRtrAttr, Ud, UdInitAttr,
     UdRtrAttr,
 };
+pub use ring::{MAX_RING_SLOTS, RecvRing, RingSend, SendRing};
 pub use scope::{PostScope, ScopeCqs};
 pub use slot::{MAX_SLOTS, Slot, SlotRefused, SlotRing, SlotSend};
 pub use srq::{SharedReceiveQueue, SrqBuilder};

@@ -191,6 +191,10 @@ impl SharedReceiveQueue {
     }
 
     /// The raw `ibv_srq`.
+    ///
+    /// A receive posted through it (`ffi::ibv_post_srq_recv`) must not carry a `wr_id` with the
+    /// top bit set: those are the owned path's ids (see
+    /// [`QueuePair::as_raw`](crate::QueuePair::as_raw)).
     pub fn as_raw(&self) -> *mut ffi::ibv_srq {
         self.inner.raw.as_ptr()
     }

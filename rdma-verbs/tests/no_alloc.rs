@@ -545,3 +545,62 @@ fn slot_no_alloc_post_and_poll_round_trips() {
         "{allocations} allocations in {ROUNDS} slot post/poll rounds"
     );
 }
+
+/// 10,000 rounds through a receive ring and a send ring, every other round with an unsignaled
+/// send before the signaled one: no allocation, and every slot is free again after each round.
+#[test]
+fn ring_no_alloc_post_and_poll_round_trips() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let mut tx = a.send_ring(4, LEN).unwrap();
+    let mut rx = b.recv_ring(4, LEN).unwrap();
+    let data = pattern(LEN, 11);
+
+    let ((), allocations) = count_allocations(|| {
+        let mut wcs = [WorkCompletion::default(); 4];
+        for round in 0..ROUNDS {
+            let sends = if round % 2 == 1 { 2 } else { 1 };
+            for _ in 0..sends {
+                b.post_recv_ring(&mut rx).unwrap();
+            }
+            for n in 0..sends {
+                tx.next_mut().unwrap().copy_from_slice(&data);
+                let request = RingSend::send(LEN);
+                let request = if n + 1 < sends {
+                    request.unsignaled()
+                } else {
+                    request
+                };
+                a.post_send_ring(&mut tx, request).unwrap();
+            }
+            let (mut sent, mut received) = (0, 0);
+            let deadline = Instant::now() + WAIT;
+            while sent < 1 || received < sends {
+                for wc in cq_a.poll(&mut wcs).unwrap() {
+                    assert!(wc.is_success(), "round {round}: {wc:?}");
+                    assert_eq!(tx.complete(wc), Some(&data[..]), "round {round}");
+                    sent += 1;
+                }
+                for wc in cq_b.poll(&mut wcs).unwrap() {
+                    assert!(wc.is_success(), "round {round}: {wc:?}");
+                    assert_eq!(rx.complete(wc), Some(&data[..]), "round {round}");
+                    received += 1;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "round {round}: timed out (sent: {sent}, received: {received})"
+                );
+            }
+            assert_eq!((tx.posted(), rx.posted()), (0, 0), "round {round}");
+        }
+    });
+    assert_eq!(
+        allocations, 0,
+        "{allocations} allocations in {ROUNDS} ring post/poll rounds"
+    );
+}

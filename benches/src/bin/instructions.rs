@@ -1,7 +1,7 @@
 //! `instructions`: the user-space instructions of one post+poll round, counted by callgrind, on
-//! the `unsafe` post calls and on the safe owned-buffer path.
+//! the `unsafe` post calls and on the safe paths (owned buffers, slot rings, rings).
 //!
-//! `instructions <unsafe|owned|reuse> <rounds>` runs `rounds` rounds on an RC queue pair connected
+//! `instructions <unsafe|owned|reuse|slot|ring> <rounds>` runs `rounds` rounds on an RC queue pair connected
 //! to another on the same device (loopback): post a receive, post a 64-byte send, wait for both
 //! completions, poll each. Only the functions named `measured_*` are meant to be counted: run
 //! it as
@@ -23,15 +23,17 @@
 //! the caller: taking a buffer from its pool and returning it (the `unsafe` path reuses one
 //! region). The bytes are written into the buffer outside them in both modes. Mode `reuse` is
 //! the owned path used as the `unsafe` one is: two buffers taken once, each re-posted when its
-//! completion hands it back, so the measured calls are the posts and polls alone.
+//! completion hands it back, so the measured calls are the posts and polls alone. Mode `slot`
+//! does the same with a slot ring per queue pair; mode `ring` with a receive ring and a send
+//! ring, whose completions lend the bytes (checked outside the measured calls).
 
 use std::process::ExitCode;
 
 use rdma_benches::loopback::{Loopback, Shape};
 use rdma_verbs::{
     AccessFlags, Buf, BufferPool, Completion, CompletionQueue, MemoryRegion, MrSlice, OwnedSend,
-    QueuePair, Rc, RecvRequest, Rts, SendRequest, Slot, SlotRing, SlotSend, WcOpcode,
-    WorkCompletion,
+    QueuePair, Rc, RecvRequest, RecvRing, RingSend, Rts, SendRequest, SendRing, Slot, SlotRing,
+    SlotSend, WcOpcode, WorkCompletion,
 };
 
 const SIZE: usize = 64;
@@ -53,7 +55,9 @@ fn main() -> ExitCode {
             Err(_) => return fail("the rounds must be a number"),
         },
         _ => {
-            return fail("usage: instructions <unsafe|owned|reuse> <rounds> | instructions device");
+            return fail(
+                "usage: instructions <unsafe|owned|reuse|slot|ring> <rounds> | instructions device",
+            );
         }
     };
     match run(&mode, rounds) {
@@ -174,6 +178,33 @@ fn run(mode: &str, rounds: u32) -> Result<(), String> {
                 };
                 if !(sent_ok && received_ok && send.is_some() && got == [0x5a; SIZE]) {
                     return Err(format!("round {round}: received {got:?}"));
+                }
+            }
+        }
+        "ring" => {
+            let e = |e: rdma_verbs::Error| e.to_string();
+            let mut send_ring = pair.a.send_ring(1, SIZE).map_err(e)?;
+            let mut recv_ring = pair.b.recv_ring(1, SIZE).map_err(e)?;
+            let mut wcs = [WorkCompletion::default(); 4];
+            for round in 0..rounds {
+                pair.arm()?;
+                measured_post_recv_ring(&mut pair.b, &mut recv_ring).map_err(e)?;
+                let message = send_ring.next_mut().ok_or("no send slot is free")?;
+                message.fill(0x5a ^ round as u8);
+                measured_post_send_ring(&mut pair.a, &mut send_ring).map_err(e)?;
+                pair.wait_both()?;
+                let expected = [0x5a ^ round as u8; SIZE];
+                let sent = measured_poll_send_ring(&mut pair.cq_a, &mut send_ring, &mut wcs)
+                    .is_some_and(|bytes| bytes == expected);
+                let sent_ok = sent && wcs[0].is_success() && wcs[0].opcode() == WcOpcode::Send;
+                let received = measured_poll_recv_ring(&mut pair.cq_b, &mut recv_ring, &mut wcs)
+                    .is_some_and(|bytes| bytes == expected);
+                let received_ok =
+                    received && wcs[0].is_success() && wcs[0].opcode() == WcOpcode::Recv;
+                if !received_ok || !sent_ok || recv_ring.complete(&wcs[0]).is_some() {
+                    return Err(format!(
+                        "round {round}: sent {sent_ok}, received {received_ok}"
+                    ));
                 }
             }
         }
@@ -303,5 +334,53 @@ fn give_back(ring: &mut SlotRing, wcs: &[WorkCompletion]) {
         if let Some(slot) = ring.complete(wc) {
             let _ = ring.put(slot);
         }
+    }
+}
+
+#[unsafe(no_mangle)]
+#[inline(never)]
+fn measured_post_recv_ring(
+    qp: &mut QueuePair<Rc, Rts>,
+    ring: &mut RecvRing,
+) -> rdma_verbs::Result<()> {
+    qp.post_recv_ring(ring)
+}
+
+#[unsafe(no_mangle)]
+#[inline(never)]
+fn measured_post_send_ring(
+    qp: &mut QueuePair<Rc, Rts>,
+    ring: &mut SendRing,
+) -> rdma_verbs::Result<()> {
+    qp.post_send_ring(ring, RingSend::send(SIZE))
+}
+
+/// Polls one completion and hands it to the receive ring: the bytes received.
+#[unsafe(no_mangle)]
+#[inline(never)]
+fn measured_poll_recv_ring<'a>(
+    cq: &mut CompletionQueue,
+    ring: &'a mut RecvRing,
+    wcs: &mut [WorkCompletion],
+) -> Option<&'a [u8]> {
+    let polled = cq.poll(wcs).ok()?;
+    match polled {
+        [one] => ring.complete(one),
+        _ => None,
+    }
+}
+
+/// Polls one completion and hands it to the send ring: the bytes the request carried.
+#[unsafe(no_mangle)]
+#[inline(never)]
+fn measured_poll_send_ring<'a>(
+    cq: &mut CompletionQueue,
+    ring: &'a mut SendRing,
+    wcs: &mut [WorkCompletion],
+) -> Option<&'a [u8]> {
+    let polled = cq.poll(wcs).ok()?;
+    match polled {
+        [one] => ring.complete(one),
+        _ => None,
     }
 }

@@ -34,6 +34,11 @@ pub(crate) const OWNED_ID_BIT: u64 = 1 << 63;
 /// look: every table still matches the whole id.
 pub(crate) const RECV_ID_BIT: u64 = 1 << 62;
 
+/// An id no request ever has: [`OWNED_ID_BIT`] alone, the first id of block 0, which is never
+/// handed out (blocks are taken from 1). The rings mark an empty slot with it, so that no
+/// completion can match one.
+pub(crate) const NO_ID: u64 = OWNED_ID_BIT;
+
 /// [`OWNED_ID_BIT`] as a `NonZeroU64`.
 const OWNED: NonZeroU64 = match NonZeroU64::new(OWNED_ID_BIT) {
     Some(bit) => bit,
@@ -42,10 +47,11 @@ const OWNED: NonZeroU64 = match NonZeroU64::new(OWNED_ID_BIT) {
 
 /// Ids are handed to tables in blocks of this many.
 const BLOCK: u64 = 1 << 16;
-/// The next block of ids, for the whole process. Blocks are numbered from 0; block `b` holds
-/// ids `OWNED_ID_BIT | b * BLOCK ..` (with [`RECV_ID_BIT`] for a receive table), so there are
-/// 2^46 blocks (2^62 ids) before the space runs out, which it refuses to do rather than wrap.
-static NEXT_BLOCK: AtomicU64 = AtomicU64::new(0);
+/// The next block of ids, for the whole process. Block `b` holds ids `OWNED_ID_BIT | b *
+/// BLOCK ..` (with [`RECV_ID_BIT`] for a receive table); blocks are handed out from 1 (block 0
+/// holds [`NO_ID`]), so there are 2^46 - 1 blocks (almost 2^62 ids) before the space runs out,
+/// which it refuses to do rather than wrap.
+static NEXT_BLOCK: AtomicU64 = AtomicU64::new(1);
 const BLOCKS: u64 = RECV_ID_BIT / BLOCK;
 
 /// A table's source of ids: no two requests of the process ever get the same id.
@@ -70,14 +76,20 @@ impl IdSource {
     /// `Option<Entry>` be as small as an [`Entry`]).
     #[inline]
     pub(crate) fn next(&mut self) -> Result<NonZeroU64> {
+        // `next_block` set the bit on every id of the block; or-ing it in again makes the
+        // type say so.
+        self.next_u64().map(|id| OWNED | id)
+    }
+
+    /// [`next`](Self::next) as a plain `u64` (it has [`OWNED_ID_BIT`] all the same).
+    #[inline]
+    pub(crate) fn next_u64(&mut self) -> Result<u64> {
         if self.next == self.end {
             self.next_block()?;
         }
         let id = self.next;
         self.next += 1;
-        // `next_block` set the bit on every id of the block; or-ing it in again makes the
-        // type say so.
-        Ok(OWNED | id)
+        Ok(id)
     }
 
     /// Takes the next block of ids from the process's counter: once per 65,536 ids.
@@ -251,6 +263,10 @@ mod tests {
                 OWNED_ID_BIT | RECV_ID_BIT
             );
             for id in [send, recv] {
+                assert!(
+                    id & !RECV_ID_BIT >= OWNED_ID_BIT | BLOCK,
+                    "id {id:#x} of block 0, which holds NO_ID"
+                );
                 assert!(seen.insert(id), "id {id:#x} handed out twice");
             }
         }

@@ -37,7 +37,9 @@ use range::{OwnedSges, check_region};
 pub use recv::OwnedRecv;
 pub(crate) use recv::check_room;
 pub(crate) use send::Prepared;
-pub use send::{AtomicOp, BindOp, InvalidateOp, OwnedOp, OwnedSend, ReadOp, SendOp, WriteOp};
+pub use send::{
+    AtomicOp, BindOp, ImmOp, InvalidateOp, OwnedOp, OwnedSend, ReadOp, SendOp, WriteOp,
+};
 
 /// A post the queue pair did not take: the error, and the buffer, which the device never saw.
 ///

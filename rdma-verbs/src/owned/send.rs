@@ -88,6 +88,13 @@ impl sealed::Sealed for InvalidateOp {}
 impl sealed::Sealed for BindOp {
     const BIND: bool = true;
 }
+/// The operations that carry immediate data and may raise a solicited event: [`SendOp`] and
+/// [`WriteOp`]. `with_imm` and `solicited` are theirs alone, on [`OwnedSend`],
+/// [`SlotSend`](crate::SlotSend) and [`RingSend`](crate::RingSend). Sealed.
+pub trait ImmOp: OwnedOp {}
+impl ImmOp for SendOp {}
+impl ImmOp for WriteOp {}
+
 impl OwnedOp for SendOp {}
 impl OwnedOp for WriteOp {}
 impl OwnedOp for ReadOp {}
@@ -191,20 +198,6 @@ impl<'a> OwnedSend<'a, SendOp> {
     /// the post returns.
     pub fn send_inline(bytes: &'a [u8]) -> Self {
         Self::new(Kind::SendInline(bytes))
-    }
-
-    /// Immediate data, delivered with the receive completion.
-    pub fn with_imm(mut self, imm: u32) -> Self {
-        self.imm = Some(imm);
-        self
-    }
-
-    /// Raises a solicited event at the receiver (`IBV_SEND_SOLICITED`): its receive completion
-    /// wakes a completion queue armed for solicited completions only
-    /// ([`CompletionQueue::req_notify`](crate::CompletionQueue::req_notify)`(true)`).
-    pub fn solicited(mut self) -> Self {
-        self.flags.insert(SendFlags::SOLICITED);
-        self
     }
 
     /// The destination of a UD send: queue pair `remote_qpn` with Q_Key `remote_qkey` behind
@@ -343,16 +336,20 @@ impl<'a> OwnedSend<'a, WriteOp> {
     pub fn write_inline(bytes: &'a [u8], remote: RemoteMemory) -> Self {
         Self::new(Kind::WriteInline(bytes, remote))
     }
+}
 
-    /// Immediate data: the write also consumes a receive at the peer, which completes with it.
+impl<K: ImmOp> OwnedSend<'_, K> {
+    /// Immediate data, delivered with the peer's receive completion (an RDMA WRITE with it also
+    /// consumes a receive at the peer).
     pub fn with_imm(mut self, imm: u32) -> Self {
         self.imm = Some(imm);
         self
     }
 
-    /// Raises a solicited event at the receiver with the receive completion that immediate
-    /// data ([`with_imm`](Self::with_imm)) makes there (`IBV_SEND_SOLICITED`); a write without
-    /// it completes no receive, and the flag does nothing.
+    /// Raises a solicited event at the receiver with its receive completion
+    /// (`IBV_SEND_SOLICITED`), which wakes a completion queue armed for solicited completions
+    /// only ([`CompletionQueue::req_notify`](crate::CompletionQueue::req_notify)`(true)`). An
+    /// RDMA WRITE without immediate data completes no receive: the flag does nothing there.
     pub fn solicited(mut self) -> Self {
         self.flags.insert(SendFlags::SOLICITED);
         self

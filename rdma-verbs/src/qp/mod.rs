@@ -179,8 +179,8 @@ pub(crate) struct QpInner {
     pub(crate) tables: Arc<QpTables>,
     /// Set once `ibv_destroy_qp` succeeded (by [`QueuePair::close`] or `Drop`).
     pub(crate) destroyed: bool,
-    /// Unsignaled slot sends posted since the last signaled one, whatever their ring: the
-    /// slot rings signal one before the send queue can fill with unsignaled requests.
+    /// Unsignaled slot and ring sends posted since the last signaled one, whatever their ring:
+    /// the rings signal one before the send queue can fill with unsignaled requests.
     pub(crate) unsignaled_slot_sends: u32,
     /// The multicast groups (GID, LID) it is attached to: detached before the destroy, which
     /// the kernel refuses (`EBUSY`) while any is left.
@@ -383,6 +383,11 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
     }
 
     /// The raw `ibv_qp`.
+    ///
+    /// A request posted through it (with `ffi::ibv_post_send` and the like) must not carry a
+    /// `wr_id` with the top bit set: those are the owned path's and the rings' ids, which the
+    /// crate's own post calls refuse, and a completion carrying one could hand back a buffer or
+    /// slot the device still uses.
     pub fn as_raw(&self) -> *mut ffi::ibv_qp {
         self.inner.raw.as_ptr()
     }

@@ -145,19 +145,37 @@ impl<T: Transport> QueuePair<T, Rts> {
         let mut raw = ffi::ibv_send_wr::default();
         let mut one = ffi::ibv_sge::default();
         request.fill_zeroed(&mut raw, &mut one)?;
-        if let Some(ex) = self.inner.extended.filter(|ex| ex.covers(request.op())) {
-            // SAFETY: as in `post_send`, for a chain of one request; `raw` and `one` outlive
-            // the call.
-            let posted = unsafe { extended::post(ex, &self.inner.caps, T::DATAGRAM, &raw) };
+        // SAFETY: `raw` is a checked request of operation `request.op()`, its entry `one`;
+        // the caller keeps the memory valid as the contract says.
+        unsafe { self.post_send_raw(&mut raw, request.op()) }
+    }
+
+    /// Posts the one request `raw` (its `next` null) of operation `ops`, on the extended path
+    /// when the queue pair uses it and it covers `ops`, else with `ibv_post_send`.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a valid request this queue pair's transport carries (as [`check_ops`] and the
+    /// request builders check), its `sg_list` valid for the call, and the memory it names
+    /// kept as [`post_send`](Self::post_send)'s contract says.
+    #[inline(always)]
+    pub(crate) unsafe fn post_send_raw(
+        &mut self,
+        raw: &mut ffi::ibv_send_wr,
+        ops: u32,
+    ) -> Result<()> {
+        if let Some(ex) = self.inner.extended.filter(|ex| ex.covers(ops)) {
+            // SAFETY: as in `post_send`, for a chain of one request, which outlives the call.
+            let posted = unsafe { extended::post(ex, &self.inner.caps, T::DATAGRAM, raw) };
             if let Some(result) = posted {
                 return result;
             }
         }
         let mut bad: *mut ffi::ibv_send_wr = std::ptr::null_mut();
-        // SAFETY: live queue pair; `raw` and `one` outlive the call; the caller keeps the
-        // memory valid as the contract says.
-        let ret = unsafe { ffi::ibv_post_send(self.as_raw(), &mut raw, &mut bad) };
-        post_result("ibv_post_send", ret, || index_of_one(&raw, bad))
+        // SAFETY: live queue pair; `raw` outlives the call; the caller keeps the memory valid
+        // as the contract says.
+        let ret = unsafe { ffi::ibv_post_send(self.as_raw(), raw, &mut bad) };
+        post_result("ibv_post_send", ret, || index_of_one(raw, bad))
     }
 }
 
@@ -219,10 +237,23 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
         let mut raw = ffi::ibv_recv_wr::default();
         let mut one = ffi::ibv_sge::default();
         request.fill(&mut raw, &mut one)?;
+        // SAFETY: `raw` is a checked request, its entry `one`; the SRQ is checked above; the
+        // caller keeps the memory valid as the contract says.
+        unsafe { self.post_recv_raw(&mut raw) }
+    }
+
+    /// `ibv_post_recv` of the one request `raw` (its `next` null).
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a valid request, its `sg_list` valid for the call; the queue pair has no SRQ;
+    /// the memory it names is kept as [`post_recv`](Self::post_recv)'s contract says.
+    #[inline(always)]
+    pub(crate) unsafe fn post_recv_raw(&mut self, raw: &mut ffi::ibv_recv_wr) -> Result<()> {
         let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
-        // SAFETY: live queue pair; `raw`/`one` outlive the call; memory kept valid by caller.
-        let ret = unsafe { ffi::ibv_post_recv(self.as_raw(), &mut raw, &mut bad) };
-        post_result("ibv_post_recv", ret, || index_of_one(&raw, bad))
+        // SAFETY: live queue pair; `raw` outlives the call; memory kept valid by the caller.
+        let ret = unsafe { ffi::ibv_post_recv(self.as_raw(), raw, &mut bad) };
+        post_result("ibv_post_recv", ret, || index_of_one(raw, bad))
     }
 
     #[inline]

@@ -29,15 +29,14 @@
 //!   its region (registered without remote rights).
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::cq::WorkCompletion;
 use crate::error::{Error, Result};
-use crate::flags::AccessFlags;
-use crate::inflight::{IdSource, QpTables, RECV_ID_BIT};
-use crate::mr::{MemoryRegion, MrSlice};
+use crate::inflight::{IdSource, RECV_ID_BIT};
+use crate::mr::MrSlice;
 use crate::qp::{QpState, QueuePair, Transport};
+use crate::ring::SlotRegion;
 
 mod post;
 mod record;
@@ -60,24 +59,14 @@ pub const MAX_SLOTS: u32 = 1 << 20;
 ///
 /// `Send` and `Sync`: posting and completing take it `&mut`, reading a slot's bytes `&`.
 pub struct SlotRing {
-    mr: Arc<MemoryRegion>,
-    /// The region's first byte and its key.
-    base: u64,
-    lkey: u32,
-    /// The bytes a slot holds, and the distance between slots (`size` rounded up to 8, so
-    /// that every slot is aligned for atomics).
-    size: u32,
-    stride: u32,
-    count: u32,
+    /// The registered slots, bound to the queue pair the ring posts to.
+    region: SlotRegion,
     /// At most `signal_every - 1` unsignaled slot sends of the queue pair in a row (counted by
     /// the queue pair, for all its rings): the next is signaled. The smaller of the slot count
     /// and the send queue's capacity.
     signal_every: u32,
     /// This ring's number, which its slots carry.
     ring: u64,
-    /// The in-flight tables of the queue pair the ring is bound to: the one queue pair it
-    /// posts to, compared by address (held, so the address is not reused while the ring is).
-    tables: Arc<QpTables>,
     send_ids: IdSource,
     recv_ids: IdSource,
     /// Which slots are posted (to which queue, under which id) and which are free.
@@ -145,7 +134,7 @@ impl SlotRing {
         Some(Slot {
             ring: self.ring,
             index,
-            len: self.size,
+            len: self.region.size(),
         })
     }
 
@@ -194,7 +183,7 @@ impl SlotRing {
         } else if !wc.is_success() || wc.is_recv_rdma_with_imm() {
             0
         } else {
-            wc.byte_len().min(self.size)
+            wc.byte_len().min(self.region.size())
         };
         Some(Slot {
             ring: self.ring,
@@ -211,11 +200,11 @@ impl SlotRing {
     #[inline]
     pub fn bytes<'a>(&'a self, slot: &'a Slot) -> Result<&'a [u8]> {
         let len = self.check(slot)?;
-        // SAFETY: the slot lies in the region, which `self.mr` keeps; `slot` is the one
+        // SAFETY: the slot lies in the region, which the ring keeps; `slot` is the one
         // right to these bytes (the device uses them only while the slot is posted, when no
         // `Slot` for it exists), and the result borrows `slot`, so no `bytes_mut` of it
         // (which needs `&mut Slot`) can run while the result lives.
-        Ok(unsafe { std::slice::from_raw_parts(self.slot_ptr(slot.index), len) })
+        Ok(unsafe { std::slice::from_raw_parts(self.region.ptr(slot.index), len) })
     }
 
     /// All [`slot_size`](Self::slot_size) bytes of `slot`, to write what it will send (set
@@ -231,11 +220,9 @@ impl SlotRing {
         }
         // SAFETY: as in `bytes`; `&mut slot` makes the access unique, and slots do not
         // overlap (`stride >= size`).
-        Ok(
-            unsafe {
-                std::slice::from_raw_parts_mut(self.slot_ptr(slot.index), self.size as usize)
-            },
-        )
+        Ok(unsafe {
+            std::slice::from_raw_parts_mut(self.region.ptr(slot.index), self.region.size() as usize)
+        })
     }
 
     /// Copies `data` into `slot` and sets its length.
@@ -249,7 +236,7 @@ impl SlotRing {
             Error::InvalidArgument(format!(
                 "{} bytes do not fit a slot of {} bytes",
                 data.len(),
-                self.size
+                self.region.size()
             ))
         })?;
         target.copy_from_slice(data);
@@ -259,12 +246,12 @@ impl SlotRing {
 
     /// The bytes a slot holds.
     pub fn slot_size(&self) -> usize {
-        self.size as usize
+        self.region.size() as usize
     }
 
     /// How many slots the ring has.
     pub fn slot_count(&self) -> u32 {
-        self.count
+        self.region.count()
     }
 
     /// How many slots are posted: in flight, completed and not yet handed to
@@ -277,15 +264,7 @@ impl SlotRing {
 
     /// Whether the ring posts to `qp`.
     pub fn is_for<T: Transport, S: QpState>(&self, qp: &QueuePair<T, S>) -> bool {
-        Arc::ptr_eq(&self.tables, qp.tables())
-    }
-
-    #[inline]
-    fn slot_ptr(&self, index: u32) -> *mut u8 {
-        // In bounds: `index < count`, and the region holds `count` strides.
-        self.mr
-            .as_ptr()
-            .wrapping_add(index as usize * self.stride as usize)
+        self.region.is_for(qp.tables())
     }
 
     /// The slot's length, checked against the ring and the slot size.
@@ -294,8 +273,8 @@ impl SlotRing {
         if slot.ring != self.ring {
             return Err(other_ring());
         }
-        if slot.len > self.size {
-            return Err(too_long(slot.len, self.size));
+        if slot.len > self.region.size() {
+            return Err(too_long(slot.len, self.region.size()));
         }
         Ok(slot.len as usize)
     }
@@ -303,8 +282,7 @@ impl SlotRing {
     /// The slot's bytes as the work request names them: its first `len`.
     #[inline]
     fn raw_slice(&self, index: u32, len: u32) -> MrSlice<'static> {
-        let addr = self.base + u64::from(index) * u64::from(self.stride);
-        MrSlice::from_raw_parts(addr, len, self.lkey)
+        MrSlice::from_raw_parts(self.region.addr(index), len, self.region.lkey())
     }
 }
 
@@ -314,7 +292,7 @@ impl Drop for SlotRing {
     /// may open a scope again once it has no other ring.
     fn drop(&mut self) {
         if self.record.send.len() + self.record.recv.len() == 0 {
-            self.tables.detach(&self.mr);
+            self.region.release();
         }
     }
 }
@@ -322,8 +300,8 @@ impl Drop for SlotRing {
 impl fmt::Debug for SlotRing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SlotRing")
-            .field("slot_size", &self.size)
-            .field("slot_count", &self.count)
+            .field("slot_size", &self.region.size())
+            .field("slot_count", &self.region.count())
             .field("posted_sends", &self.record.send.len())
             .field("posted_receives", &self.record.recv.len())
             .field("free", &self.record.free_len())
@@ -362,35 +340,14 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
     /// more than [`MAX_SLOTS`] slots, or a size that overflows; else as
     /// [`ProtectionDomain::register`](crate::ProtectionDomain::register).
     pub fn slot_ring(&self, count: u32, size: usize) -> Result<SlotRing> {
-        if count == 0 || size == 0 || count > MAX_SLOTS {
-            return Err(Error::InvalidArgument(format!(
-                "a slot ring of {count} slots of {size} bytes: 1 to {MAX_SLOTS} slots of at \
-                 least one byte"
-            )));
-        }
-        let bad_size =
-            || Error::InvalidArgument(format!("{count} slots of {size} bytes: too large"));
-        let size32 = u32::try_from(size).map_err(|_| bad_size())?;
-        let stride = size32.checked_next_multiple_of(8).ok_or_else(bad_size)?;
-        let total = (stride as usize)
-            .checked_mul(count as usize)
-            .ok_or_else(bad_size)?;
-        let mr = Arc::new(self.pd().register(total, AccessFlags::LOCAL_WRITE)?);
-        self.tables().attach(mr.clone());
-        let signal_every = count.min(self.caps().max_send_wr).max(1);
+        let region = SlotRegion::new(self, count, size, MAX_SLOTS, "slot ring")?;
         Ok(SlotRing {
-            base: mr.addr(),
-            lkey: mr.lkey(),
-            mr,
-            size: size32,
-            stride,
-            count,
-            signal_every,
+            signal_every: count.min(self.caps().max_send_wr).max(1),
             ring: NEXT_RING.fetch_add(1, Ordering::Relaxed),
-            tables: self.tables().clone(),
             send_ids: IdSource::new(false),
             recv_ids: IdSource::new(true),
             record: Record::new(count),
+            region,
         })
     }
 }

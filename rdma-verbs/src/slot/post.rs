@@ -3,14 +3,14 @@
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::Arc;
 
 use super::{Posted, Slot, SlotRing, other_qp, other_ring};
 use crate::error::Error;
 use crate::flags::SendFlags;
 use crate::mr::RemoteMemory;
-use crate::owned::{AtomicOp, OwnedOp, ReadOp, SendOp, WriteOp, check_room};
+use crate::owned::{AtomicOp, ImmOp, OwnedOp, ReadOp, SendOp, WriteOp, check_room};
 use crate::qp::{CanPostRecv, QueuePair, Rts, Transport, may_have_posted};
+use crate::ring::RingOp;
 use crate::wr::{Payload, RecvRequest, SendRequest};
 
 /// A slot post the queue pair did not take: the error, and the slot, which the device never
@@ -64,23 +64,14 @@ impl From<SlotRefused> for Error {
 #[must_use = "a request does nothing until it is posted"]
 pub struct SlotSend<K: OwnedOp = SendOp> {
     slot: Slot,
-    op: SlotOp,
+    op: RingOp,
     imm: Option<u32>,
     flags: SendFlags,
     _op: PhantomData<fn() -> K>,
 }
 
-#[derive(Clone, Copy, Debug)]
-enum SlotOp {
-    Send,
-    Write(RemoteMemory),
-    Read(RemoteMemory),
-    FetchAdd(RemoteMemory, u64),
-    CompareSwap(RemoteMemory, u64, u64),
-}
-
 impl<K: OwnedOp> SlotSend<K> {
-    fn new(slot: Slot, op: SlotOp) -> Self {
+    fn new(slot: Slot, op: RingOp) -> Self {
         Self {
             slot,
             op,
@@ -109,22 +100,26 @@ impl<K: OwnedOp> SlotSend<K> {
     }
 }
 
-impl SlotSend<SendOp> {
-    /// SEND of the slot's first [`len`](Slot::len) bytes.
-    pub fn send(slot: Slot) -> Self {
-        Self::new(slot, SlotOp::Send)
-    }
-
-    /// Immediate data, delivered with the receive completion.
+impl<K: ImmOp> SlotSend<K> {
+    /// Immediate data, delivered with the peer's receive completion (an RDMA WRITE with it also
+    /// consumes a receive at the peer).
     pub fn with_imm(mut self, imm: u32) -> Self {
         self.imm = Some(imm);
         self
     }
 
-    /// The receiver's completion raises a solicited event (`IBV_SEND_SOLICITED`).
+    /// Raises a solicited event at the receiver with its receive completion
+    /// (`IBV_SEND_SOLICITED`; an RDMA WRITE without immediate data completes no receive).
     pub fn solicited(mut self) -> Self {
         self.flags.insert(SendFlags::SOLICITED);
         self
+    }
+}
+
+impl SlotSend<SendOp> {
+    /// SEND of the slot's first [`len`](Slot::len) bytes.
+    pub fn send(slot: Slot) -> Self {
+        Self::new(slot, RingOp::Send)
     }
 }
 
@@ -132,20 +127,7 @@ impl SlotSend<WriteOp> {
     /// RDMA WRITE of the slot's first [`len`](Slot::len) bytes to `remote` (refused when
     /// posted if longer than `remote`).
     pub fn write(slot: Slot, remote: RemoteMemory) -> Self {
-        Self::new(slot, SlotOp::Write(remote))
-    }
-
-    /// Immediate data, delivered with the peer's receive completion.
-    pub fn with_imm(mut self, imm: u32) -> Self {
-        self.imm = Some(imm);
-        self
-    }
-
-    /// The receiver's completion (of a write with immediate data) raises a solicited event
-    /// (`IBV_SEND_SOLICITED`).
-    pub fn solicited(mut self) -> Self {
-        self.flags.insert(SendFlags::SOLICITED);
-        self
+        Self::new(slot, RingOp::Write(remote))
     }
 }
 
@@ -153,7 +135,7 @@ impl SlotSend<ReadOp> {
     /// RDMA READ of `remote` into the slot's first [`len`](Slot::len) bytes (refused when
     /// posted if longer than `remote`).
     pub fn read(slot: Slot, remote: RemoteMemory) -> Self {
-        Self::new(slot, SlotOp::Read(remote))
+        Self::new(slot, RingOp::Read(remote))
     }
 }
 
@@ -161,13 +143,13 @@ impl SlotSend<AtomicOp> {
     /// ATOMIC_FETCH_AND_ADD of `add` to the 8 bytes at `remote`; the old value lands in the
     /// slot's first 8 bytes (in the byte order the provider writes), its length set to 8.
     pub fn fetch_add(slot: Slot, remote: RemoteMemory, add: u64) -> Self {
-        Self::new(slot, SlotOp::FetchAdd(remote, add))
+        Self::new(slot, RingOp::FetchAdd(remote, add))
     }
 
     /// ATOMIC_CMP_AND_SWP: `swap` into the 8 bytes at `remote` if they hold `compare`; the
     /// old value lands in the slot's first 8 bytes, its length set to 8.
     pub fn compare_swap(slot: Slot, remote: RemoteMemory, compare: u64, swap: u64) -> Self {
-        Self::new(slot, SlotOp::CompareSwap(remote, compare, swap))
+        Self::new(slot, RingOp::CompareSwap(remote, compare, swap))
     }
 }
 
@@ -219,7 +201,7 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
         ring: &mut SlotRing,
         slot: Slot,
     ) -> std::result::Result<(), SlotRefused> {
-        if !Arc::ptr_eq(&ring.tables, self.tables()) || slot.ring != ring.ring {
+        if !ring.region.is_for(self.tables()) || slot.ring != ring.ring {
             let error = if slot.ring != ring.ring {
                 other_ring()
             } else {
@@ -230,7 +212,7 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
                 slot: Some(slot),
             });
         }
-        if let Err(error) = check_room::<T>(ring.size as usize) {
+        if let Err(error) = check_room::<T>(ring.region.size() as usize) {
             return Err(SlotRefused {
                 error,
                 slot: Some(slot),
@@ -245,11 +227,11 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
                 });
             }
         };
-        let payload = Payload::Slice(ring.raw_slice(slot.index, ring.size));
+        let payload = Payload::Slice(ring.raw_slice(slot.index, ring.region.size()));
         let posted = Posted {
             id,
             index: slot.index,
-            len: ring.size,
+            len: ring.region.size(),
         };
         if !ring.record.push(true, posted) {
             return Err(SlotRefused {
@@ -322,16 +304,16 @@ impl<T: Transport> QueuePair<T, Rts> {
             mut flags,
             _op,
         } = request;
-        if matches!(op, SlotOp::FetchAdd(..) | SlotOp::CompareSwap(..)) {
+        if matches!(op, RingOp::FetchAdd(..) | RingOp::CompareSwap(..)) {
             slot.len = 8;
         }
         let checked = if T::DATAGRAM {
             Err(datagram_send())
-        } else if !Arc::ptr_eq(&ring.tables, self.tables()) {
+        } else if !ring.region.is_for(self.tables()) {
             Err(other_qp())
         } else {
             ring.check(&slot).and_then(|len| match op {
-                SlotOp::Write(remote) | SlotOp::Read(remote)
+                RingOp::Write(remote) | RingOp::Read(remote)
                     if len as u64 > u64::from(remote.len) =>
                 {
                     Err(longer_than_remote(len as u32, &remote))
@@ -380,11 +362,11 @@ impl<T: Transport> QueuePair<T, Rts> {
         }
         let payload = Payload::Slice(slice);
         let mut request = match op {
-            SlotOp::Send => SendRequest::send(0, payload),
-            SlotOp::Write(remote) => SendRequest::write(0, payload, remote),
-            SlotOp::Read(remote) => SendRequest::read(0, payload, remote),
-            SlotOp::FetchAdd(remote, add) => SendRequest::fetch_add(0, slice, remote, add),
-            SlotOp::CompareSwap(remote, compare, swap) => {
+            RingOp::Send => SendRequest::send(0, payload),
+            RingOp::Write(remote) => SendRequest::write(0, payload, remote),
+            RingOp::Read(remote) => SendRequest::read(0, payload, remote),
+            RingOp::FetchAdd(remote, add) => SendRequest::fetch_add(0, slice, remote, add),
+            RingOp::CompareSwap(remote, compare, swap) => {
                 SendRequest::compare_swap(0, slice, remote, compare, swap)
             }
         }

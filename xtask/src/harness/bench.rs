@@ -2,7 +2,8 @@
 //! `ib_send_bw`, run alternately in one VM boot (or on the host's device), several rounds per
 //! test and size; tables of both tools' typical latency and 64-byte message rate by post-list
 //! length, their ratio and its spread across rounds; then, in the same boot, the instruction
-//! counts of `cargo xtask instructions` (C, `unsafe`, owned, owned reused); with `--write`,
+//! counts of `cargo xtask instructions` (C, `unsafe`, owned, owned reused, slot ring, rings);
+//! with `--write`,
 //! those tables and plots in `docs/`.
 //!
 //! Each round runs every (test, size) pair once with each tool, the order of the two tools

@@ -1,5 +1,6 @@
 //! `cargo xtask instructions`: the user-space instructions of one post+poll round written in C
-//! against libibverbs, on rdma-verbs' `unsafe` calls, its owned-buffer path and its slot rings,
+//! against libibverbs, on rdma-verbs' `unsafe` calls, its owned-buffer path, its slot rings and
+//! its rings,
 //! counted by callgrind on the device (in the VM where the host has none), and their ratios. See
 //! `docs/benchmarks.md` for the method.
 
@@ -13,8 +14,9 @@ use super::vm::{self, shell_quote};
 /// The modes `instructions` measures: C (`benches/c/post_poll.c`), then rdma-verbs' paths: the
 /// `unsafe` calls, the owned one twice (taking and returning a buffer per request, `owned`, and
 /// re-posting the buffers its completions hand back, `reuse`, as the `unsafe` mode reuses one
-/// region), and slot rings (`slot`: each slot posted again when its completion hands it back).
-const MODES: [&str; 5] = ["c", "unsafe", "owned", "reuse", "slot"];
+/// region), slot rings (`slot`: each slot posted again when its completion hands it back) and
+/// rings (`ring`: a receive ring and a send ring, their slots posted and completed in order).
+const MODES: [&str; 6] = ["c", "unsafe", "owned", "reuse", "slot", "ring"];
 
 /// `cargo xtask instructions [ROUNDS]` (default 2000).
 pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
@@ -46,7 +48,7 @@ pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
             println!("  {function:<28} {cost:>8.1}");
         }
     }
-    let [c, unsafe_, owned, reuse, slot] = &counts.modes;
+    let [c, unsafe_, owned, reuse, slot, ring] = &counts.modes;
     println!(
         "unsafe / c: {:.3} (in the program itself: {:.2})",
         unsafe_.total / c.total,
@@ -67,6 +69,11 @@ pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
         slot.total / unsafe_.total,
         slot.own / unsafe_.own
     );
+    println!(
+        "ring / unsafe: {:.3} (in the program itself: {:.2})",
+        ring.total / unsafe_.total,
+        ring.own / unsafe_.own
+    );
     Ok(())
 }
 
@@ -80,7 +87,7 @@ pub(crate) struct Count {
 
 /// One mode's counts, per round.
 pub(crate) struct Mode {
-    /// `c`, `unsafe`, `owned`, `reuse` or `slot`.
+    /// `c`, `unsafe`, `owned`, `reuse`, `slot` or `ring`.
     pub(crate) name: &'static str,
     /// Every measured function's inclusive count.
     pub(crate) functions: BTreeMap<String, f64>,
@@ -92,7 +99,7 @@ pub(crate) struct Mode {
 
 /// The modes' counts, in [`MODES`] order.
 pub(crate) struct Counts {
-    pub(crate) modes: [Mode; 5],
+    pub(crate) modes: [Mode; 6],
 }
 
 impl Count {
@@ -165,7 +172,7 @@ impl Count {
                 own: per(own),
             })
         };
-        let [c, unsafe_, owned, reuse, slot] = MODES;
+        let [c, unsafe_, owned, reuse, slot, ring] = MODES;
         Ok(Counts {
             modes: [
                 mode(c)?,
@@ -173,6 +180,7 @@ impl Count {
                 mode(owned)?,
                 mode(reuse)?,
                 mode(slot)?,
+                mode(ring)?,
             ],
         })
     }
@@ -182,31 +190,33 @@ impl Counts {
     /// The Markdown table of the counts: per round, each mode's total, its part in the
     /// program's own code, and the ratios.
     pub(crate) fn table(&self, rounds: u32) -> String {
-        let [c, unsafe_, owned, reuse, slot] = &self.modes;
+        let [c, unsafe_, owned, reuse, slot, ring] = &self.modes;
         let mut out = format!(
             "Instructions per post+poll round (callgrind, {rounds} rounds; post one receive, \
              post one 64-byte signaled SEND, poll both; owned: a buffer taken from the pool for \
              each request and returned by its completion; owned, reused: the buffers the \
              completions hand back posted again; slot ring: a queue pair's own slots, each \
-             handed back by its completion and posted again):\n\n\
-             | | C | `unsafe` | owned | owned, reused | slot ring |\n\
-             |---|---:|---:|---:|---:|---:|\n"
+             handed back by its completion and posted again; rings: a receive ring and a send \
+             ring, their slots posted and completed in order):\n\n\
+             | | C | `unsafe` | owned | owned, reused | slot ring | rings |\n\
+             |---|---:|---:|---:|---:|---:|---:|\n"
         );
         out.push_str(&format!(
-            "| round | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
-            c.total, unsafe_.total, owned.total, reuse.total, slot.total
+            "| round | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+            c.total, unsafe_.total, owned.total, reuse.total, slot.total, ring.total
         ));
         out.push_str(&format!(
-            "| in the program's own code | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
-            c.own, unsafe_.own, owned.own, reuse.own, slot.own
+            "| in the program's own code | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+            c.own, unsafe_.own, owned.own, reuse.own, slot.own, ring.own
         ));
         out.push_str(&format!(
             "| ratio | 1 | {:.3} × C | {:.3} × `unsafe` | {:.3} × `unsafe` | {:.3} × \
-             `unsafe` |\n",
+             `unsafe` | {:.3} × `unsafe` |\n",
             unsafe_.total / c.total,
             owned.total / unsafe_.total,
             reuse.total / unsafe_.total,
-            slot.total / unsafe_.total
+            slot.total / unsafe_.total,
+            ring.total / unsafe_.total
         ));
         out
     }

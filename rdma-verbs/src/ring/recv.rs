@@ -1,0 +1,209 @@
+//! [`RecvRing`]: receives posted from a ring's slots in order, their bytes read in order.
+
+use std::fmt;
+
+use super::Core;
+use crate::cq::WorkCompletion;
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::owned::check_room;
+use crate::qp::{CanPostRecv, QpState, QueuePair, Reset, Transport};
+
+/// A queue pair's ring of receive slots, posted and completed in order (design and soundness:
+/// [`docs::data_path`], "Rings", and [`docs::safety`]). Made by [`QueuePair::recv_ring`];
+/// posted with [`QueuePair::post_recv_ring`]; each completion the caller polls goes to
+/// [`complete`](Self::complete), which lends the bytes received.
+///
+/// [`docs::data_path`]: crate::docs::data_path
+/// [`docs::safety`]: crate::docs::safety
+///
+/// ```no_run
+/// # fn demo(qp: &mut rdma_verbs::QueuePair<rdma_verbs::Rc, rdma_verbs::Rts>,
+/// #         cq: &mut rdma_verbs::CompletionQueue) -> rdma_verbs::Result<()> {
+/// let mut ring = qp.recv_ring(16, 4096)?;
+/// while ring.free() > 0 {
+///     qp.post_recv_ring(&mut ring)?;
+/// }
+/// let mut wcs = [rdma_verbs::WorkCompletion::default(); 16];
+/// for wc in cq.poll(&mut wcs)? {
+///     if let Some(bytes) = ring.complete(wc) {
+///         println!("{} bytes", bytes.len());
+///         qp.post_recv_ring(&mut ring)?; // the slot just read goes back to the device
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// `Send` and `Sync`: posting and completing take it `&mut`.
+pub struct RecvRing {
+    core: Core,
+}
+
+impl RecvRing {
+    /// The bytes a completion `wc` of this ring's receives brought, lent until the ring is
+    /// next used: its first [`WorkCompletion::byte_len`] bytes (at most the slot size; on UD
+    /// the 40-byte GRH first), none for a failed receive or an RDMA WRITE with immediate data
+    /// (whose bytes went to the target memory). The slot is free again: the next
+    /// [`post_recv_ring`](QueuePair::post_recv_ring) may post it.
+    ///
+    /// `None` for a completion of any other request (of another ring, of another path, or
+    /// one this ring has already taken): such completions change nothing, so completions may
+    /// come from any poll of any completion queue.
+    ///
+    /// Hand the completions over in the order they were polled: a completion handed over
+    /// before an earlier one of this ring frees the earlier slots with it (the device is done
+    /// with them), and what they brought is lost.
+    #[inline]
+    pub fn complete(&mut self, wc: &WorkCompletion) -> Option<&[u8]> {
+        // The oldest receive's completion, the usual case, returns straight from here.
+        if let Some((index, _)) = self.core.record.complete_head(wc.wr_id()) {
+            return Some(self.received(index, wc));
+        }
+        self.complete_later(wc)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn complete_later(&mut self, wc: &WorkCompletion) -> Option<&[u8]> {
+        let (index, _) = self.core.record.complete_later(wc.wr_id())?;
+        Some(self.received(index, wc))
+    }
+
+    /// The bytes `wc` brought into slot `index`, which it took out of the record.
+    #[inline(always)]
+    fn received(&self, index: u32, wc: &WorkCompletion) -> &[u8] {
+        let len = if !wc.is_success() || wc.is_recv_rdma_with_imm() {
+            0
+        } else {
+            wc.byte_len().min(self.core.region.size())
+        };
+        // SAFETY: the slot lies in the region, which the ring keeps registered; it is no
+        // longer posted (its receive completed, or a later one of the ring did), and it is
+        // posted again only through `&mut self`, which the caller's result borrows.
+        unsafe { std::slice::from_raw_parts(self.core.region.ptr(index), len as usize) }
+    }
+
+    /// Frees every slot still posted, once the ring's queue pair `qp` is in RESET: a reset
+    /// discards the queue pair's receives without completions, so the device uses none of them
+    /// any more. A completion polled afterwards that was made before the reset matches nothing.
+    /// (Also what frees the slots of posts whose outcome the provider did not say.)
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a queue pair the ring is not bound to.
+    pub fn reclaim<T: Transport>(&mut self, qp: &QueuePair<T, Reset>) -> Result<()> {
+        self.core.reclaim(qp)
+    }
+
+    /// How many slots are free to post.
+    pub fn free(&self) -> u32 {
+        self.core.free()
+    }
+
+    /// How many slots are posted: in flight, completed and not yet handed to
+    /// [`complete`](Self::complete), or held for receives that may never complete (discarded
+    /// by a reset) until a later completion of the ring frees them.
+    pub fn posted(&self) -> u32 {
+        self.core.record.posted()
+    }
+
+    /// The bytes a slot holds.
+    pub fn slot_size(&self) -> usize {
+        self.core.region.size() as usize
+    }
+
+    /// How many slots the ring has.
+    pub fn slot_count(&self) -> u32 {
+        self.core.region.count()
+    }
+
+    /// Whether the ring posts to `qp`.
+    pub fn is_for<T: Transport, S: QpState>(&self, qp: &QueuePair<T, S>) -> bool {
+        self.core.region.is_for(qp.tables())
+    }
+}
+
+impl fmt::Debug for RecvRing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecvRing")
+            .field("slot_size", &self.core.region.size())
+            .field("slot_count", &self.core.region.count())
+            .field("posted", &self.core.record.posted())
+            .finish()
+    }
+}
+
+impl<T: Transport, S: QpState> QueuePair<T, S> {
+    /// Registers `count` slots of `size` bytes (one region, in the queue pair's protection
+    /// domain, local access only) as a [`RecvRing`] bound to this queue pair. The queue pair
+    /// keeps the region registered until it is destroyed, so that receives in flight stay
+    /// valid whatever happens to the ring, unless the ring is dropped with nothing posted. A
+    /// queue pair with a ring cannot open a [`scope`](QueuePair::scope).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a queue pair that receives through an SRQ, no slot, a
+    /// slot of no byte (of fewer than the 40-byte GRH on UD) or of more than `u32::MAX`, more
+    /// than [`MAX_RING_SLOTS`](crate::MAX_RING_SLOTS) slots, or a size that overflows; else as
+    /// [`ProtectionDomain::register`](crate::ProtectionDomain::register).
+    pub fn recv_ring(&self, count: u32, size: usize) -> Result<RecvRing> {
+        if self.has_srq() {
+            return Err(Error::InvalidArgument(
+                "this queue pair receives through its SRQ: a receive ring cannot post to it".into(),
+            ));
+        }
+        check_room::<T>(size)?;
+        Ok(RecvRing {
+            core: Core::new(self, count, size, true)?,
+        })
+    }
+}
+
+impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
+    /// Posts a receive into the ring's next slot (all of its
+    /// [`slot_size`](RecvRing::slot_size) bytes), which stays posted until
+    /// [`RecvRing::complete`] is given the receive's completion. Allocates nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a ring bound to another queue pair, or one with no free
+    /// slot ([`RecvRing::free`] is 0); else as [`post_recv_one`](Self::post_recv_one) (a
+    /// full receive queue). The slot stays free unless the provider did not say whether it
+    /// took the request ([`Error::PostIndeterminate`]): it then stays posted until a later
+    /// completion of the ring, or the queue pair's destruction.
+    ///
+    /// # References
+    ///
+    /// [`ibv_post_recv(3)`](https://man7.org/linux/man-pages/man3/ibv_post_recv.3.html)
+    #[doc(alias = "ibv_post_recv")]
+    #[inline]
+    pub fn post_recv_ring(&mut self, ring: &mut RecvRing) -> Result<()> {
+        let core = &mut ring.core;
+        let size = core.region.size();
+        let (index, id) = core.take_tail(self.tables(), size)?;
+        let mut sge = ffi::ibv_sge {
+            addr: core.region.addr(index),
+            length: size,
+            lkey: core.region.lkey(),
+        };
+        let mut raw = ffi::ibv_recv_wr {
+            wr_id: id,
+            next: std::ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        // SAFETY: the request names the tail slot's bytes, in the ring's region, which the
+        // queue pair keeps registered (attached when the ring was made; detached only by a
+        // ring with nothing posted, and by a successful `ibv_destroy_qp`); the slot was free
+        // and is recorded as posted, so Rust cannot reach its bytes until the completion of
+        // this receive (or of a later one of the ring) is handed to the ring, or the post
+        // fails without the device having seen it. The id has `OWNED_ID_BIT` and is unique in
+        // the process, so no other completion can release the slot. The queue pair has no SRQ
+        // (refused when the ring was made), and no scope can count this receive's completion
+        // as its own: a queue pair with a ring's region attached refuses to open one.
+        match unsafe { self.post_recv_raw(&mut raw) } {
+            Ok(()) => Ok(()),
+            Err(error) => Err(core.refused(error)),
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! [`SlotRegion`]: one registered region cut into equal slots and bound to a queue pair, what
+//! a ring and a slot ring (`crate::slot`) are made of.
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::flags::AccessFlags;
+use crate::inflight::QpTables;
+use crate::mr::MemoryRegion;
+use crate::qp::{QpState, QueuePair, Transport};
+
+/// A region of `count` slots of `size` bytes, registered for local access only and attached
+/// to the queue pair it is bound to, which keeps it registered until it is destroyed (or the
+/// owner [`release`](Self::release)s it with nothing posted).
+#[derive(Debug)]
+pub(crate) struct SlotRegion {
+    mr: Arc<MemoryRegion>,
+    /// The region's first byte, for Rust, and as the device sees it, with its key.
+    ptr: NonNull<u8>,
+    base: u64,
+    lkey: u32,
+    /// The bytes a slot holds, and the distance between slots (`size` rounded up to 8, so
+    /// that every slot is aligned for atomics).
+    size: u32,
+    stride: u32,
+    count: u32,
+    /// The in-flight tables of the queue pair the region is bound to: the one queue pair its
+    /// owner posts to, compared by address (held, so the address is not reused meanwhile).
+    tables: Arc<QpTables>,
+}
+
+// SAFETY: `ptr` points into `mr`, which is `Send` and `Sync`; the region gives out no access
+// to its bytes itself (its owners do, through `&`/`&mut` of themselves).
+unsafe impl Send for SlotRegion {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for SlotRegion {}
+
+impl SlotRegion {
+    /// Registers `count` (1 to `max`) slots of `size` bytes in `qp`'s protection domain and
+    /// attaches the region to `qp`. `what` names the owner in errors.
+    pub(crate) fn new<T: Transport, S: QpState>(
+        qp: &QueuePair<T, S>,
+        count: u32,
+        size: usize,
+        max: u32,
+        what: &str,
+    ) -> Result<Self> {
+        if count == 0 || size == 0 || count > max {
+            return Err(Error::InvalidArgument(format!(
+                "a {what} of {count} slots of {size} bytes: 1 to {max} slots of at least one \
+                 byte"
+            )));
+        }
+        let bad_size =
+            || Error::InvalidArgument(format!("{count} slots of {size} bytes: too large"));
+        let size32 = u32::try_from(size).map_err(|_| bad_size())?;
+        let stride = size32.checked_next_multiple_of(8).ok_or_else(bad_size)?;
+        let total = (stride as usize)
+            .checked_mul(count as usize)
+            .ok_or_else(bad_size)?;
+        let mr = Arc::new(qp.pd().register(total, AccessFlags::LOCAL_WRITE)?);
+        let ptr = NonNull::new(mr.as_ptr())
+            .ok_or_else(|| Error::InvalidArgument("a region at address 0".into()))?;
+        qp.tables().attach(mr.clone());
+        Ok(Self {
+            ptr,
+            base: mr.addr(),
+            lkey: mr.lkey(),
+            mr,
+            size: size32,
+            stride,
+            count,
+            tables: qp.tables().clone(),
+        })
+    }
+
+    /// Whether the region is bound to the queue pair whose tables are `tables`.
+    #[inline]
+    pub(crate) fn is_for(&self, tables: &Arc<QpTables>) -> bool {
+        Arc::ptr_eq(&self.tables, tables)
+    }
+
+    /// The bytes a slot holds.
+    #[inline]
+    pub(crate) fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// How many slots there are.
+    #[inline]
+    pub(crate) fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// The region's key.
+    #[inline]
+    pub(crate) fn lkey(&self) -> u32 {
+        self.lkey
+    }
+
+    /// The address of slot `index` (below `count`) as the device sees it.
+    #[inline]
+    pub(crate) fn addr(&self, index: u32) -> u64 {
+        debug_assert!(index < self.count);
+        self.base + u64::from(index) * u64::from(self.stride)
+    }
+
+    /// Slot `index`'s (below `count`) first byte, for Rust.
+    #[inline]
+    pub(crate) fn ptr(&self, index: u32) -> *mut u8 {
+        debug_assert!(index < self.count);
+        // In bounds: `index < count`, and the region holds `count` strides.
+        self.ptr
+            .as_ptr()
+            .wrapping_add(index as usize * self.stride as usize)
+    }
+
+    /// Gives the region back from the queue pair's keeping: it is deregistered once its last
+    /// holder is gone. Only for an owner with nothing posted.
+    pub(crate) fn release(&self) {
+        self.tables.detach(&self.mr);
+    }
+}
