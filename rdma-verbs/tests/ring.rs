@@ -4,8 +4,8 @@
 //! must be signaled; RDMA WRITE (with immediate data into a receive ring), READ and both
 //! atomics; what a ring refuses, and the slot it leaves free; the error state's flushes;
 //! completions handed over out of order; a ring larger than the send queue; `reclaim` after a
-//! reset; UD receives (the GRH first); a ring dropped with receives posted, one dropped with none, one whose queue pair was
-//! destroyed.
+//! reset; UD receives (the GRH first); the extended send path, and a SEND of no bytes; a ring
+//! dropped with receives posted, one dropped with none, one whose queue pair was destroyed.
 
 mod common;
 
@@ -275,22 +275,93 @@ fn ring_reclaim_after_a_reset() {
         .unwrap();
     assert_eq!((rx.posted(), tx_b.posted()), (4, 1));
     let b = b.into_reset().unwrap();
-    invalid(tx.reclaim(&b), "another queue pair");
+    // Another queue pair in RESET (a new one is made in it): refused, nothing freed.
+    let other = f.pd.qp_builder::<Rc>(&cq_b, &cq_b).build().unwrap();
+    invalid(rx.reclaim(&other), "another queue pair");
+    invalid(tx_b.reclaim(&other), "another queue pair");
+    assert_eq!((rx.posted(), tx_b.posted()), (4, 1));
     rx.reclaim(&b).unwrap();
     tx_b.reclaim(&b).unwrap();
     assert_eq!(
         (rx.posted(), rx.free(), tx_b.posted(), tx_b.free()),
         (0, 4, 0, 2)
     );
-    assert_eq!(rx.complete(&early[0]), None, "made before the reset");
     let (mut a, mut b) = f.reconnect_rc(a, b, (100, 200));
     assert_no_completion(&mut cq_b, QUIET);
     b.post_recv_ring(&mut rx).unwrap();
+    assert_eq!(rx.complete(&early[0]), None, "made before the reset");
+    assert_eq!(rx.posted(), 1, "the new receive stays posted");
     send(&mut a, &mut tx, &message(2), false);
     let sent = wait_for(&mut cq_a, 1);
     assert_eq!(tx.complete(&sent[0]), Some(&message(2)[..]));
     let got = wait_for(&mut cq_b, 1);
     assert_eq!(rx.complete(&got[0]), Some(&message(2)[..]));
+}
+
+/// A send ring on the extended send path (`ibv_wr_*`): a SEND of no bytes (no scatter/gather
+/// entry; the receive ring lends no bytes), a SEND, a WRITE with immediate data, READ, and both
+/// atomics with their old values.
+#[test]
+fn ring_sends_on_the_extended_path() {
+    let Some(f) = fixture() else { return };
+    let rights = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a).send_path(SendPath::Extended),
+        f.pd.qp_builder(&cq_b, &cq_b),
+        rights,
+    );
+    assert!(a.uses_extended_post());
+    let mut target =
+        f.pd.register(SIZE, AccessFlags::LOCAL_WRITE | rights)
+            .unwrap();
+    target.write_at(0, &5u64.to_ne_bytes()).unwrap();
+    let mut tx = a.send_ring(4, SIZE).unwrap();
+    let mut rx = b.recv_ring(4, SIZE).unwrap();
+    while rx.free() > 0 {
+        b.post_recv_ring(&mut rx).unwrap();
+    }
+    a.post_send_ring(&mut tx, RingSend::send(0)).unwrap();
+    send(&mut a, &mut tx, &message(3), false);
+    let sent = wait_for(&mut cq_a, 2);
+    assert_eq!(tx.complete(&sent[0]), Some(&[][..]));
+    assert_eq!(tx.complete(&sent[1]), Some(&message(3)[..]));
+    let got = wait_for(&mut cq_b, 2);
+    assert_eq!(got[0].byte_len(), 0);
+    assert_eq!(rx.complete(&got[0]), Some(&[][..]), "a SEND of no bytes");
+    assert_eq!(rx.complete(&got[1]), Some(&message(3)[..]));
+
+    tx.next_mut().unwrap()[..4].copy_from_slice(b"ext!");
+    a.post_send_ring(
+        &mut tx,
+        RingSend::write(4, target.remote(16..20).unwrap()).with_imm(7),
+    )
+    .unwrap();
+    let word = target.remote(..8).unwrap();
+    a.post_send_ring(&mut tx, RingSend::fetch_add(word, 10))
+        .unwrap();
+    a.post_send_ring(&mut tx, RingSend::compare_swap(word, 15, 1))
+        .unwrap();
+    let done = wait_for(&mut cq_a, 3);
+    assert_eq!(
+        (done[0].opcode(), done[1].opcode(), done[2].opcode()),
+        (WcOpcode::RdmaWrite, WcOpcode::FetchAdd, WcOpcode::CompSwap)
+    );
+    assert_eq!(tx.complete(&done[0]), Some(&b"ext!"[..]));
+    let old = tx.complete(&done[1]).unwrap();
+    assert_eq!(u64::from_ne_bytes(old.try_into().unwrap()), 5);
+    let old = tx.complete(&done[2]).unwrap();
+    assert_eq!(u64::from_ne_bytes(old.try_into().unwrap()), 15);
+    a.post_send_ring(&mut tx, RingSend::read(8, word)).unwrap();
+    let read = wait_for(&mut cq_a, 1);
+    let now = tx.complete(&read[0]).unwrap();
+    assert_eq!(u64::from_ne_bytes(now.try_into().unwrap()), 1);
+    let got = wait_for(&mut cq_b, 1);
+    assert_eq!(got[0].imm_data(), Some(7));
+    assert_eq!(rx.complete(&got[0]), Some(&[][..]));
+    let mut four = [0u8; 4];
+    target.read_at(16, &mut four).unwrap();
+    assert_eq!(&four, b"ext!");
 }
 
 /// UD: a receive ring's slots take the GRH and the datagram; a completion lends both, the

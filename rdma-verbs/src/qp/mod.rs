@@ -491,7 +491,9 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
     ///
     /// The queue pair must really be in state `To` (or an error state the device moved it
     /// to): posting in a state the device refuses is reported as an error, but the crate's
-    /// types then describe the wrong state.
+    /// types then describe the wrong state. `To = Reset` needs a queue pair that really was
+    /// reset (an `ibv_modify_qp` to RESET succeeded since its last post), not one in an error
+    /// state: the rings' `reclaim` frees every slot of a queue pair typed `Reset`.
     pub unsafe fn assume_state<To: QpState>(self) -> QueuePair<T, To> {
         self.cast()
     }

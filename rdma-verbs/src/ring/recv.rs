@@ -170,7 +170,8 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
     /// slot ([`RecvRing::free`] is 0); else as [`post_recv_one`](Self::post_recv_one) (a
     /// full receive queue). The slot stays free unless the provider did not say whether it
     /// took the request ([`Error::PostIndeterminate`]): it then stays posted until a later
-    /// completion of the ring, or the queue pair's destruction.
+    /// completion of the ring, a [`reclaim`](RecvRing::reclaim) after a reset, or the queue
+    /// pair's destruction.
     ///
     /// # References
     ///
