@@ -547,7 +547,9 @@ fn slot_no_alloc_post_and_poll_round_trips() {
 }
 
 /// 10,000 rounds through a receive ring and a send ring, every other round with an unsignaled
-/// send before the signaled one: no allocation, and every slot is free again after each round.
+/// send before the signaled one, the receive ring kept full by single posts and by
+/// `fill_recv_ring` in turn: no allocation, and every send slot is free again after each
+/// round, every receive slot but those just received into posted.
 #[test]
 fn ring_no_alloc_post_and_poll_round_trips() {
     let Some(f) = fixture() else { return };
@@ -563,11 +565,18 @@ fn ring_no_alloc_post_and_poll_round_trips() {
 
     let ((), allocations) = count_allocations(|| {
         let mut wcs = [WorkCompletion::default(); 4];
+        let mut freed = 4;
         for round in 0..ROUNDS {
             let sends = if round % 2 == 1 { 2 } else { 1 };
-            for _ in 0..sends {
-                b.post_recv_ring(&mut rx).unwrap();
+            // Every receive slot posted: one at a time, or all free ones in one call.
+            if round % 4 < 2 {
+                while rx.free() > 0 {
+                    b.post_recv_ring(&mut rx).unwrap();
+                }
+            } else {
+                assert_eq!(b.fill_recv_ring(&mut rx).unwrap(), freed, "round {round}");
             }
+            freed = sends;
             for n in 0..sends {
                 tx.next_mut().unwrap().copy_from_slice(&data);
                 let request = RingSend::send(LEN);
@@ -596,7 +605,7 @@ fn ring_no_alloc_post_and_poll_round_trips() {
                     "round {round}: timed out (sent: {sent}, received: {received})"
                 );
             }
-            assert_eq!((tx.posted(), rx.posted()), (0, 0), "round {round}");
+            assert_eq!((tx.posted(), rx.posted()), (0, 4 - sends), "round {round}");
         }
     });
     assert_eq!(

@@ -5,7 +5,9 @@
 //! atomics; what a ring refuses, and the slot it leaves free; the error state's flushes;
 //! completions handed over out of order; a ring larger than the send queue; `reclaim` after a
 //! reset; UD receives (the GRH first); the extended send path, and a SEND of no bytes; a ring
-//! dropped with receives posted, one dropped with none, one whose queue pair was destroyed.
+//! dropped with receives posted, one dropped with none, one whose queue pair was destroyed;
+//! receive rings filled in batches (`fill_recv_ring`), up to a full receive queue; inline sends
+//! on both send paths.
 
 mod common;
 
@@ -84,6 +86,258 @@ fn ring_receive_and_send_across_rounds() {
         b.post_recv_ring(&mut rx).unwrap();
     }
     assert_no_completion(&mut cq_b, QUIET);
+}
+
+/// `fill_recv_ring`: a ring of 40 slots (more than the 32 one call hands over) filled at once,
+/// then refilled after each batch of completions with exactly the slots they freed, across 120
+/// messages whose every byte is checked; a ring of another queue pair refused with nothing
+/// posted; a ring larger than a receive queue of 8 filled only up to what the queue takes,
+/// without an error, the queue then really full (a single post is refused), the slots it could
+/// not post free, and its receives (and those posted after the partial fill) completing in
+/// ring order with the bytes sent.
+#[test]
+fn ring_fill_posts_every_free_slot_in_batches() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(128), f.cq(128));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a).max_send_wr(64),
+        f.pd.qp_builder(&cq_b, &cq_b).max_recv_wr(64),
+        AccessFlags::empty(),
+    );
+    let mut rx = b.recv_ring(40, SIZE).unwrap();
+    invalid(a.fill_recv_ring(&mut rx), "another queue pair");
+    assert_eq!(rx.posted(), 0);
+    assert_eq!(b.fill_recv_ring(&mut rx).unwrap(), 40);
+    assert_eq!((rx.posted(), rx.free()), (40, 0));
+    assert_eq!(b.fill_recv_ring(&mut rx).unwrap(), 0, "no slot free");
+    let mut tx = a.send_ring(8, SIZE).unwrap();
+    let mut batch = 0;
+    for round in 0..120u64 {
+        let data = &message(round)[..SIZE - (round as usize % 5)];
+        send(&mut a, &mut tx, data, false);
+        let sent = wait_for(&mut cq_a, 1);
+        assert_eq!(tx.complete(&sent[0]), Some(data));
+        let got = wait_for(&mut cq_b, 1);
+        assert_ok(&got[0], got[0].wr_id(), WcOpcode::Recv);
+        assert_eq!(rx.complete(&got[0]), Some(data), "round {round}");
+        batch += 1;
+        if round % 9 == 8 || round % 31 == 30 {
+            assert_eq!(rx.free(), batch);
+            assert_eq!(b.fill_recv_ring(&mut rx).unwrap(), batch, "round {round}");
+            assert_eq!(rx.posted(), 40);
+            batch = 0;
+        }
+    }
+    assert_no_completion(&mut cq_b, QUIET);
+
+    // A receive queue of 8 (rxe takes more than it grants: a power of two, less one): the
+    // fill stops where the queue is full, part way through its first call.
+    let (mut cq_c, mut cq_d) = (f.cq(128), f.cq(128));
+    let (mut c, mut d) = f.rc_pair(
+        f.pd.qp_builder(&cq_c, &cq_c).max_send_wr(64),
+        f.pd.qp_builder(&cq_d, &cq_d).max_recv_wr(8),
+        AccessFlags::empty(),
+    );
+    let capacity = d.caps().max_recv_wr;
+    assert!(capacity < 31, "a receive queue of {capacity}");
+    let mut big = d.recv_ring(48, SIZE).unwrap();
+    let filled = d.fill_recv_ring(&mut big).unwrap();
+    assert!(
+        filled + 1 >= capacity && filled < 31,
+        "{filled} for {capacity}"
+    );
+    assert_eq!((big.posted(), big.free()), (filled, 48 - filled));
+    let full = d.post_recv_ring(&mut big).unwrap_err();
+    assert!(matches!(full, Error::QueueFull { .. }), "{full}");
+    assert_eq!(d.fill_recv_ring(&mut big).unwrap(), 0, "the queue is full");
+    assert_eq!(big.posted(), filled, "nothing more posted");
+    let mut tx_c = c.send_ring(4, SIZE).unwrap();
+    for round in 0..3 * u64::from(filled) {
+        let data = message(round + 1000);
+        send(&mut c, &mut tx_c, &data, false);
+        let sent = wait_for(&mut cq_c, 1);
+        assert_eq!(tx_c.complete(&sent[0]), Some(&data[..]));
+        let got = wait_for(&mut cq_d, 1);
+        assert_eq!(big.complete(&got[0]), Some(&data[..]), "round {round}");
+        // One slot freed, one posted: the queue takes exactly one more.
+        assert_eq!(d.fill_recv_ring(&mut big).unwrap(), 1, "round {round}");
+        assert_eq!(big.posted(), filled);
+    }
+}
+
+/// Inline ring sends (`RingSend::inline`) on both send paths: SENDs of 0, 1, half and all of
+/// the granted `max_inline_data` bytes and a WRITE with immediate data arrive byte for byte,
+/// each completion lending the bytes sent; one byte over the limit is refused by the provider
+/// and its slot is free again.
+#[test]
+fn ring_inline_sends_on_both_send_paths() {
+    let Some(f) = fixture() else { return };
+    for path in [SendPath::Classic, SendPath::Extended] {
+        let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+        let (mut a, mut b) = f.rc_pair(
+            f.pd.qp_builder(&cq_a, &cq_a)
+                .max_inline_data(64)
+                .send_path(path),
+            f.pd.qp_builder(&cq_b, &cq_b),
+            AccessFlags::REMOTE_WRITE,
+        );
+        assert_eq!(a.uses_extended_post(), path == SendPath::Extended);
+        let limit = a.caps().max_inline_data as usize;
+        assert!(limit >= 64, "{limit} bytes inline");
+        let mut tx = a.send_ring(2, limit + 8).unwrap();
+        let mut rx = b.recv_ring(4, limit + 8).unwrap();
+        b.fill_recv_ring(&mut rx).unwrap();
+        for len in [0, 1, limit / 2, limit] {
+            let data = pattern(len, len as u8 ^ 0x3c);
+            tx.next_mut().expect("a free slot")[..len].copy_from_slice(&data);
+            a.post_send_ring(&mut tx, RingSend::send(len).inline())
+                .unwrap();
+            let sent = wait_for(&mut cq_a, 1);
+            assert_ok(&sent[0], sent[0].wr_id(), WcOpcode::Send);
+            assert_eq!(tx.complete(&sent[0]), Some(&data[..]), "{path:?}, {len}");
+            let got = wait_for(&mut cq_b, 1);
+            assert_ok(&got[0], got[0].wr_id(), WcOpcode::Recv);
+            assert_eq!(rx.complete(&got[0]), Some(&data[..]), "{path:?}, {len}");
+            assert_eq!(b.fill_recv_ring(&mut rx).unwrap(), 1);
+        }
+        // A WRITE with immediate data, inline, into b's region: the immediate comes with a
+        // receive completion of b's ring (which lends no bytes), the bytes land in the region.
+        let target =
+            f.pd.register(limit, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+                .unwrap();
+        let data = pattern(limit, 0x5e);
+        tx.next_mut().expect("a free slot")[..limit].copy_from_slice(&data);
+        let request = RingSend::write(limit, target.remote(..).unwrap())
+            .with_imm(0x1234)
+            .inline();
+        a.post_send_ring(&mut tx, request).unwrap();
+        let sent = wait_for(&mut cq_a, 1);
+        assert_ok(&sent[0], sent[0].wr_id(), WcOpcode::RdmaWrite);
+        assert_eq!(tx.complete(&sent[0]), Some(&data[..]));
+        let got = wait_for(&mut cq_b, 1);
+        assert_eq!(got[0].imm_data(), Some(0x1234));
+        assert_eq!(rx.complete(&got[0]), Some(&[][..]));
+        let mut landed = vec![0; limit];
+        target.read_at(0, &mut landed).unwrap();
+        assert_eq!(landed, data);
+        // One byte over the limit: the provider refuses it; the slot is free again.
+        let free = tx.free();
+        tx.next_mut().expect("a free slot")[..=limit].fill(7);
+        let refused = a.post_send_ring(&mut tx, RingSend::send(limit + 1).inline());
+        assert!(
+            matches!(refused, Err(Error::Post { .. })),
+            "{path:?}: {refused:?}"
+        );
+        assert_eq!((tx.free(), tx.posted()), (free, 0));
+        assert_no_completion(&mut cq_a, QUIET);
+        assert_no_completion(&mut cq_b, QUIET);
+    }
+}
+
+/// A UD send ring: each request names its destination (`RingSend::to`; refused without one,
+/// and on RC with one), 30 rounds of an unsignaled and a signaled datagram arrive byte for
+/// byte after the GRH; the ring keeps the address handle while a send is posted (closing it is
+/// refused with `EBUSY`) and lets it go once the completion is handed over (the unsignaled
+/// send's with it), after `reclaim` on a reset queue pair, and, for a ring dropped with a
+/// send posted, once the queue pair is destroyed.
+#[test]
+fn ring_ud_sends_keep_their_address_handles() {
+    const QKEY: u32 = 0x1111_2222;
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let mut a = f.ud_qp(f.pd.qp_builder(&cq_a, &cq_a), QKEY);
+    let mut b = f.ud_qp(f.pd.qp_builder(&cq_b, &cq_b), QKEY);
+    let mut tx = a.send_ring(4, SIZE).unwrap();
+    let mut rx = b.recv_ring(8, GRH_LEN + SIZE).unwrap();
+    assert_eq!(b.fill_recv_ring(&mut rx).unwrap(), 8);
+    let mut ah = f.pd.create_ah(&f.av()).unwrap();
+    invalid(
+        a.post_send_ring(&mut tx, RingSend::send(8)),
+        "needs a destination",
+    );
+    assert_eq!(tx.free(), 4);
+    let busy = |ah: AddressHandle| -> AddressHandle {
+        let (ah, error) = ah.close().expect_err("a send ring keeps the handle");
+        assert_eq!(error.errno(), Some(Errno::BUSY), "{error}");
+        ah
+    };
+    for round in 0..30u64 {
+        let len = SIZE - round as usize;
+        for k in 0..2 {
+            let data = &message(2 * round + k)[..len];
+            tx.next_mut().expect("a free slot")[..len].copy_from_slice(data);
+            let request = RingSend::send(len).to(&ah, b.qp_num(), QKEY);
+            let request = if k == 0 {
+                request.unsignaled()
+            } else {
+                request
+            };
+            a.post_send_ring(&mut tx, request).unwrap();
+        }
+        ah = busy(ah);
+        let sent = wait_for(&mut cq_a, 1);
+        assert_ok(&sent[0], sent[0].wr_id(), WcOpcode::Send);
+        let carried = &message(2 * round + 1)[..len];
+        assert_eq!(tx.complete(&sent[0]), Some(carried), "round {round}");
+        assert_eq!(tx.posted(), 0);
+        let got = wait_for(&mut cq_b, 2);
+        for (k, wc) in got.iter().enumerate() {
+            assert_eq!(wc.src_qp(), a.qp_num());
+            let bytes = rx.complete(wc).expect("a receive of the ring");
+            assert_eq!(&bytes[GRH_LEN..], &message(2 * round + k as u64)[..len]);
+        }
+        assert_eq!(b.fill_recv_ring(&mut rx).unwrap(), 2);
+    }
+    ah.close()
+        .expect("no send of the ring holds the handle any more");
+
+    // `reclaim` after a reset lets the handle go.
+    let ah = f.pd.create_ah(&f.av()).unwrap();
+    tx.next_mut().expect("a free slot")[..8].fill(1);
+    a.post_send_ring(&mut tx, RingSend::send(8).to(&ah, b.qp_num(), QKEY))
+        .unwrap();
+    let sent = wait_for(&mut cq_a, 1);
+    let ah = busy(ah);
+    let a = a.into_reset().unwrap();
+    tx.reclaim(&a).unwrap();
+    assert_eq!(tx.posted(), 0);
+    assert_eq!(
+        tx.complete(&sent[0]),
+        None,
+        "reclaimed before it was handed over"
+    );
+    ah.close()
+        .expect("reclaimed: the ring holds the handle no more");
+
+    // A ring dropped with a send posted: the queue pair keeps the handle until destroyed.
+    let cq_c = f.cq(16);
+    let mut c = f.ud_qp(f.pd.qp_builder(&cq_c, &cq_c), QKEY);
+    let mut tx_c = c.send_ring(2, SIZE).unwrap();
+    let ah = f.pd.create_ah(&f.av()).unwrap();
+    tx_c.next_mut().expect("a free slot")[..8].fill(2);
+    c.post_send_ring(&mut tx_c, RingSend::send(8).to(&ah, b.qp_num(), QKEY))
+        .unwrap();
+    drop(tx_c);
+    let ah = busy(ah);
+    drop(c);
+    ah.close()
+        .expect("the queue pair was destroyed: nothing holds the handle");
+
+    // A destination on RC is refused.
+    let (cq_d, cq_e) = (f.cq(4), f.cq(4));
+    let (mut d, _e) = f.rc_pair(
+        f.pd.qp_builder(&cq_d, &cq_d),
+        f.pd.qp_builder(&cq_e, &cq_e),
+        AccessFlags::empty(),
+    );
+    let mut tx_d = d.send_ring(2, SIZE).unwrap();
+    let ah = f.pd.create_ah(&f.av()).unwrap();
+    invalid(
+        d.post_send_ring(&mut tx_d, RingSend::send(8).to(&ah, 1, QKEY)),
+        "datagram destinations are for UD",
+    );
+    assert_eq!(tx_d.posted(), 0);
+    ah.close().expect("a refused request keeps nothing");
 }
 
 /// Two pairs share one completion queue per side: each ring takes only its own completions,
@@ -589,7 +843,7 @@ fn ring_refusals() {
     assert_eq!(small.complete(&got[0]), Some(&b"sixteen bytes!!!"[..]));
     assert_eq!(rx.posted(), posted);
 
-    // UC carries no READ or atomics; UD no ring sends, and receives need room for the GRH;
+    // UC carries no READ or atomics; UD only SENDs, and its receives need room for the GRH;
     // a queue pair on an SRQ has no receive ring.
     let (uc_cq_a, uc_cq_b) = (f.cq(4), f.cq(4));
     let (mut uc, _uc_b) = f.uc_pair(
@@ -604,8 +858,13 @@ fn ring_refusals() {
     );
     assert_eq!(uc_ring.free(), 2);
     let ud_cq = f.cq(4);
-    let ud = f.ud_qp(f.pd.qp_builder(&ud_cq, &ud_cq), 0x1234);
-    invalid(ud.send_ring(1, 64), "UD");
+    let mut ud = f.ud_qp(f.pd.qp_builder(&ud_cq, &ud_cq), 0x1234);
+    let mut ud_ring = ud.send_ring(1, 64).unwrap();
+    invalid(
+        ud.post_send_ring(&mut ud_ring, RingSend::write(8, remote.remote(..).unwrap())),
+        "UD",
+    );
+    assert_eq!(ud_ring.free(), 1);
     invalid(ud.recv_ring(1, GRH_LEN - 1), "GRH");
     let srq = f.pd.create_srq(4, 1).expect("ibv_create_srq");
     let srq_cq = f.cq(4);

@@ -5,7 +5,8 @@
 //! RDMA WRITE, READ and both atomics; what a ring refuses, giving the slot back; a ring
 //! dropped with receives posted, and one dropped with none; a reset that discarded receives;
 //! the error state's flushes; completions handed over out of order; slot and owned requests
-//! on one queue pair and completion queue; a ring whose queue pair was destroyed.
+//! on one queue pair and completion queue; a ring whose queue pair was destroyed; `reclaim`
+//! after a reset; inline sends.
 
 mod common;
 
@@ -26,6 +27,23 @@ fn complete_all(ring: &mut SlotRing, wcs: &[WorkCompletion]) -> Vec<Slot> {
                 .unwrap_or_else(|| panic!("a completion of this ring matched nothing: {wc:?}"))
         })
         .collect()
+}
+
+/// Sends `data` from a slot of `tx` (posted to `qp`, signaled), waits for the send's completion
+/// on `cq` and gives the slot back.
+fn send_and_complete(
+    qp: &mut QueuePair<Rc, Rts>,
+    tx: &mut SlotRing,
+    cq: &mut CompletionQueue,
+    data: &[u8],
+) {
+    let mut slot = tx.take().expect("a free send slot");
+    tx.fill(&mut slot, data).unwrap();
+    qp.post_send_slot(tx, SlotSend::send(slot)).unwrap();
+    let sent = wait_for(cq, 1);
+    let back = complete_all(tx, &sent).remove(0);
+    assert_eq!(tx.bytes(&back).unwrap(), data, "the bytes the send carried");
+    tx.put(back).unwrap();
 }
 
 /// A receive ring of 8 slots stays posted across 200 rounds: each completion hands its slot
@@ -501,18 +519,127 @@ fn slot_reset_then_a_new_receive_frees_the_discarded_ones() {
     b.post_recv_slot(&mut rx, slot).unwrap();
     assert_eq!(rx.posted(), 4, "the discarded three and the new one");
     let mut tx = a.slot_ring(1, SIZE).unwrap();
-    let mut slot = tx.take().unwrap();
-    tx.fill(&mut slot, &message(2)).unwrap();
-    a.post_send_slot(&mut tx, SlotSend::send(slot)).unwrap();
-    let sent = wait_for(&mut cq_a, 1);
-    let back = complete_all(&mut tx, &sent).remove(0);
-    tx.put(back).unwrap();
+    send_and_complete(&mut a, &mut tx, &mut cq_a, &message(2));
     let got = wait_for(&mut cq_b, 1);
     let slot = complete_all(&mut rx, &got).remove(0);
     assert_eq!(slot.index(), index);
     assert_eq!(rx.bytes(&slot).unwrap(), &message(2)[..]);
     assert_eq!(rx.posted(), 0, "the discarded receives were freed");
     assert_eq!(std::iter::from_fn(|| rx.take()).count(), 3);
+}
+
+/// `reclaim` after a reset frees every slot still posted to either queue (receives, one of
+/// them received but its completion not yet handed over; a send that could not complete), and
+/// leaves a slot the caller holds out alone; refused for another queue pair in RESET, nothing
+/// freed. After reconnecting, the completion made before the reset matches nothing and a new
+/// receive brings the new bytes.
+#[test]
+fn slot_reclaim_after_a_reset() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let mut ring = b.slot_ring(6, SIZE).unwrap();
+    for _ in 0..4 {
+        let slot = ring.take().unwrap();
+        b.post_recv_slot(&mut ring, slot).unwrap();
+    }
+    let mut tx = a.slot_ring(1, SIZE).unwrap();
+    send_and_complete(&mut a, &mut tx, &mut cq_a, &message(1));
+    // Received, but the completion is never handed over: its slot stays posted.
+    let early = wait_for(&mut cq_b, 1);
+    // A send of b's that cannot complete: `a` has no receive posted (the peer retries).
+    let mut stuck = ring.take().unwrap();
+    ring.fill(&mut stuck, b"stuck").unwrap();
+    b.post_send_slot(&mut ring, SlotSend::send(stuck).unsignaled())
+        .unwrap();
+    let mut kept = ring.take().unwrap();
+    ring.fill(&mut kept, b"kept out").unwrap();
+    assert!(ring.take().is_none());
+    assert_eq!(ring.posted(), 5);
+    let b = b.into_reset().unwrap();
+    let other = f.pd.qp_builder::<Rc>(&cq_b, &cq_b).build().unwrap();
+    let refused = ring.reclaim(&other);
+    assert!(
+        matches!(&refused, Err(Error::InvalidArgument(why)) if why.contains("another queue pair")),
+        "{refused:?}"
+    );
+    assert_eq!(ring.posted(), 5, "nothing freed");
+    ring.reclaim(&b).unwrap();
+    assert_eq!(ring.posted(), 0);
+    assert_eq!(
+        ring.bytes(&kept).unwrap(),
+        b"kept out",
+        "the slot held out is untouched"
+    );
+    let free: Vec<Slot> = std::iter::from_fn(|| ring.take()).collect();
+    assert_eq!(free.len(), 5, "every posted slot is free again");
+    for slot in free {
+        ring.put(slot).unwrap();
+    }
+    ring.put(kept).unwrap();
+    let (mut a, mut b) = f.reconnect_rc(a, b, (100, 200));
+    assert_no_completion(&mut cq_b, QUIET);
+    let slot = ring.take().unwrap();
+    let index = slot.index();
+    b.post_recv_slot(&mut ring, slot).unwrap();
+    assert!(ring.complete(&early[0]).is_none(), "made before the reset");
+    assert_eq!(ring.posted(), 1, "the new receive stays posted");
+    send_and_complete(&mut a, &mut tx, &mut cq_a, &message(2));
+    let got = wait_for(&mut cq_b, 1);
+    let slot = complete_all(&mut ring, &got).remove(0);
+    assert_eq!(slot.index(), index);
+    assert_eq!(ring.bytes(&slot).unwrap(), &message(2)[..]);
+    ring.put(slot).unwrap();
+}
+
+/// Inline slot sends (`SlotSend::inline`): SENDs of 1 byte and of all the granted
+/// `max_inline_data` bytes arrive byte for byte and hand their slots back; one byte over the
+/// limit is refused by the provider, which gives the slot back.
+#[test]
+fn slot_inline_sends() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a).max_inline_data(64),
+        f.pd.qp_builder(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let limit = a.caps().max_inline_data as usize;
+    assert!(limit >= 64, "{limit} bytes inline");
+    let mut tx = a.slot_ring(2, limit + 8).unwrap();
+    let mut rx = b.slot_ring(2, limit + 8).unwrap();
+    for len in [1, limit] {
+        let slot = rx.take().unwrap();
+        b.post_recv_slot(&mut rx, slot).unwrap();
+        let data = pattern(len, 0x42);
+        let mut slot = tx.take().unwrap();
+        tx.fill(&mut slot, &data).unwrap();
+        a.post_send_slot(&mut tx, SlotSend::send(slot).inline())
+            .unwrap();
+        let sent = wait_for(&mut cq_a, 1);
+        assert_ok(&sent[0], sent[0].wr_id(), WcOpcode::Send);
+        let back = complete_all(&mut tx, &sent).remove(0);
+        tx.put(back).unwrap();
+        let got = wait_for(&mut cq_b, 1);
+        let slot = complete_all(&mut rx, &got).remove(0);
+        assert_eq!(rx.bytes(&slot).unwrap(), &data[..], "{len} bytes");
+        rx.put(slot).unwrap();
+    }
+    let mut slot = tx.take().unwrap();
+    tx.fill(&mut slot, &vec![9; limit + 1]).unwrap();
+    let refused = a
+        .post_send_slot(&mut tx, SlotSend::send(slot).inline())
+        .unwrap_err();
+    assert!(matches!(refused.error(), Error::Post { .. }), "{refused}");
+    let slot = refused.into_slot().expect("the slot comes back");
+    assert_eq!(tx.bytes(&slot).unwrap(), &vec![9; limit + 1][..]);
+    assert_eq!(tx.posted(), 0);
+    tx.put(slot).unwrap();
+    assert_no_completion(&mut cq_a, QUIET);
 }
 
 /// Slot and owned requests on one queue pair and one completion queue each side, signaled and

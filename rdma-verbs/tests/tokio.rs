@@ -4,7 +4,7 @@
 //!
 //! The tests of `poll_async` post with the `unsafe` calls: `poll_async` is that path's await
 //! (it fills work completions, which hand back no buffers). The owned path's await,
-//! `poll_each_async`, is tested at the end.
+//! `poll_each_async`, is tested at the end, and rings awaited through `poll_async` last.
 
 #![cfg(feature = "tokio")]
 
@@ -27,6 +27,37 @@ const DELAY: Duration = Duration::from_millis(300);
 
 fn assert_send<T: Send>(_: &T) {}
 
+/// An RC pair whose `b` takes its receive completions on `recv_cq`, a queue on `channel`
+/// (registered with the runtime); `a` uses `cq_a` for both queues, `b` sends on `send_cq_b`.
+struct AsyncPair {
+    channel: AsyncCompletionChannel,
+    recv_cq: CompletionQueue,
+    cq_a: CompletionQueue,
+    send_cq_b: CompletionQueue,
+    a: QueuePair<Rc, Rts>,
+    b: QueuePair<Rc, Rts>,
+}
+
+fn async_pair(f: &Fixture) -> AsyncPair {
+    let channel = f.context.create_comp_channel().unwrap();
+    let recv_cq = f.context.cq_builder(16).channel(&channel).build().unwrap();
+    let (cq_a, send_cq_b) = (f.cq(16), f.cq(16));
+    let (a, b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&send_cq_b, &recv_cq),
+        AccessFlags::empty(),
+    );
+    let channel = AsyncCompletionChannel::new(channel).expect("register the channel");
+    AsyncPair {
+        channel,
+        recv_cq,
+        cq_a,
+        send_cq_b,
+        a,
+        b,
+    }
+}
+
 /// Posts a signaled send of all of `src`.
 fn send(qp: &mut QueuePair<Rc, Rts>, wr_id: u64, src: &MemoryRegion) {
     // SAFETY: callers keep `src` alive and untouched until the completion is polled.
@@ -48,15 +79,14 @@ fn recv(qp: &mut QueuePair<Rc, Rts>, wr_id: u64, dst: &MemoryRegion) {
 #[tokio::test]
 async fn tokio_await_a_receive_while_the_runtime_runs_other_tasks() {
     let Some(f) = fixture() else { return };
-    let channel = f.context.create_comp_channel().unwrap();
-    let mut recv_cq = f.context.cq_builder(16).channel(&channel).build().unwrap();
-    let (mut cq_a, send_cq_b) = (f.cq(16), f.cq(16));
-    let (mut a, mut b) = f.rc_pair(
-        f.pd.qp_builder(&cq_a, &cq_a),
-        f.pd.qp_builder(&send_cq_b, &recv_cq),
-        AccessFlags::empty(),
-    );
-    let channel = AsyncCompletionChannel::new(channel).expect("register the channel");
+    let AsyncPair {
+        channel,
+        mut recv_cq,
+        mut cq_a,
+        send_cq_b,
+        mut a,
+        mut b,
+    } = async_pair(&f);
     let dst = f.pd.register(4096, LOCAL).unwrap();
     let mut src = f.pd.register(1000, LOCAL).unwrap();
     src.as_mut_slice()
@@ -231,15 +261,14 @@ async fn tokio_cancelled_waits_lose_nothing() {
 async fn tokio_hundred_round_trips_through_the_async_path() {
     const ROUNDS: u32 = 100;
     let Some(f) = fixture() else { return };
-    let channel = f.context.create_comp_channel().unwrap();
-    let mut recv_cq = f.context.cq_builder(16).channel(&channel).build().unwrap();
-    let (mut cq_a, mut send_cq_b) = (f.cq(16), f.cq(16));
-    let (mut a, mut b) = f.rc_pair(
-        f.pd.qp_builder(&cq_a, &cq_a),
-        f.pd.qp_builder(&send_cq_b, &recv_cq),
-        AccessFlags::empty(),
-    );
-    let channel = AsyncCompletionChannel::new(channel).unwrap();
+    let AsyncPair {
+        channel,
+        mut recv_cq,
+        mut cq_a,
+        mut send_cq_b,
+        mut a,
+        mut b,
+    } = async_pair(&f);
 
     // The echo side, on a thread: each ping (a number) comes back as a pong (number + 1000).
     let a_recv = f.pd.register(4, LOCAL).unwrap();
@@ -406,15 +435,14 @@ async fn tokio_async_events_yield_the_srq_limit_event() {
 #[tokio::test]
 async fn tokio_owned_receive_awaited_and_cancel_safe() {
     let Some(f) = fixture() else { return };
-    let channel = f.context.create_comp_channel().unwrap();
-    let mut recv_cq = f.context.cq_builder(16).channel(&channel).build().unwrap();
-    let (mut cq_a, send_cq_b) = (f.cq(16), f.cq(16));
-    let (mut a, mut b) = f.rc_pair(
-        f.pd.qp_builder(&cq_a, &cq_a),
-        f.pd.qp_builder(&send_cq_b, &recv_cq),
-        AccessFlags::empty(),
-    );
-    let channel = AsyncCompletionChannel::new(channel).expect("register the channel");
+    let AsyncPair {
+        channel,
+        mut recv_cq,
+        mut cq_a,
+        send_cq_b: _send_cq_b,
+        mut a,
+        mut b,
+    } = async_pair(&f);
     let pool = BufferPool::new(&f.pd, 4, 512).unwrap();
     b.post_recv_buf(pool.take().unwrap(), 7).unwrap();
 
@@ -466,4 +494,71 @@ async fn tokio_owned_receive_awaited_and_cancel_safe() {
     assert!(matches!(wrong, Err(Error::InvalidArgument(_))), "{wrong:?}");
     let none = recv_cq.poll_each_async(&channel, 0, |_| ()).await;
     assert!(matches!(none, Err(Error::InvalidArgument(_))), "{none:?}");
+}
+
+/// Rings with the async path: a receive ring's completions awaited with `poll_async` in a
+/// spawned task (the ring, queue pair and completion queue moved into it: all `Send`), each
+/// lending exactly the bytes sent, the ring refilled with `fill_recv_ring` after each batch;
+/// a wait cancelled by a time-out first takes nothing (every receive stays posted). The sender
+/// is a thread with a send ring, each send's bytes lent back by its completion.
+#[tokio::test]
+async fn tokio_rings_awaited_in_a_task_and_cancel_safe() {
+    const SIZE: usize = 64;
+    const ROUNDS: u64 = 60;
+    let Some(f) = fixture() else { return };
+    let AsyncPair {
+        channel,
+        mut recv_cq,
+        mut cq_a,
+        send_cq_b: _send_cq_b,
+        mut a,
+        mut b,
+    } = async_pair(&f);
+    let mut rx = b.recv_ring(4, SIZE).unwrap();
+    assert_eq!(b.fill_recv_ring(&mut rx).unwrap(), 4);
+    let mut wcs = [WorkCompletion::default(); 4];
+    let cancelled = timeout(
+        Duration::from_millis(200),
+        recv_cq.poll_async(&channel, &mut wcs),
+    )
+    .await;
+    assert!(cancelled.is_err(), "nothing was sent: {cancelled:?}");
+    assert_eq!((rx.posted(), rx.free()), (4, 0));
+
+    let receiver = async move {
+        let mut wcs = [WorkCompletion::default(); 4];
+        let mut received = 0u64;
+        while received < ROUNDS {
+            let polled = recv_cq.poll_async(&channel, &mut wcs).await.unwrap();
+            for wc in polled {
+                assert_eq!(wc.opcode(), WcOpcode::Recv, "{wc:?}");
+                let bytes = rx.complete(wc).expect("a completion of the ring");
+                assert_eq!(bytes, &pattern(SIZE, received as u8)[..], "{received}");
+                received += 1;
+            }
+            b.fill_recv_ring(&mut rx).unwrap();
+            assert_eq!(rx.free(), 0);
+        }
+        (received, rx.posted())
+    };
+    assert_send(&receiver);
+    let receiver = tokio::spawn(receiver);
+    let sender = thread::spawn(move || {
+        let mut tx = a.send_ring(2, SIZE).unwrap();
+        for round in 0..ROUNDS {
+            let data = pattern(SIZE, round as u8);
+            tx.next_mut()
+                .expect("a free send slot")
+                .copy_from_slice(&data);
+            a.post_send_ring(&mut tx, RingSend::send(SIZE)).unwrap();
+            let sent = wait_for(&mut cq_a, 1);
+            assert_eq!(tx.complete(&sent[0]), Some(&data[..]), "round {round}");
+        }
+    });
+    let (received, posted) = timeout(WAIT, receiver)
+        .await
+        .expect("every message in time")
+        .expect("the receiving task");
+    assert_eq!((received, posted), (ROUNDS, 4));
+    sender.join().expect("the sender");
 }

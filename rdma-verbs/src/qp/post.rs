@@ -4,7 +4,9 @@
 use super::{CanPostRecv, QueuePair, Rts, Transport, extended};
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::wr::{RecvList, RecvRequest, SendList, SendRequest, index_of_one, op, post_result};
+use crate::wr::{
+    RecvList, RecvRequest, SendList, SendRequest, element_index, index_of_one, op, post_result,
+};
 
 /// Whether a failed post may still have handed the request to the device, so that its memory
 /// must be treated as lent: the provider did not say (`bad_wr` null), or the extended path's
@@ -256,6 +258,27 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
         post_result("ibv_post_recv", ret, || index_of_one(raw, bad))
     }
 
+    /// `ibv_post_recv` of the `len` requests at `head`, each linked by `next` to the one after
+    /// it (the last one's `next` null): one call, one doorbell.
+    ///
+    /// # Safety
+    ///
+    /// `head` points at `len` (at least one) initialised requests, linked as said, valid for
+    /// the call; each is as [`post_recv_raw`](Self::post_recv_raw) requires.
+    pub(crate) unsafe fn post_recv_chain_raw(
+        &mut self,
+        head: *mut ffi::ibv_recv_wr,
+        len: usize,
+    ) -> Result<()> {
+        let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
+        // SAFETY: live queue pair; the chain is valid for the call, as the caller says; memory
+        // kept valid by the caller.
+        let ret = unsafe { ffi::ibv_post_recv(self.as_raw(), head, &mut bad) };
+        post_result("ibv_post_recv", ret, || {
+            element_index(head.cast_const(), len, bad)
+        })
+    }
+
     #[inline]
     fn check_no_srq(&self) -> Result<()> {
         if self.inner._srq.is_some() {
@@ -309,7 +332,7 @@ fn ops_check<T: Transport>(ops: u32, datagrams: usize, len: usize) -> Result<()>
     }
     if T::DATAGRAM && datagrams != len {
         return Err(Error::InvalidArgument(
-            "every request to a UD queue pair needs a destination (SendRequest::to)".into(),
+            "every request to a UD queue pair needs a destination (its `to`)".into(),
         ));
     }
     if !T::DATAGRAM && datagrams != 0 {

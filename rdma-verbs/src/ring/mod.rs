@@ -87,12 +87,26 @@ impl Core {
         if !self.region.is_for(tables) {
             return Err(other_qp());
         }
+        self.push_tail(len)
+    }
+
+    /// The tail slot, recorded as posted under a new id, if it is free.
+    #[inline]
+    fn push_tail(&mut self, len: u32) -> Result<(u32, u64)> {
         let Some(index) = self.record.free_tail() else {
             return Err(ring_full());
         };
         let id = self.ids.next_u64()?;
         self.record.push(id, len);
         Ok((index, id))
+    }
+
+    /// Takes back the `count` newest posts, which the device never saw.
+    #[cold]
+    fn unpush(&mut self, count: usize) {
+        for _ in 0..count {
+            self.record.unpush();
+        }
     }
 
     /// The post of the tail slot failed with `error`: the slot is free again unless the

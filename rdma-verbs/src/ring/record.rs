@@ -54,6 +54,12 @@ impl Record {
         unsafe { *self.ids.get_unchecked_mut(index as usize) = id };
     }
 
+    /// The oldest posted slot, if any is posted.
+    #[inline]
+    pub(super) fn head(&self) -> u32 {
+        self.head
+    }
+
     /// The slot after `index`.
     #[inline]
     pub(super) fn after(&self, index: u32) -> u32 {

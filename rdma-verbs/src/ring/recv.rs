@@ -1,13 +1,14 @@
 //! [`RecvRing`]: receives posted from a ring's slots in order, their bytes read in order.
 
 use std::fmt;
+use std::mem::MaybeUninit;
 
 use super::Core;
 use crate::cq::WorkCompletion;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::owned::check_room;
-use crate::qp::{CanPostRecv, QpState, QueuePair, Reset, Transport};
+use crate::qp::{CanPostRecv, QpState, QueuePair, Reset, Transport, may_have_posted};
 
 /// A queue pair's ring of receive slots, posted and completed in order (design and soundness:
 /// [`docs::data_path`], "Rings", and [`docs::safety`]). Made by [`QueuePair::recv_ring`];
@@ -21,9 +22,7 @@ use crate::qp::{CanPostRecv, QpState, QueuePair, Reset, Transport};
 /// # fn demo(qp: &mut rdma_verbs::QueuePair<rdma_verbs::Rc, rdma_verbs::Rts>,
 /// #         cq: &mut rdma_verbs::CompletionQueue) -> rdma_verbs::Result<()> {
 /// let mut ring = qp.recv_ring(16, 4096)?;
-/// while ring.free() > 0 {
-///     qp.post_recv_ring(&mut ring)?;
-/// }
+/// qp.fill_recv_ring(&mut ring)?; // all 16 slots posted, in one doorbell
 /// let mut wcs = [rdma_verbs::WorkCompletion::default(); 16];
 /// for wc in cq.poll(&mut wcs)? {
 ///     if let Some(bytes) = ring.complete(wc) {
@@ -207,4 +206,98 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
             Err(error) => Err(core.refused(error)),
         }
     }
+
+    /// Posts a receive into every free slot of the ring, in ring order, handing the device up
+    /// to 32 of them per `ibv_post_recv` call (one doorbell): what a ring wants when it is
+    /// made, and after a batch of completions. Stops, without an error, at a full receive
+    /// queue (the slots it did not post stay free). Returns how many receives it posted.
+    /// Allocates nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a ring bound to another queue pair (nothing posted);
+    /// else a request the provider refused ([`Error::Post`]), or the process's request ids
+    /// running out: the receives posted before it stay posted ([`RecvRing::posted`] counts
+    /// them) and the rest stay free, unless the provider did not say what it took
+    /// ([`Error::PostIndeterminate`]): then every slot of that call stays posted, as for
+    /// [`post_recv_ring`](Self::post_recv_ring).
+    ///
+    /// # References
+    ///
+    /// [`ibv_post_recv(3)`](https://man7.org/linux/man-pages/man3/ibv_post_recv.3.html)
+    #[doc(alias = "ibv_post_recv")]
+    pub fn fill_recv_ring(&mut self, ring: &mut RecvRing) -> Result<u32> {
+        let core = &mut ring.core;
+        if !core.region.is_for(self.tables()) {
+            return Err(super::other_qp());
+        }
+        let size = core.region.size();
+        let lkey = core.region.lkey();
+        let mut sges = [const { MaybeUninit::<ffi::ibv_sge>::uninit() }; FILL_BATCH];
+        let mut chain = [const { MaybeUninit::<ffi::ibv_recv_wr>::uninit() }; FILL_BATCH];
+        let sge_base = sges.as_mut_ptr().cast::<ffi::ibv_sge>();
+        let head = chain.as_mut_ptr().cast::<ffi::ibv_recv_wr>();
+        let mut posted = 0;
+        loop {
+            let len = (core.free() as usize).min(FILL_BATCH);
+            if len == 0 {
+                return Ok(posted);
+            }
+            for k in 0..len {
+                let (index, id) = match core.push_tail(size) {
+                    Ok(taken) => taken,
+                    Err(error) => {
+                        core.unpush(k);
+                        return Err(error);
+                    }
+                };
+                let next = if k + 1 < len {
+                    head.wrapping_add(k + 1)
+                } else {
+                    std::ptr::null_mut()
+                };
+                // SAFETY: `k < len <= FILL_BATCH`, so both writes are to elements of the two
+                // arrays, through pointers derived from them once (nothing else touches them
+                // while the chain is built and posted).
+                unsafe {
+                    sge_base.add(k).write(ffi::ibv_sge {
+                        addr: core.region.addr(index),
+                        length: size,
+                        lkey,
+                    });
+                    head.add(k).write(ffi::ibv_recv_wr {
+                        wr_id: id,
+                        next,
+                        sg_list: sge_base.add(k),
+                        num_sge: 1,
+                    });
+                }
+            }
+            // SAFETY: the first `len` requests of `chain` were written above, each linked to
+            // the next and the last to none; each names one free slot of the ring, now
+            // recorded as posted, as in `post_recv_ring`, whose argument holds for each: the
+            // region is kept registered by the queue pair, Rust reaches a slot's bytes only
+            // once a completion has taken it out of the record, the ids are unique in the
+            // process, the queue pair has no SRQ and can open no scope.
+            match unsafe { self.post_recv_chain_raw(head, len) } {
+                Ok(()) => posted += len as u32,
+                Err(error) => {
+                    let taken = match &error {
+                        _ if may_have_posted(&error) => len,
+                        Error::QueueFull { index, .. } | Error::Post { index, .. } => *index,
+                        _ => len,
+                    };
+                    core.unpush(len - taken);
+                    posted += taken as u32;
+                    return match error {
+                        Error::QueueFull { .. } => Ok(posted),
+                        error => Err(error),
+                    };
+                }
+            }
+        }
+    }
 }
+
+/// The most receives [`QueuePair::fill_recv_ring`] hands the device in one call.
+const FILL_BATCH: usize = 32;

@@ -116,6 +116,13 @@ impl SlotRegion {
             .wrapping_add(index as usize * self.stride as usize)
     }
 
+    /// Hands `value` to the queue pair's keeping: it lives until `ibv_destroy_qp` has
+    /// returned (what a UD send ring's address handles need when it is dropped with sends
+    /// posted).
+    pub(crate) fn keep(&self, value: Arc<dyn Send + Sync>) {
+        self.tables.attach(value);
+    }
+
     /// Gives the region back from the queue pair's keeping: it is deregistered once its last
     /// holder is gone. Only for an owner with nothing posted.
     pub(crate) fn release(&self) {

@@ -5,13 +5,14 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use super::Core;
+use crate::ah::AddressHandle;
 use crate::cq::WorkCompletion;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::flags::SendFlags;
 use crate::mr::RemoteMemory;
 use crate::owned::{AtomicOp, ImmOp, OwnedOp, ReadOp, SendOp, WriteOp};
-use crate::qp::{QpState, QueuePair, Reset, Rts, Transport, check_ops, may_have_posted};
+use crate::qp::{QpState, QueuePair, Rc, Reset, Rts, Transport, check_ops, may_have_posted};
 use crate::wr::op;
 
 /// A queue pair's ring of send slots, posted and freed in order (design and soundness:
@@ -21,6 +22,10 @@ use crate::wr::op;
 /// to [`complete`](Self::complete), which frees the slot (and the unsignaled ones before it).
 /// Only a signaled send's completion frees slots: a program that waits for every slot to come
 /// back must end on one.
+///
+/// `T` is the queue pair's transport. On UD each request names its destination
+/// ([`RingSend::to`]), whose address handle the ring keeps until the request is done (and, if
+/// the ring is dropped first, hands to the queue pair's keeping, as it does its region).
 ///
 /// [`docs::data_path`]: crate::docs::data_path
 /// [`docs::safety`]: crate::docs::safety
@@ -42,15 +47,19 @@ use crate::wr::op;
 /// ```
 ///
 /// `Send` and `Sync`: writing, posting and completing take it `&mut`.
-pub struct SendRing {
+pub struct SendRing<T: Transport = Rc> {
     core: Core,
     /// At most `signal_every - 1` unsignaled ring sends of the queue pair in a row (counted by
     /// the queue pair, for all its rings): the next is signaled. The smaller of the slot count
     /// and the send queue's capacity.
     signal_every: u32,
+    /// On UD, per slot the address handle of the request posted from it (`None` when the slot
+    /// is free), kept while the device may use it; empty on the other transports.
+    dests: Box<[Option<AddressHandle>]>,
+    _transport: PhantomData<fn() -> T>,
 }
 
-impl SendRing {
+impl<T: Transport> SendRing<T> {
     /// All [`slot_size`](Self::slot_size) bytes of the next slot to post, to write what it
     /// will send; `None` while every slot is posted (until a completion frees one).
     #[inline]
@@ -75,6 +84,9 @@ impl SendRing {
     pub fn complete(&mut self, wc: &WorkCompletion) -> Option<&[u8]> {
         // The oldest signaled request's completion, the usual case, returns straight from here.
         if let Some((index, len)) = self.core.record.complete_head(wc.wr_id()) {
+            if T::DATAGRAM {
+                self.release_dest(index);
+            }
             return Some(self.carried(index, len));
         }
         self.complete_later(wc)
@@ -83,8 +95,26 @@ impl SendRing {
     #[cold]
     #[inline(never)]
     fn complete_later(&mut self, wc: &WorkCompletion) -> Option<&[u8]> {
+        let head = self.core.record.head();
         let (index, len) = self.core.record.complete_later(wc.wr_id())?;
+        if T::DATAGRAM {
+            // The slots from the old head through `index` left the record together.
+            let mut slot = head;
+            while slot != index {
+                self.release_dest(slot);
+                slot = self.core.record.after(slot);
+            }
+            self.release_dest(index);
+        }
         Some(self.carried(index, len))
+    }
+
+    /// Drops the address handle kept for slot `index`, which has left the record (UD).
+    #[inline]
+    fn release_dest(&mut self, index: u32) {
+        if let Some(dest) = self.dests.get_mut(index as usize) {
+            *dest = None;
+        }
     }
 
     /// The `len` bytes the request of slot `index`, which a completion took out of the record,
@@ -106,8 +136,10 @@ impl SendRing {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a queue pair the ring is not bound to.
-    pub fn reclaim<T: Transport>(&mut self, qp: &QueuePair<T, Reset>) -> Result<()> {
-        self.core.reclaim(qp)
+    pub fn reclaim(&mut self, qp: &QueuePair<T, Reset>) -> Result<()> {
+        self.core.reclaim(qp)?;
+        self.dests.iter_mut().for_each(|dest| *dest = None);
+        Ok(())
     }
 
     /// How many slots are free to post.
@@ -134,12 +166,25 @@ impl SendRing {
     }
 
     /// Whether the ring posts to `qp`.
-    pub fn is_for<T: Transport, S: QpState>(&self, qp: &QueuePair<T, S>) -> bool {
+    pub fn is_for<U: Transport, S: QpState>(&self, qp: &QueuePair<U, S>) -> bool {
         self.core.region.is_for(qp.tables())
     }
 }
 
-impl fmt::Debug for SendRing {
+impl<T: Transport> Drop for SendRing<T> {
+    /// Hands the address handles of UD requests still posted to the queue pair's keeping
+    /// (until `ibv_destroy_qp` has returned): the device may still use them. The region is the
+    /// core's to give back or not.
+    fn drop(&mut self) {
+        for dest in self.dests.iter_mut() {
+            if let Some(ah) = dest.take() {
+                self.core.region.keep(ah.keep_alive());
+            }
+        }
+    }
+}
+
+impl<T: Transport> fmt::Debug for SendRing<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SendRing")
             .field("slot_size", &self.core.region.size())
@@ -155,11 +200,14 @@ impl fmt::Debug for SendRing {
 /// [`unsignaled`](Self::unsignaled) request's slot is freed when a later signaled request of
 /// the ring completes.
 #[must_use = "a request does nothing until it is posted"]
-pub struct RingSend<K: OwnedOp = SendOp> {
+pub struct RingSend<'a, K: OwnedOp = SendOp> {
     op: RingOp,
     len: u32,
     imm: Option<u32>,
     flags: SendFlags,
+    /// A UD send's destination: the address handle (borrowed: the post clones it for the
+    /// slot, so that a request holds nothing to drop), the remote queue pair number and Q_Key.
+    dest: Option<(&'a AddressHandle, u32, u32)>,
     _op: PhantomData<fn() -> K>,
 }
 
@@ -173,13 +221,14 @@ pub(crate) enum RingOp {
     CompareSwap(RemoteMemory, u64, u64),
 }
 
-impl<K: OwnedOp> RingSend<K> {
+impl<K: OwnedOp> RingSend<'_, K> {
     fn new(op: RingOp, len: usize) -> Self {
         Self {
             op,
             len: u32::try_from(len).unwrap_or(u32::MAX),
             imm: None,
             flags: SendFlags::SIGNALED,
+            dest: None,
             _op: PhantomData,
         }
     }
@@ -198,7 +247,7 @@ impl<K: OwnedOp> RingSend<K> {
     }
 }
 
-impl<K: ImmOp> RingSend<K> {
+impl<K: ImmOp> RingSend<'_, K> {
     /// Immediate data, delivered with the peer's receive completion (an RDMA WRITE with it also
     /// consumes a receive at the peer).
     pub fn with_imm(mut self, imm: u32) -> Self {
@@ -212,16 +261,43 @@ impl<K: ImmOp> RingSend<K> {
         self.flags.insert(SendFlags::SOLICITED);
         self
     }
+
+    /// Sends the bytes inline (`IBV_SEND_INLINE`): the provider copies them into the work
+    /// request during the post, so the device does not read the slot (on NICs that would
+    /// otherwise fetch the payload, a shorter round trip for small messages). Refused by the
+    /// provider when longer than the queue pair's granted `max_inline_data`
+    /// ([`QueuePair::caps`](crate::QueuePair::caps)). The slot stays posted until the
+    /// request's completion, as any other.
+    pub fn inline(mut self) -> Self {
+        self.flags.insert(SendFlags::INLINE);
+        self
+    }
 }
 
-impl RingSend<SendOp> {
+impl RingSend<'static, SendOp> {
     /// SEND of the slot's first `len` bytes (refused when posted if longer than a slot).
     pub fn send(len: usize) -> Self {
         Self::new(RingOp::Send, len)
     }
 }
 
-impl RingSend<WriteOp> {
+impl<'a> RingSend<'a, SendOp> {
+    /// The destination of a UD send: queue pair `remote_qpn` with Q_Key `remote_qkey` behind
+    /// `ah`, which the ring keeps (a clone) until the request is done. Every send of a UD ring
+    /// needs one; on the other transports one is refused when posted.
+    pub fn to<'b>(self, ah: &'b AddressHandle, remote_qpn: u32, remote_qkey: u32) -> RingSend<'b> {
+        RingSend {
+            op: self.op,
+            len: self.len,
+            imm: self.imm,
+            flags: self.flags,
+            dest: Some((ah, remote_qpn, remote_qkey)),
+            _op: PhantomData,
+        }
+    }
+}
+
+impl RingSend<'static, WriteOp> {
     /// RDMA WRITE of the slot's first `len` bytes to `remote` (refused when posted if longer
     /// than a slot or than `remote`).
     pub fn write(len: usize, remote: RemoteMemory) -> Self {
@@ -229,7 +305,7 @@ impl RingSend<WriteOp> {
     }
 }
 
-impl RingSend<ReadOp> {
+impl RingSend<'static, ReadOp> {
     /// RDMA READ of `len` bytes of `remote` into the slot (refused when posted if longer than
     /// a slot or than `remote`).
     pub fn read(len: usize, remote: RemoteMemory) -> Self {
@@ -237,7 +313,7 @@ impl RingSend<ReadOp> {
     }
 }
 
-impl RingSend<AtomicOp> {
+impl RingSend<'static, AtomicOp> {
     /// ATOMIC_FETCH_AND_ADD of `add` to the 8 bytes at `remote`; the old value lands in the
     /// slot's first 8 bytes (in the byte order the provider writes).
     pub fn fetch_add(remote: RemoteMemory, add: u64) -> Self {
@@ -251,13 +327,14 @@ impl RingSend<AtomicOp> {
     }
 }
 
-impl<K: OwnedOp> fmt::Debug for RingSend<K> {
+impl<K: OwnedOp> fmt::Debug for RingSend<'_, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RingSend")
             .field("op", &self.op)
             .field("len", &self.len)
             .field("imm", &self.imm)
             .field("flags", &self.flags)
+            .field("remote_qpn", &self.dest.as_ref().map(|(_, qpn, _)| *qpn))
             .finish()
     }
 }
@@ -270,22 +347,21 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a UD queue pair (a send would need its address handle
-    /// kept: use [`OwnedSend`](crate::OwnedSend)), no slot, a slot of no byte or of more
-    /// than `u32::MAX`, more than [`MAX_RING_SLOTS`](crate::MAX_RING_SLOTS) slots, or a size
+    /// [`Error::InvalidArgument`] for no slot, a slot of no byte or of more than `u32::MAX`, more than [`MAX_RING_SLOTS`](crate::MAX_RING_SLOTS) slots, or a size
     /// that overflows; else as
     /// [`ProtectionDomain::register`](crate::ProtectionDomain::register).
-    pub fn send_ring(&self, count: u32, size: usize) -> Result<SendRing> {
-        if T::DATAGRAM {
-            return Err(Error::InvalidArgument(
-                "a send ring cannot send on UD (its address handles would need keeping): use \
-                 OwnedSend"
-                    .into(),
-            ));
-        }
+    pub fn send_ring(&self, count: u32, size: usize) -> Result<SendRing<T>> {
+        let core = Core::new(self, count, size, false)?;
+        let dests: Box<[Option<AddressHandle>]> = if T::DATAGRAM {
+            (0..core.region.count()).map(|_| None).collect()
+        } else {
+            Box::default()
+        };
         Ok(SendRing {
-            core: Core::new(self, count, size, false)?,
+            core,
             signal_every: count.min(self.caps().max_send_wr).max(1),
+            dests,
+            _transport: PhantomData,
         })
     }
 }
@@ -316,14 +392,15 @@ impl<T: Transport> QueuePair<T, Rts> {
     #[inline]
     pub fn post_send_ring<K: OwnedOp>(
         &mut self,
-        ring: &mut SendRing,
-        request: RingSend<K>,
+        ring: &mut SendRing<T>,
+        request: RingSend<'_, K>,
     ) -> Result<()> {
         let RingSend {
             op,
             len,
             imm,
             mut flags,
+            dest,
             _op,
         } = request;
         if len > ring.core.region.size() {
@@ -342,7 +419,7 @@ impl<T: Transport> QueuePair<T, Rts> {
             RingOp::FetchAdd(..) => (ffi::IBV_WR_ATOMIC_FETCH_AND_ADD, op::ATOMIC, None),
             RingOp::CompareSwap(..) => (ffi::IBV_WR_ATOMIC_CMP_AND_SWP, op::ATOMIC, None),
         };
-        check_ops::<T>(ops, 0, 1)?;
+        check_ops::<T>(ops, usize::from(dest.is_some()), 1)?;
         match remote {
             Some(remote) if len > remote.len => return Err(longer_than_remote(len, &remote)),
             _ => {}
@@ -378,7 +455,15 @@ impl<T: Transport> QueuePair<T, Rts> {
             raw.__bindgen_anon_1.imm_data = imm.to_be();
         }
         match op {
-            RingOp::Send => {}
+            RingOp::Send => {
+                if let Some((ah, remote_qpn, remote_qkey)) = dest {
+                    raw.wr.ud = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
+                        ah: ah.as_raw(),
+                        remote_qpn,
+                        remote_qkey,
+                    };
+                }
+            }
             RingOp::Write(remote) | RingOp::Read(remote) => {
                 raw.wr.rdma = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
                     remote_addr: remote.addr,
@@ -402,6 +487,14 @@ impl<T: Transport> QueuePair<T, Rts> {
                 };
             }
         }
+        if T::DATAGRAM {
+            // Kept with the slot until it leaves the record (cleared below if the provider
+            // refuses the request without taking it), then by the queue pair if the ring is
+            // dropped first.
+            if let (Some(kept), Some((ah, _, _))) = (ring.dests.get_mut(index as usize), dest) {
+                *kept = Some(ah.clone());
+            }
+        }
         // SAFETY: the request names the tail slot's first `len` bytes (at most the slot size,
         // checked), in the ring's region, which the queue pair keeps registered (as in
         // `post_recv_ring`); the slot was free and is recorded as posted, so Rust cannot reach
@@ -409,8 +502,8 @@ impl<T: Transport> QueuePair<T, Rts> {
         // ring (the send queue completes in order), is handed to the ring, or the post fails
         // without the device having seen it. An atomic's 8 bytes are one aligned word of the
         // slot (slots are 8-aligned). `remote` is the peer's memory. The operation is one the
-        // transport carries (checked), with no destination (not UD: refused when the ring was
-        // made).
+        // transport carries, with a destination on UD and none elsewhere (checked); a UD
+        // destination's address handle is kept with the slot (above).
         match unsafe { self.post_send_raw(&mut raw, ops) } {
             Ok(()) => {
                 *self.unsignaled_slot_sends_mut() = run;
@@ -421,6 +514,10 @@ impl<T: Transport> QueuePair<T, Rts> {
                     // Counted as an unsignaled send (it may be one the device holds).
                     let counted = self.unsignaled_slot_sends_mut();
                     *counted = counted.saturating_add(1);
+                } else if T::DATAGRAM {
+                    if let Some(kept) = ring.dests.get_mut(index as usize) {
+                        *kept = None;
+                    }
                 }
                 Err(core.refused(error))
             }

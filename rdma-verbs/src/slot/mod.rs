@@ -35,7 +35,7 @@ use crate::cq::WorkCompletion;
 use crate::error::{Error, Result};
 use crate::inflight::{IdSource, RECV_ID_BIT};
 use crate::mr::MrSlice;
-use crate::qp::{QpState, QueuePair, Transport};
+use crate::qp::{QpState, QueuePair, Reset, Transport};
 use crate::ring::SlotRegion;
 
 mod post;
@@ -190,6 +190,24 @@ impl SlotRing {
             index: posted.index,
             len,
         })
+    }
+
+    /// Frees every slot still posted, to either queue, once the ring's queue pair `qp` is in
+    /// RESET: a reset discards the queue pair's requests without completions, so the device
+    /// uses none of their slots any more; they return to the ring, for
+    /// [`take`](Self::take). A completion polled afterwards that was made before the reset
+    /// matches nothing. (Also what frees the slots of posts whose outcome the provider did not
+    /// say.) The slots out of the ring (a [`Slot`] the caller holds) are not touched.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a queue pair the ring is not bound to.
+    pub fn reclaim<T: Transport>(&mut self, qp: &QueuePair<T, Reset>) -> Result<()> {
+        if !self.region.is_for(qp.tables()) {
+            return Err(other_qp());
+        }
+        self.record.clear_posted();
+        Ok(())
     }
 
     /// The first [`len`](Slot::len) bytes of `slot`.

@@ -114,6 +114,17 @@ impl<K: ImmOp> SlotSend<K> {
         self.flags.insert(SendFlags::SOLICITED);
         self
     }
+
+    /// Sends the bytes inline (`IBV_SEND_INLINE`): the provider copies them into the work
+    /// request during the post, so the device does not read the slot (on NICs that would
+    /// otherwise fetch the payload, a shorter round trip for small messages). Refused by the
+    /// provider when longer than the queue pair's granted `max_inline_data`
+    /// ([`QueuePair::caps`](crate::QueuePair::caps)). The slot stays posted until the
+    /// request's completion, as any other.
+    pub fn inline(mut self) -> Self {
+        self.flags.insert(SendFlags::INLINE);
+        self
+    }
 }
 
 impl SlotSend<SendOp> {

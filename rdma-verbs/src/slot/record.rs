@@ -151,6 +151,19 @@ impl Record {
         self.complete_later(recv, id)
     }
 
+    /// Forgets every posted request of both queues (for a queue pair reset since they were
+    /// posted: the device uses none of them any more): their slots become free.
+    pub(super) fn clear_posted(&mut self) {
+        for fifo in [&mut self.send, &mut self.recv] {
+            for position in fifo.head..fifo.tail {
+                let index = fifo.at(position).index;
+                debug_assert!(self.free.len() < self.count as usize);
+                self.free.push(index);
+            }
+            fifo.head = fifo.tail;
+        }
+    }
+
     /// [`complete`](Self::complete) of a request that is not the oldest of its queue. A
     /// queue's ids increase from its oldest entry to its newest (an id source hands them out
     /// in increasing order), so an id outside that span is none of the queue's, found without
@@ -296,13 +309,21 @@ mod tests {
         };
         let steps = if cfg!(miri) { 400 } else { 20_000 };
         for _ in 0..steps {
-            match random(6) {
-                0 => out.extend(record.take_free()),
-                1 if !out.is_empty() => {
+            match random(25) {
+                0..=4 => out.extend(record.take_free()),
+                24 => {
+                    // A reset: every posted slot is free again, the slots out stay out.
+                    let posted = record.send.len() + record.recv.len();
+                    let free_before = record.free_len() as u64;
+                    record.clear_posted();
+                    assert_eq!(record.send.len() + record.recv.len(), 0);
+                    assert_eq!(record.free_len() as u64, free_before + posted);
+                }
+                5 | 6 if !out.is_empty() => {
                     let index = out.swap_remove(random(out.len() as u64) as usize);
                     record.put_free(index);
                 }
-                2 | 3 if !out.is_empty() => {
+                7..=14 if !out.is_empty() => {
                     let index = out.swap_remove(random(out.len() as u64) as usize);
                     let recv = random(2) == 0;
                     let id = next_id | if recv { 1 << 62 } else { 0 };
@@ -314,7 +335,7 @@ mod tests {
                         out.push(index);
                     }
                 }
-                4 | 5 => {
+                15..=23 => {
                     let recv = random(2) == 0;
                     let fifo = if recv { &record.recv } else { &record.send };
                     let queued: Vec<Posted> = (fifo.head..fifo.tail)
