@@ -255,6 +255,32 @@ fn ring_ud_sends_keep_their_address_handles() {
         a.post_send_ring(&mut tx, RingSend::send(8)),
         "needs a destination",
     );
+    // An address handle of another protection domain, and one of another device: refused
+    // before the provider sees them, nothing posted or kept (the rounds below find no
+    // completion of theirs).
+    let pd2 = f.context.alloc_pd().unwrap();
+    let foreign = pd2.create_ah(&f.av()).unwrap();
+    invalid(
+        a.post_send_ring(&mut tx, RingSend::send(8).to(&foreign, b.qp_num(), QKEY)),
+        "another protection domain",
+    );
+    foreign.close().expect("a refused request keeps nothing");
+    let name = rdma_test_support::second_device().expect("the harness's second device");
+    let context2 = Context::open(&name).unwrap();
+    let pd3 = context2.alloc_pd().unwrap();
+    let gid2 = context2.routable_gid(1).unwrap();
+    let av2 = AddressVector::new(1).grh(Gid(f.device.gid), gid2.index as u8);
+    let other_device = pd3.create_ah(&av2).unwrap();
+    invalid(
+        a.post_send_ring(
+            &mut tx,
+            RingSend::send(8).to(&other_device, b.qp_num(), QKEY),
+        ),
+        "another protection domain",
+    );
+    other_device
+        .close()
+        .expect("a refused request keeps nothing");
     assert_eq!(tx.free(), 4);
     let busy = |ah: AddressHandle| -> AddressHandle {
         let (ah, error) = ah.close().expect_err("a send ring keeps the handle");
@@ -290,6 +316,22 @@ fn ring_ud_sends_keep_their_address_handles() {
     }
     ah.close()
         .expect("no send of the ring holds the handle any more");
+
+    // A send the provider refuses (inline, one byte over the limit) keeps no handle.
+    let cq_g = f.cq(16);
+    let mut g = f.ud_qp(f.pd.qp_builder(&cq_g, &cq_g).max_inline_data(64), QKEY);
+    let limit = g.caps().max_inline_data as usize;
+    let mut tx_g = g.send_ring(2, limit + 8).unwrap();
+    let ah = f.pd.create_ah(&f.av()).unwrap();
+    tx_g.next_mut().expect("a free slot")[..=limit].fill(3);
+    let refused = g.post_send_ring(
+        &mut tx_g,
+        RingSend::send(limit + 1).inline().to(&ah, b.qp_num(), QKEY),
+    );
+    assert!(matches!(refused, Err(Error::Post { .. })), "{refused:?}");
+    assert_eq!(tx_g.posted(), 0);
+    ah.close()
+        .expect("the refused send's slot let the handle go");
 
     // `reclaim` after a reset lets the handle go.
     let ah = f.pd.create_ah(&f.av()).unwrap();

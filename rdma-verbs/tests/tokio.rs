@@ -496,11 +496,12 @@ async fn tokio_owned_receive_awaited_and_cancel_safe() {
     assert!(matches!(none, Err(Error::InvalidArgument(_))), "{none:?}");
 }
 
-/// Rings with the async path: a receive ring's completions awaited with `poll_async` in a
-/// spawned task (the ring, queue pair and completion queue moved into it: all `Send`), each
-/// lending exactly the bytes sent, the ring refilled with `fill_recv_ring` after each batch;
-/// a wait cancelled by a time-out first takes nothing (every receive stays posted). The sender
-/// is a thread with a send ring, each send's bytes lent back by its completion.
+/// Rings with the async path: a wait cancelled by a time-out (the queue armed, nothing sent)
+/// loses nothing: the message sent after it comes with the next `poll_async` and its ring
+/// lends its bytes. Then a receive ring's completions awaited with `poll_async` in a spawned
+/// task (the ring, queue pair and completion queue moved into it: all `Send`), each lending
+/// exactly the bytes sent, the ring refilled with `fill_recv_ring` after each batch. The
+/// sender is a thread with a send ring, each send's bytes lent back by its completion.
 #[tokio::test]
 async fn tokio_rings_awaited_in_a_task_and_cancel_safe() {
     const SIZE: usize = 64;
@@ -524,10 +525,25 @@ async fn tokio_rings_awaited_in_a_task_and_cancel_safe() {
     .await;
     assert!(cancelled.is_err(), "nothing was sent: {cancelled:?}");
     assert_eq!((rx.posted(), rx.free()), (4, 0));
+    let mut tx = a.send_ring(2, SIZE).unwrap();
+    let first = pattern(SIZE, 0);
+    tx.next_mut()
+        .expect("a free send slot")
+        .copy_from_slice(&first);
+    a.post_send_ring(&mut tx, RingSend::send(SIZE)).unwrap();
+    let sent = wait_for(&mut cq_a, 1);
+    assert_eq!(tx.complete(&sent[0]), Some(&first[..]));
+    let polled = timeout(WAIT, recv_cq.poll_async(&channel, &mut wcs))
+        .await
+        .expect("the message sent after the cancelled wait")
+        .unwrap();
+    assert_eq!(polled.len(), 1);
+    assert_eq!(rx.complete(&polled[0]), Some(&first[..]));
+    assert_eq!(b.fill_recv_ring(&mut rx).unwrap(), 1);
 
     let receiver = async move {
         let mut wcs = [WorkCompletion::default(); 4];
-        let mut received = 0u64;
+        let mut received = 1u64;
         while received < ROUNDS {
             let polled = recv_cq.poll_async(&channel, &mut wcs).await.unwrap();
             for wc in polled {
@@ -544,8 +560,7 @@ async fn tokio_rings_awaited_in_a_task_and_cancel_safe() {
     assert_send(&receiver);
     let receiver = tokio::spawn(receiver);
     let sender = thread::spawn(move || {
-        let mut tx = a.send_ring(2, SIZE).unwrap();
-        for round in 0..ROUNDS {
+        for round in 1..ROUNDS {
             let data = pattern(SIZE, round as u8);
             tx.next_mut()
                 .expect("a free send slot")

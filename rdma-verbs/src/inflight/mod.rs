@@ -167,9 +167,10 @@ pub(crate) struct QpTables {
     pub(crate) recv: Ring,
     /// The SRQ's table, for a queue pair that receives through one.
     pub(crate) srq: Option<Arc<SrqTable>>,
-    /// What the queue pair keeps alive for its slot rings (`slot/mod.rs`, whose posted
-    /// requests no table records): their regions, until the queue pair is destroyed or a ring
-    /// dropped with nothing posted takes its own back.
+    /// What the queue pair keeps alive for its slot rings and rings (`slot/`, `ring/`, whose
+    /// posted requests no table records): their regions, until the queue pair is destroyed or
+    /// a ring dropped with nothing posted takes its own back, and the address handles of a UD
+    /// send ring dropped with sends posted.
     attached: Attached,
 }
 

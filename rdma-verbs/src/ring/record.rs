@@ -54,7 +54,7 @@ impl Record {
         unsafe { *self.ids.get_unchecked_mut(index as usize) = id };
     }
 
-    /// The oldest posted slot, if any is posted.
+    /// The head: the oldest posted slot when any is posted, else the next to post.
     #[inline]
     pub(super) fn head(&self) -> u32 {
         self.head

@@ -22,7 +22,7 @@ use crate::qp::{CanPostRecv, QpState, QueuePair, Reset, Transport, may_have_post
 /// # fn demo(qp: &mut rdma_verbs::QueuePair<rdma_verbs::Rc, rdma_verbs::Rts>,
 /// #         cq: &mut rdma_verbs::CompletionQueue) -> rdma_verbs::Result<()> {
 /// let mut ring = qp.recv_ring(16, 4096)?;
-/// qp.fill_recv_ring(&mut ring)?; // all 16 slots posted, in one doorbell
+/// qp.fill_recv_ring(&mut ring)?; // every slot the receive queue has room for, one doorbell
 /// let mut wcs = [rdma_verbs::WorkCompletion::default(); 16];
 /// for wc in cq.poll(&mut wcs)? {
 ///     if let Some(bytes) = ring.complete(wc) {
@@ -282,11 +282,7 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
             match unsafe { self.post_recv_chain_raw(head, len) } {
                 Ok(()) => posted += len as u32,
                 Err(error) => {
-                    let taken = match &error {
-                        _ if may_have_posted(&error) => len,
-                        Error::QueueFull { index, .. } | Error::Post { index, .. } => *index,
-                        _ => len,
-                    };
+                    let taken = chain_taken(&error, len);
                     core.unpush(len - taken);
                     posted += taken as u32;
                     return match error {
@@ -301,3 +297,50 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
 
 /// The most receives [`QueuePair::fill_recv_ring`] hands the device in one call.
 const FILL_BATCH: usize = 32;
+
+/// How many requests of a chain of `len` the provider took, by the error its post returned:
+/// those before the one `bad_wr` named; all of them (so that their slots stay posted) when it
+/// named none, may have taken them, or the error is of another kind.
+fn chain_taken(error: &Error, len: usize) -> usize {
+    if may_have_posted(error) {
+        return len;
+    }
+    match error {
+        Error::QueueFull { index, .. } | Error::Post { index, .. } => (*index).min(len),
+        _ => len,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Errno;
+
+    #[test]
+    fn a_refused_chain_keeps_only_what_the_provider_may_have_taken() {
+        let verb = "ibv_post_recv";
+        let full = |index| Error::QueueFull { verb, index };
+        let refused = |index| Error::Post {
+            verb,
+            index,
+            errno: Errno::INVAL,
+        };
+        assert_eq!(chain_taken(&full(0), 32), 0);
+        assert_eq!(chain_taken(&full(17), 32), 17);
+        assert_eq!(chain_taken(&refused(1), 5), 1);
+        assert_eq!(chain_taken(&refused(4), 5), 4);
+        // An index past the chain (no provider gives one) takes nothing back.
+        assert_eq!(chain_taken(&refused(9), 5), 5);
+        let unsaid = Error::PostIndeterminate {
+            verb,
+            errno: Errno::INVAL,
+        };
+        assert_eq!(chain_taken(&unsaid, 7), 7);
+        let extended = Error::QueueFull {
+            verb: crate::qp::EXTENDED_POST_VERB,
+            index: 0,
+        };
+        assert_eq!(chain_taken(&extended, 3), 3);
+        assert_eq!(chain_taken(&Error::InvalidArgument("x".into()), 3), 3);
+    }
+}

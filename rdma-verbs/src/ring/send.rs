@@ -13,7 +13,7 @@ use crate::flags::SendFlags;
 use crate::mr::RemoteMemory;
 use crate::owned::{AtomicOp, ImmOp, OwnedOp, ReadOp, SendOp, WriteOp};
 use crate::qp::{QpState, QueuePair, Rc, Reset, Rts, Transport, check_ops, may_have_posted};
-use crate::wr::op;
+use crate::wr::{foreign_object, op};
 
 /// A queue pair's ring of send slots, posted and freed in order (design and soundness:
 /// [`docs::data_path`], "Rings", and [`docs::safety`]). Made by [`QueuePair::send_ring`];
@@ -347,8 +347,9 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for no slot, a slot of no byte or of more than `u32::MAX`, more than [`MAX_RING_SLOTS`](crate::MAX_RING_SLOTS) slots, or a size
-    /// that overflows; else as
+    /// [`Error::InvalidArgument`] for no slot, a slot of no byte or of more than `u32::MAX`,
+    /// more than [`MAX_RING_SLOTS`](crate::MAX_RING_SLOTS) slots, or a size that overflows;
+    /// else as
     /// [`ProtectionDomain::register`](crate::ProtectionDomain::register).
     pub fn send_ring(&self, count: u32, size: usize) -> Result<SendRing<T>> {
         let core = Core::new(self, count, size, false)?;
@@ -378,7 +379,9 @@ impl<T: Transport> QueuePair<T, Rts> {
     ///
     /// [`Error::InvalidArgument`] for a ring bound to another queue pair, one with no free
     /// slot, a length over the slot size, a READ or WRITE longer than its remote memory, an
-    /// operation the transport does not carry; else as
+    /// operation the transport does not carry, a UD request without a destination
+    /// ([`RingSend::to`]) or one with an address handle of another protection domain, a
+    /// destination on RC or UC; else as
     /// [`post_send_one`](Self::post_send_one) (a full send queue). The slot stays free unless
     /// the provider did not say whether it took the request ([`Error::PostIndeterminate`], and
     /// on the extended send path any failure of `ibv_wr_complete`, a full queue included): it
@@ -420,6 +423,13 @@ impl<T: Transport> QueuePair<T, Rts> {
             RingOp::CompareSwap(..) => (ffi::IBV_WR_ATOMIC_CMP_AND_SWP, op::ATOMIC, None),
         };
         check_ops::<T>(ops, usize::from(dest.is_some()), 1)?;
+        if let Some((ah, _, _)) = dest {
+            // The provider reads the handle as one of its own: it must be of this queue
+            // pair's protection domain (hence context and device).
+            if ah.pd().as_raw() != self.pd().as_raw() {
+                return Err(foreign_object());
+            }
+        }
         match remote {
             Some(remote) if len > remote.len => return Err(longer_than_remote(len, &remote)),
             _ => {}

@@ -275,7 +275,7 @@ impl SlotRing {
     /// How many slots are posted: in flight, completed and not yet handed to
     /// [`complete`](Self::complete), or held for requests that may never complete (discarded
     /// by a reset, or whose post's outcome the provider did not say) until a later completion
-    /// of their queue frees them.
+    /// of their queue, or [`reclaim`](Self::reclaim) after a reset, frees them.
     pub fn posted(&self) -> u32 {
         (self.record.send.len() + self.record.recv.len()) as u32
     }

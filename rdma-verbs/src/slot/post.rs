@@ -15,7 +15,8 @@ use crate::wr::{Payload, RecvRequest, SendRequest};
 
 /// A slot post the queue pair did not take: the error, and the slot, which the device never
 /// saw (`None` when the provider did not say whether it took the request: the slot then
-/// stays posted until a completion of its queue, or the queue pair's destruction).
+/// stays posted until a completion of its queue, a [`SlotRing::reclaim`](crate::SlotRing::reclaim)
+/// after a reset, or the queue pair's destruction).
 #[derive(Debug)]
 pub struct SlotRefused {
     pub(super) error: Error,

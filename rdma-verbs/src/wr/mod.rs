@@ -212,7 +212,7 @@ fn reserved_wr_id(wr_id: u64) -> Error {
 
 #[cold]
 #[inline(never)]
-fn foreign_object() -> Error {
+pub(crate) fn foreign_object() -> Error {
     Error::invalid(
         "the address handle or memory window belongs to another protection domain than the \
          queue pair",
