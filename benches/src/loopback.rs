@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use rdma_verbs::{
     AccessFlags, AddressVector, CompletionChannel, CompletionQueue, ConnectedInitAttr, Context,
-    Gid, Init, QueuePair, Rc, RcRtrAttr, RcRtsAttr, Rts, WcOpcode, WorkCompletion,
+    Gid, Init, QueuePair, Rc, RcRtrAttr, RcRtsAttr, Rts, SharedReceiveQueue, WcOpcode,
+    WorkCompletion,
 };
 
 /// How long a wait for a completion or an event may take before it fails: generous, the
@@ -57,6 +58,24 @@ impl Loopback {
     ///
     /// A line saying what failed: no device, or the verb that failed.
     pub fn open(shape: Shape) -> Result<Self, String> {
+        Self::open_inner(shape, false).map(|(pair, _)| pair)
+    }
+
+    /// [`open`](Self::open), with `b` taking its receives from a shared receive queue (of
+    /// `shape.depth` receives), returned with the pair.
+    ///
+    /// # Errors
+    ///
+    /// As [`open`](Self::open), or `ibv_create_srq` failed.
+    pub fn open_with_srq(shape: Shape) -> Result<(Self, SharedReceiveQueue), String> {
+        let (pair, srq) = Self::open_inner(shape, true)?;
+        Ok((pair, srq.ok_or("no SRQ")?))
+    }
+
+    fn open_inner(
+        shape: Shape,
+        with_srq: bool,
+    ) -> Result<(Self, Option<SharedReceiveQueue>), String> {
         let device = rdma_test_support::device().ok_or("no RDMA device")?;
         let err = |e: rdma_verbs::Error| e.to_string();
         let context = Context::open(&device.name).map_err(err)?;
@@ -77,16 +96,28 @@ impl Loopback {
         let init = ConnectedInitAttr::new(device.port).access(
             AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
         );
-        let build = |cq: &CompletionQueue| {
-            pd.qp_builder::<Rc>(cq, cq)
+        let srq = if with_srq {
+            Some(pd.create_srq(shape.depth, 1).map_err(err)?)
+        } else {
+            None
+        };
+        let build = |cq: &CompletionQueue, srq: Option<&SharedReceiveQueue>| {
+            let mut builder = pd
+                .qp_builder::<Rc>(cq, cq)
                 .max_send_wr(shape.depth)
                 .max_recv_wr(shape.depth)
-                .max_inline_data(shape.max_inline_data)
-                .build()
-                .map_err(err)
+                .max_inline_data(shape.max_inline_data);
+            if let Some(srq) = srq {
+                builder = builder.srq(srq);
+            }
+            builder.build().map_err(err)
         };
-        let a = build(&cq_a)?.into_init(&init).map_err(|e| e.to_string())?;
-        let b = build(&cq_b)?.into_init(&init).map_err(|e| e.to_string())?;
+        let a = build(&cq_a, None)?
+            .into_init(&init)
+            .map_err(|e| e.to_string())?;
+        let b = build(&cq_b, srq.as_ref())?
+            .into_init(&init)
+            .map_err(|e| e.to_string())?;
         let (a_num, b_num) = (a.qp_num(), b.qp_num());
         let connect = |qp: QueuePair<Rc, Init>, peer: u32| {
             qp.into_rtr(&RcRtrAttr::new(av, peer, 0))
@@ -94,13 +125,14 @@ impl Loopback {
                 .into_rts(&RcRtsAttr::new(0))
                 .map_err(|e| e.to_string())
         };
-        Ok(Self {
+        let pair = Self {
             a: connect(a, b_num)?,
             b: connect(b, a_num)?,
             cq_a,
             cq_b,
             channel,
-        })
+        };
+        Ok((pair, srq))
     }
 
     /// Arms both queues; call before posting, so that the completions raise events.

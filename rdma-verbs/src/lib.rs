@@ -36,7 +36,8 @@
 //!   completion: receive rings that outlive any scope, many queue pairs on one completion
 //!   queue, unsignaled sends, doorbell-batched [`OwnedSendList`]s; slot rings, a queue pair's
 //!   own registered slots ([`QueuePair::slot_ring`]), posted as [`Slot`]s and handed back by
-//!   [`SlotRing::complete`] for the completions the caller polled; and rings, the cheapest,
+//!   [`SlotRing::complete`] for the completions the caller polled (an SRQ's too:
+//!   [`SharedReceiveQueue::slot_ring`], [`SrqSlotRing`]); and rings, the cheapest,
 //!   slots posted and completed in order ([`QueuePair::recv_ring`], [`QueuePair::send_ring`],
 //!   [`RecvRing::complete`]). Why each is sound: [`docs::safety`]; how the paths work:
 //!   [`docs::data_path`]; the state types: [`docs::typestate`]; where each verb lives:
@@ -132,7 +133,7 @@ pub use qp::{
 };
 pub use ring::{MAX_RING_SLOTS, RecvRing, RingSend, SendRing};
 pub use scope::{PostScope, ScopeCqs};
-pub use slot::{MAX_SLOTS, Slot, SlotRefused, SlotRing, SlotSend};
+pub use slot::{MAX_SLOTS, MAX_SRQ_SLOTS, Slot, SlotRefused, SlotRing, SlotSend, SrqSlotRing};
 pub use srq::{SharedReceiveQueue, SrqBuilder};
 #[cfg(feature = "tokio")]
 pub use tokio_io::{AsyncCompletionChannel, AsyncContextEvents};

@@ -172,7 +172,7 @@ impl<T: Transport> QueuePair<T, Rts> {
                 "owned requests are in flight on this queue pair: reap them before a scope".into(),
             ));
         }
-        if self.tables().has_attachments() {
+        if !self.tables().attached.is_empty() {
             // Its rings' completions carry this queue pair's number too.
             return Err(Error::InvalidArgument(
                 "a queue pair with a slot ring or a ring cannot open a scope".into(),

@@ -35,8 +35,10 @@ impl SrqInner {
         let ret = unsafe { ffi::ibv_destroy_srq(self.raw.as_ptr()) };
         Errno::result(ret).map_err(|errno| Error::verb("ibv_destroy_srq", errno))?;
         self.destroyed = true;
-        // The device holds none of the SRQ's receives any more: owned ones are released.
+        // The device holds none of the SRQ's receives any more: owned ones are released, and
+        // the regions of its slot rings.
         self.table.clear();
+        self.table.attached.detach_all();
         Ok(())
     }
 }
@@ -283,6 +285,27 @@ impl SharedReceiveQueue {
         // SAFETY: live SRQ; valid chain; memory kept valid by the caller.
         let ret = unsafe { ffi::ibv_post_srq_recv(self.as_raw(), list.head(), &mut bad) };
         crate::wr::post_result("ibv_post_srq_recv", ret, || list.index_of(bad))
+    }
+
+    /// `ibv_post_srq_recv` of a chain of `len` requests starting at `head`, linked by their
+    /// `next` pointers (the last one's null): a ring's batch, built on the stack.
+    ///
+    /// # Safety
+    ///
+    /// `head` points at `len` (at least one) initialised requests, linked as said, valid for
+    /// the call; each is as [`post_recv`](Self::post_recv) requires.
+    pub(crate) unsafe fn post_recv_chain_raw(
+        &mut self,
+        head: *mut ffi::ibv_recv_wr,
+        len: usize,
+    ) -> Result<()> {
+        let mut bad: *mut ffi::ibv_recv_wr = std::ptr::null_mut();
+        // SAFETY: live SRQ; the chain is valid for the call, as the caller says; memory kept
+        // valid by the caller.
+        let ret = unsafe { ffi::ibv_post_srq_recv(self.as_raw(), head, &mut bad) };
+        crate::wr::post_result("ibv_post_srq_recv", ret, || {
+            crate::wr::element_index(head.cast_const(), len, bad)
+        })
     }
 
     /// `ibv_post_srq_recv` of one request.

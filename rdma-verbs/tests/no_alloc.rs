@@ -546,6 +546,84 @@ fn slot_no_alloc_post_and_poll_round_trips() {
     );
 }
 
+/// An SRQ slot ring behind two queue pairs: 10,000 rounds of a send from each peer's slot
+/// ring, both receives completed from the SRQ's ring (found by id, in any order), checked and
+/// posted again, one by one or (every other round) by `fill_slot_ring`: no allocation, every
+/// slot of the SRQ's ring posted after each round.
+#[test]
+fn srq_slot_no_alloc_round_trips() {
+    let Some(f) = fixture() else { return };
+    let mut srq = f.pd.create_srq(8, 1).unwrap();
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a1, _b1) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b).srq(&srq),
+        AccessFlags::empty(),
+    );
+    let (mut a2, _b2) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b).srq(&srq),
+        AccessFlags::empty(),
+    );
+    let mut rx = srq.slot_ring(4, LEN).unwrap();
+    assert_eq!(srq.fill_slot_ring(&mut rx).unwrap(), 4);
+    let (mut tx1, mut tx2) = (a1.slot_ring(2, LEN).unwrap(), a2.slot_ring(2, LEN).unwrap());
+    let data = pattern(LEN, 5);
+
+    let ((), allocations) = count_allocations(|| {
+        let mut wcs = [WorkCompletion::default(); 4];
+        for round in 0..ROUNDS {
+            for (qp, tx) in [(&mut a1, &mut tx1), (&mut a2, &mut tx2)] {
+                let mut slot = tx.take().unwrap();
+                tx.fill(&mut slot, &data).unwrap();
+                qp.post_send_slot(tx, SlotSend::send(slot)).unwrap();
+            }
+            let (mut sent, mut received) = (0, 0);
+            let deadline = Instant::now() + WAIT;
+            while sent < 2 || received < 2 {
+                for wc in cq_a.poll(&mut wcs).unwrap() {
+                    assert!(wc.is_success(), "round {round}: {wc:?}");
+                    match tx1.complete(wc) {
+                        Some(slot) => tx1.put(slot).unwrap(),
+                        None => {
+                            let slot = tx2.complete(wc).expect("a send's slot");
+                            tx2.put(slot).unwrap();
+                        }
+                    }
+                    sent += 1;
+                }
+                for wc in cq_b.poll(&mut wcs).unwrap() {
+                    assert!(wc.is_success(), "round {round}: {wc:?}");
+                    let slot = rx.complete(wc).expect("the receive's slot comes back");
+                    assert_eq!(rx.bytes(&slot).unwrap(), &data[..], "round {round}");
+                    if round % 2 == 0 {
+                        srq.post_recv_slot(&mut rx, slot).unwrap();
+                    } else {
+                        rx.put(slot).unwrap();
+                    }
+                    received += 1;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "round {round}: timed out (sent: {sent}, received: {received})"
+                );
+            }
+            if round % 2 == 1 {
+                assert_eq!(srq.fill_slot_ring(&mut rx).unwrap(), 2, "round {round}");
+            }
+            assert_eq!(
+                (tx1.posted(), tx2.posted(), rx.posted()),
+                (0, 0, 4),
+                "round {round}"
+            );
+        }
+    });
+    assert_eq!(
+        allocations, 0,
+        "{allocations} allocations in {ROUNDS} SRQ slot ring rounds"
+    );
+}
+
 /// 10,000 rounds through a receive ring and a send ring, every other round with an unsignaled
 /// send before the signaled one, the receive ring kept full by single posts and by
 /// `fill_recv_ring` in turn: no allocation, and every send slot is free again after each

@@ -536,12 +536,8 @@ fn slot_reset_then_a_new_receive_frees_the_discarded_ones() {
 #[test]
 fn slot_reclaim_after_a_reset() {
     let Some(f) = fixture() else { return };
-    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
-    let (mut a, mut b) = f.rc_pair(
-        f.pd.qp_builder(&cq_a, &cq_a),
-        f.pd.qp_builder(&cq_b, &cq_b),
-        AccessFlags::empty(),
-    );
+    let (mut cq_a, mut cq_b, mut a, mut b) =
+        f.rc_pair_own_cqs(AccessFlags::empty(), RcRtsAttr::new(0));
     let mut ring = b.slot_ring(6, SIZE).unwrap();
     for _ in 0..4 {
         let slot = ring.take().unwrap();

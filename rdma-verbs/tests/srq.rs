@@ -1,5 +1,6 @@
 //! Shared receive queues on the device: one pool of receives feeding two queue pairs, and the
-//! SRQ limit event.
+//! SRQ limit event; SRQ slot rings (receives completed in any order, refusals, a full SRQ, a
+//! ring dropped with receives posted, batched fills).
 
 mod common;
 
@@ -242,4 +243,298 @@ fn create_and_builder_shapes_for_srq_and_qp() {
         "{caps:?}"
     );
     assert!(!qp.uses_extended_post());
+}
+
+/// A message of `len` bytes from sender `sender` in `round`: no two of the test alike.
+fn srq_message(sender: u8, round: u64, len: usize) -> Vec<u8> {
+    pattern(len, (round as u8).wrapping_mul(2).wrapping_add(sender))
+}
+
+/// Sends `data` from a slot of `tx` on `qp` (signaled) and gives the slot back once the send
+/// completes on `cq`.
+fn send_from_slot(
+    qp: &mut QueuePair<Rc, Rts>,
+    tx: &mut SlotRing,
+    cq: &mut CompletionQueue,
+    data: &[u8],
+) {
+    let mut slot = tx.take().expect("a free send slot");
+    tx.fill(&mut slot, data).unwrap();
+    qp.post_send_slot(tx, SlotSend::send(slot)).unwrap();
+    let sent = wait_for(cq, 1);
+    assert_ok(&sent[0], sent[0].wr_id(), WcOpcode::Send);
+    let back = tx.complete(&sent[0]).expect("the send's slot comes back");
+    tx.put(back).unwrap();
+}
+
+/// An SRQ slot ring of 6 slots feeds two queue pairs for 40 rounds, each peer sending one
+/// message of a length that varies per round. The receive completions are handed to the ring
+/// in the reverse of the order they were polled, and every fourth round one is held back two
+/// rounds (its slot stays out of the SRQ meanwhile): each slot comes back with exactly the
+/// bytes its sender sent, whichever queue pair consumed it, and is posted again. A copy of a
+/// completion, a send completion and a slot of another ring match nothing or are refused.
+#[test]
+fn srq_slot_ring_feeds_two_queue_pairs_in_any_order() {
+    let Some(f) = fixture() else { return };
+    let mut srq = f.pd.create_srq(16, 1).expect("ibv_create_srq");
+    let (mut cq_a, mut cq_b) = (f.cq(32), f.cq(32));
+    let (mut a1, b1) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b).srq(&srq),
+        AccessFlags::empty(),
+    );
+    let (mut a2, b2) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b).srq(&srq),
+        AccessFlags::empty(),
+    );
+    let mut rx = srq.slot_ring(6, SLOT).unwrap();
+    assert!(rx.is_for(&srq));
+    assert_eq!((rx.slot_count(), rx.slot_size()), (6, SLOT));
+    while let Some(slot) = rx.take() {
+        srq.post_recv_slot(&mut rx, slot).unwrap();
+    }
+    assert_eq!(rx.posted(), 6);
+    let (mut tx1, mut tx2) = (
+        a1.slot_ring(1, SLOT).unwrap(),
+        a2.slot_ring(1, SLOT).unwrap(),
+    );
+    let mut held: Option<(WorkCompletion, Vec<u8>, u64)> = None;
+    for round in 0..40u64 {
+        let len = 1 + (round as usize * 37) % SLOT;
+        let (m1, m2) = (
+            srq_message(1, round, len),
+            srq_message(2, round, SLOT - len + 1),
+        );
+        send_from_slot(&mut a1, &mut tx1, &mut cq_a, &m1);
+        send_from_slot(&mut a2, &mut tx2, &mut cq_a, &m2);
+        let mut got = wait_for(&mut cq_b, 2);
+        got.reverse();
+        for (n, wc) in got.iter().enumerate() {
+            assert_eq!(
+                (wc.status(), wc.opcode()),
+                (WcStatus::Success, WcOpcode::Recv),
+                "round {round}: {wc:?}"
+            );
+            let want = if wc.qp_num() == b1.qp_num() {
+                &m1
+            } else {
+                assert_eq!(wc.qp_num(), b2.qp_num(), "round {round}: {wc:?}");
+                &m2
+            };
+            if round % 4 == 0 && n == 0 {
+                held = Some((*wc, want.clone(), round));
+                continue;
+            }
+            let slot = rx.complete(wc).expect("a receive of the ring");
+            assert_eq!(slot.len(), want.len());
+            assert_eq!(rx.bytes(&slot).unwrap(), &want[..], "round {round}");
+            assert!(rx.complete(wc).is_none(), "a copy of the completion");
+            srq.post_recv_slot(&mut rx, slot).unwrap();
+        }
+        if round % 4 == 2 {
+            let (wc, want, from) = held.take().expect("a held completion");
+            assert!(rx.posted() == 6, "the held slot is still the ring's");
+            let slot = rx.complete(&wc).expect("a completion held two rounds");
+            assert_eq!(
+                rx.bytes(&slot).unwrap(),
+                &want[..],
+                "held from round {from}"
+            );
+            srq.post_recv_slot(&mut rx, slot).unwrap();
+        }
+    }
+    assert_eq!(rx.posted(), 6);
+    // A send completion, and a default one (`wr_id` 0), match nothing.
+    let mut out = tx1.take().unwrap();
+    tx1.fill(&mut out, &[7; 8]).unwrap();
+    a1.post_send_slot(&mut tx1, SlotSend::send(out)).unwrap();
+    let sent = wait_for(&mut cq_a, 1);
+    let got = wait_for(&mut cq_b, 1);
+    assert!(rx.complete(&sent[0]).is_none(), "a send completion");
+    assert!(
+        tx1.complete(&got[0]).is_none(),
+        "the SRQ ring's receive, to a send ring"
+    );
+    let back = tx1.complete(&sent[0]).expect("the send's slot");
+    tx1.put(back).unwrap();
+    assert!(rx.complete(&WorkCompletion::default()).is_none());
+    let slot = rx.complete(&got[0]).expect("the last receive");
+    assert_eq!(rx.bytes(&slot).unwrap(), &[7; 8]);
+    // Slots of one ring are refused by the others, and come back.
+    let refused = a1.post_recv_slot(&mut tx1, slot).unwrap_err();
+    assert!(
+        matches!(refused.error(), Error::InvalidArgument(_)),
+        "{refused:?}"
+    );
+    let slot = refused.into_slot().expect("given back");
+    let foreign = tx1.take().unwrap();
+    let refused = srq.post_recv_slot(&mut rx, foreign).unwrap_err();
+    assert!(
+        matches!(refused.error(), Error::InvalidArgument(why) if why.contains("another ring")),
+        "{refused:?}"
+    );
+    tx1.put(refused.into_slot().unwrap()).unwrap();
+    rx.put(slot).unwrap();
+    assert_eq!(rx.posted(), 5);
+}
+
+/// What an SRQ slot ring refuses, giving the slot back: another SRQ's post, a post beyond a
+/// full SRQ (`QueueFull`, the slot not seen by the device). A ring dropped with receives
+/// posted: the SRQ keeps its region, so a peer's send still lands and completes; once the SRQ
+/// is destroyed nothing of the ring's is left holding the protection domain.
+#[test]
+fn srq_slot_ring_refusals_and_a_ring_dropped_with_receives_posted() {
+    let Some(f) = fixture() else { return };
+    let pd = f.context.alloc_pd().unwrap();
+    let mut srq = pd.create_srq(4, 1).expect("ibv_create_srq");
+    let mut other = pd.create_srq(4, 1).expect("ibv_create_srq");
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, b) = f.rc_pair(
+        pd.qp_builder(&cq_a, &cq_a),
+        pd.qp_builder(&cq_b, &cq_b).srq(&srq),
+        AccessFlags::empty(),
+    );
+    let count = 4 * srq.capacity() + 8;
+    let mut rx = srq.slot_ring(count, SLOT).unwrap();
+    assert!(rx.is_for(&srq) && !rx.is_for(&other));
+    match srq.slot_ring(MAX_SRQ_SLOTS + 1, 8) {
+        Err(Error::InvalidArgument(_)) => {}
+        other => panic!("a ring over MAX_SRQ_SLOTS: {other:?}"),
+    }
+
+    let slot = rx.take().unwrap();
+    let refused = other.post_recv_slot(&mut rx, slot).unwrap_err();
+    assert!(
+        matches!(refused.error(), Error::InvalidArgument(why) if why.contains("another shared receive queue")),
+        "{refused:?}"
+    );
+    rx.put(refused.into_slot().expect("given back")).unwrap();
+    assert_eq!(rx.posted(), 0);
+
+    // Fill the SRQ: the post it cannot take is refused, its slot back.
+    let mut posted = 0;
+    loop {
+        let slot = rx.take().expect("the SRQ took every slot of the ring");
+        match srq.post_recv_slot(&mut rx, slot) {
+            Ok(()) => posted += 1,
+            Err(refused) => {
+                assert!(
+                    matches!(refused.error(), Error::QueueFull { .. }),
+                    "{refused:?}"
+                );
+                rx.put(refused.into_slot().expect("the device never saw it"))
+                    .unwrap();
+                break;
+            }
+        }
+    }
+    note(&format!(
+        "an SRQ granted {} receives took {posted}",
+        srq.capacity()
+    ));
+    assert!(posted >= srq.capacity(), "{posted} posted");
+    assert_eq!(rx.posted(), posted);
+
+    let mut tx = a.slot_ring(1, SLOT).unwrap();
+    let first = pattern(SLOT, 41);
+    send_from_slot(&mut a, &mut tx, &mut cq_a, &first);
+    let got = wait_for(&mut cq_b, 1);
+    let slot = rx.complete(&got[0]).expect("the first receive");
+    assert_eq!(rx.bytes(&slot).unwrap(), &first[..]);
+    rx.put(slot).unwrap();
+    assert_eq!(rx.posted(), posted - 1);
+    drop(rx);
+    // The ring is gone, its receives posted: the SRQ keeps the region they name.
+    send_from_slot(&mut a, &mut tx, &mut cq_a, &pattern(SLOT, 42));
+    let got = wait_for(&mut cq_b, 1);
+    assert_eq!(
+        (got[0].status(), got[0].opcode(), got[0].byte_len()),
+        (WcStatus::Success, WcOpcode::Recv, SLOT as u32),
+        "{:?}",
+        got[0]
+    );
+    drop((tx, a, b));
+    let pd = match pd.close() {
+        Err((pd, Error::Verb { .. })) => pd,
+        other => panic!("the SRQs still hold the domain: {other:?}"),
+    };
+    srq.close().expect("ibv_destroy_srq");
+    other.close().expect("ibv_destroy_srq");
+    drop((cq_a, cq_b));
+    pd.close()
+        .expect("the ring's region went with the SRQ: nothing holds the domain");
+}
+
+/// `fill_slot_ring` posts every free slot in chains of up to 32 and stops without an error at
+/// a full SRQ, part way through a chain (the slots the SRQ did not take stay free); a second
+/// fill of the full SRQ posts nothing. After 40 messages over two queue pairs, each slot
+/// checked byte for byte and given back to the ring, a fill posts exactly those 40 again. A
+/// ring of another SRQ is refused, nothing posted.
+#[test]
+fn srq_slot_ring_fill_in_batches() {
+    let Some(f) = fixture() else { return };
+    let mut srq = f.pd.create_srq(48, 1).expect("ibv_create_srq");
+    let mut other = f.pd.create_srq(4, 1).expect("ibv_create_srq");
+    let (mut cq_a, mut cq_b) = (f.cq(64), f.cq(64));
+    let (mut a1, b1) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b).srq(&srq),
+        AccessFlags::empty(),
+    );
+    let (mut a2, _b2) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b).srq(&srq),
+        AccessFlags::empty(),
+    );
+    let count = 4 * srq.capacity() + 40;
+    let mut rx = srq.slot_ring(count, SLOT).unwrap();
+    match other.fill_slot_ring(&mut rx) {
+        Err(Error::InvalidArgument(why)) if why.contains("another shared receive queue") => {}
+        refused => panic!("another SRQ's ring: {refused:?}"),
+    }
+    assert_eq!(rx.posted(), 0);
+    let posted = srq.fill_slot_ring(&mut rx).unwrap();
+    note(&format!(
+        "an SRQ granted {} receives took {posted} in one fill",
+        srq.capacity()
+    ));
+    assert!(
+        posted >= srq.capacity() && posted < count,
+        "{posted} of {count} posted"
+    );
+    assert_eq!(rx.posted(), posted);
+    assert_eq!(srq.fill_slot_ring(&mut rx).unwrap(), 0, "the SRQ is full");
+    assert_eq!(rx.posted(), posted);
+
+    let (mut tx1, mut tx2) = (
+        a1.slot_ring(1, SLOT).unwrap(),
+        a2.slot_ring(1, SLOT).unwrap(),
+    );
+    for round in 0..40u64 {
+        let m = srq_message((round % 2) as u8, round, 1 + round as usize * 5);
+        if round % 2 == 0 {
+            send_from_slot(&mut a1, &mut tx1, &mut cq_a, &m);
+        } else {
+            send_from_slot(&mut a2, &mut tx2, &mut cq_a, &m);
+        }
+        let got = wait_for(&mut cq_b, 1);
+        assert_eq!(
+            got[0].qp_num() == b1.qp_num(),
+            round % 2 == 0,
+            "{:?}",
+            got[0]
+        );
+        let slot = rx.complete(&got[0]).expect("a receive of the ring");
+        assert_eq!(rx.bytes(&slot).unwrap(), &m[..], "round {round}");
+        rx.put(slot).unwrap();
+    }
+    assert_eq!(rx.posted(), posted - 40);
+    assert_eq!(
+        srq.fill_slot_ring(&mut rx).unwrap(),
+        40,
+        "exactly the room made"
+    );
+    assert_eq!(rx.posted(), posted);
+    assert_eq!(srq.fill_slot_ring(&mut rx).unwrap(), 0);
 }

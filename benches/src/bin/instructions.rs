@@ -1,7 +1,7 @@
 //! `instructions`: the user-space instructions of one post+poll round, counted by callgrind, on
 //! the `unsafe` post calls and on the safe paths (owned buffers, slot rings, rings).
 //!
-//! `instructions <unsafe|owned|reuse|slot|ring> <rounds>` runs `rounds` rounds on an RC queue pair connected
+//! `instructions <unsafe|owned|reuse|slot|ring|srq-unsafe|srq-slot> <rounds>` runs `rounds` rounds on an RC queue pair connected
 //! to another on the same device (loopback): post a receive, post a 64-byte send, wait for both
 //! completions, poll each. Only the functions named `measured_*` are meant to be counted: run
 //! it as
@@ -25,15 +25,18 @@
 //! the owned path used as the `unsafe` one is: two buffers taken once, each re-posted when its
 //! completion hands it back, so the measured calls are the posts and polls alone. Mode `slot`
 //! does the same with a slot ring per queue pair; mode `ring` with a receive ring and a send
-//! ring, whose completions lend the bytes (checked outside the measured calls).
+//! ring, whose completions lend the bytes (checked outside the measured calls). Modes
+//! `srq-unsafe` and `srq-slot` post the receives to a shared receive queue that the receiving
+//! queue pair takes them from: with the `unsafe` call, and into an SRQ slot ring (the sends
+//! as in `unsafe` and `slot`).
 
 use std::process::ExitCode;
 
 use rdma_benches::loopback::{Loopback, Shape};
 use rdma_verbs::{
     AccessFlags, Buf, BufferPool, Completion, CompletionQueue, MemoryRegion, MrSlice, OwnedSend,
-    QueuePair, Rc, RecvRequest, RecvRing, RingSend, Rts, SendRequest, SendRing, Slot, SlotRing,
-    SlotSend, WcOpcode, WorkCompletion,
+    QueuePair, Rc, RecvRequest, RecvRing, RingSend, Rts, SendRequest, SendRing, SharedReceiveQueue,
+    Slot, SlotRing, SlotSend, SrqSlotRing, WcOpcode, WorkCompletion,
 };
 
 const SIZE: usize = 64;
@@ -56,7 +59,8 @@ fn main() -> ExitCode {
         },
         _ => {
             return fail(
-                "usage: instructions <unsafe|owned|reuse|slot|ring> <rounds> | instructions device",
+                "usage: instructions <unsafe|owned|reuse|slot|ring|srq-unsafe|srq-slot> <rounds> \
+                 | instructions device",
             );
         }
     };
@@ -72,6 +76,9 @@ fn fail(message: &str) -> ExitCode {
 }
 
 fn run(mode: &str, rounds: u32) -> Result<(), String> {
+    if let Some(srq_mode) = mode.strip_prefix("srq-") {
+        return run_srq(srq_mode, rounds);
+    }
     let mut pair = Loopback::open(Shape::default())?;
     let pd = pair.a.pd().clone();
     match mode {
@@ -214,6 +221,86 @@ fn run(mode: &str, rounds: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// The SRQ modes: `unsafe` (`mode` without its `srq-`) or `slot`.
+fn run_srq(mode: &str, rounds: u32) -> Result<(), String> {
+    let (mut pair, mut srq) = Loopback::open_with_srq(Shape::default())?;
+    let e = |e: rdma_verbs::Error| e.to_string();
+    let mut wcs = [WorkCompletion::default(); 4];
+    // Checks a round's two completions (in `wcs[0]` after each poll, `sent` and `received`
+    // polled) and, for the receive, the bytes.
+    let check = |round: u32, sent_ok: bool, received_ok: bool| {
+        if sent_ok && received_ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "round {round}: sent {sent_ok}, received {received_ok}"
+            ))
+        }
+    };
+    match mode {
+        "unsafe" => {
+            let pd = pair.a.pd().clone();
+            let mut mr = pd.register(2 * SIZE, AccessFlags::LOCAL_WRITE).map_err(e)?;
+            let mut rounds_run = |pair: &mut Loopback, srq: &mut SharedReceiveQueue| {
+                for round in 0..rounds {
+                    let data = [0x5a ^ round as u8; SIZE];
+                    mr.write_at(0, &data).map_err(e)?;
+                    pair.arm()?;
+                    measured_post_srq_recv_unsafe(srq, &mr).map_err(e)?;
+                    measured_post_send_unsafe(&mut pair.a, &mr).map_err(e)?;
+                    pair.wait_both()?;
+                    let sent = measured_poll_unsafe(&mut pair.cq_a, &mut wcs) == 1
+                        && wcs[0].is_success()
+                        && wcs[0].opcode() == WcOpcode::Send;
+                    let received = measured_poll_unsafe(&mut pair.cq_b, &mut wcs) == 1
+                        && wcs[0].is_success()
+                        && wcs[0].opcode() == WcOpcode::Recv
+                        && wcs[0].byte_len() == SIZE as u32;
+                    let mut got = [0u8; SIZE];
+                    mr.read_at(SIZE, &mut got).map_err(e)?;
+                    check(round, sent, received && got == data)?;
+                }
+                Ok::<(), String>(())
+            };
+            let result = rounds_run(&mut pair, &mut srq);
+            // The queue pairs and the SRQ go before the region their requests name, whatever
+            // the rounds' outcome.
+            drop((pair, srq));
+            result?;
+        }
+        "slot" => {
+            let mut send_ring = pair.a.slot_ring(1, SIZE).map_err(e)?;
+            let mut recv_ring = srq.slot_ring(1, SIZE).map_err(e)?;
+            let mut send = send_ring.take();
+            let mut recv = recv_ring.take();
+            for round in 0..rounds {
+                let data = [0x5a ^ round as u8; SIZE];
+                let mut slot = send.take().ok_or("no send slot")?;
+                send_ring.fill(&mut slot, &data).map_err(e)?;
+                pair.arm()?;
+                let into = recv.take().ok_or("no receive slot")?;
+                measured_post_srq_recv_slot(&mut srq, &mut recv_ring, into).map_err(e)?;
+                measured_post_send_slot(&mut pair.a, &mut send_ring, slot).map_err(e)?;
+                pair.wait_both()?;
+                send = measured_poll_slot(&mut pair.cq_a, &mut send_ring, &mut wcs);
+                let sent = send.is_some() && wcs[0].opcode() == WcOpcode::Send;
+                recv = measured_poll_srq_slot(&mut pair.cq_b, &mut recv_ring, &mut wcs);
+                let received = match &recv {
+                    Some(slot) => {
+                        wcs[0].opcode() == WcOpcode::Recv
+                            && recv_ring.bytes(slot).map_err(e)? == data
+                    }
+                    None => false,
+                };
+                check(round, sent, received)?;
+            }
+        }
+        other => return Err(format!("unknown mode srq-{other}")),
+    }
+    println!("srq-{mode}: {rounds} rounds");
+    Ok(())
+}
+
 /// The receive request of the `unsafe` path, into the second half of `mr`.
 fn recv_slice(mr: &MemoryRegion) -> MrSlice<'_> {
     // In range: the region holds two messages.
@@ -240,6 +327,42 @@ fn measured_post_send_unsafe(
     let slice = mr.slice(..SIZE)?;
     // SAFETY: as in `measured_post_recv_unsafe`.
     unsafe { qp.post_send_one(&SendRequest::send(2, slice).signaled()) }
+}
+
+#[unsafe(no_mangle)]
+#[inline(never)]
+fn measured_post_srq_recv_unsafe(
+    srq: &mut SharedReceiveQueue,
+    mr: &MemoryRegion,
+) -> rdma_verbs::Result<()> {
+    // SAFETY: `run_srq` drops the SRQ and its queue pairs before `mr`, on every path, and
+    // reads `mr` only after the receive's completion.
+    unsafe { srq.post_recv_one(&RecvRequest::new(1, recv_slice(mr))) }
+}
+
+#[unsafe(no_mangle)]
+#[inline(never)]
+fn measured_post_srq_recv_slot(
+    srq: &mut SharedReceiveQueue,
+    ring: &mut SrqSlotRing,
+    slot: Slot,
+) -> rdma_verbs::Result<()> {
+    srq.post_recv_slot(ring, slot)
+        .map_err(rdma_verbs::Error::from)
+}
+
+/// Polls one completion and hands it to the SRQ's slot ring, which hands its slot back.
+#[unsafe(no_mangle)]
+#[inline(never)]
+fn measured_poll_srq_slot(
+    cq: &mut CompletionQueue,
+    ring: &mut SrqSlotRing,
+    wcs: &mut [WorkCompletion],
+) -> Option<Slot> {
+    match cq.poll(wcs).ok()? {
+        [one] => ring.complete(one),
+        _ => None,
+    }
 }
 
 #[unsafe(no_mangle)]

@@ -46,13 +46,14 @@ const OWNED: NonZeroU64 = match NonZeroU64::new(OWNED_ID_BIT) {
 };
 
 /// Ids are handed to tables in blocks of this many.
-const BLOCK: u64 = 1 << 16;
+pub(crate) const BLOCK: u64 = 1 << 16;
 /// The next block of ids, for the whole process. Block `b` holds ids `OWNED_ID_BIT | b *
 /// BLOCK ..` (with [`RECV_ID_BIT`] for a receive table); blocks are handed out from 1 (block 0
-/// holds [`NO_ID`]), so there are 2^46 - 1 blocks (almost 2^62 ids) before the space runs out,
-/// which it refuses to do rather than wrap.
+/// holds [`NO_ID`]) up to the one before the last, so there are 2^46 - 2 blocks (almost 2^62
+/// ids) before the space runs out, which it refuses to do rather than wrap. The last block is
+/// never handed out: the end of a receive block there would be 2^64, one past `u64`.
 static NEXT_BLOCK: AtomicU64 = AtomicU64::new(1);
-const BLOCKS: u64 = RECV_ID_BIT / BLOCK;
+const BLOCKS: u64 = RECV_ID_BIT / BLOCK - 1;
 
 /// A table's source of ids: no two requests of the process ever get the same id.
 #[derive(Debug)]
@@ -96,17 +97,25 @@ impl IdSource {
     #[cold]
     #[inline(never)]
     fn next_block(&mut self) -> Result<()> {
-        let block = NEXT_BLOCK
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
-                (b < BLOCKS).then_some(b + 1)
-            })
-            .map_err(|_| {
-                Error::InvalidArgument("the process has used every owned request id".into())
-            })?;
-        self.next = OWNED_ID_BIT | self.kind | (block * BLOCK);
+        self.next = take_block(self.kind)?;
         self.end = self.next + BLOCK;
         Ok(())
     }
+}
+
+/// Takes the next block of ids from the process's counter: the first id of the block, which
+/// holds the [`BLOCK`] ids from there, each with [`OWNED_ID_BIT`] and `kind`
+/// ([`RECV_ID_BIT`] or 0). No other block holds any of them.
+#[cold]
+pub(crate) fn take_block(kind: u64) -> Result<u64> {
+    let block = NEXT_BLOCK
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+            (b < BLOCKS).then_some(b + 1)
+        })
+        .map_err(|_| {
+            Error::InvalidArgument("the process has used every owned request id".into())
+        })?;
+    Ok(OWNED_ID_BIT | kind | (block * BLOCK))
 }
 
 /// What the device may use while a request is in flight, and what the completion returns.
@@ -171,12 +180,14 @@ pub(crate) struct QpTables {
     /// posted requests no table records): their regions, until the queue pair is destroyed or
     /// a ring dropped with nothing posted takes its own back, and the address handles of a UD
     /// send ring dropped with sends posted.
-    attached: Attached,
+    pub(crate) attached: Attached,
 }
 
-/// [`QpTables::attach`]ed values.
+/// What a queue pair or an SRQ keeps alive for the slot rings and rings bound to it: values
+/// [`attach`](Self::attach)ed until [`detach`](Self::detach)ed or, once the device no longer
+/// uses the queue pair or SRQ, [`detach_all`](Self::detach_all)ed.
 #[derive(Default)]
-struct Attached(Mutex<Vec<Arc<dyn Send + Sync>>>);
+pub(crate) struct Attached(Mutex<Vec<Arc<dyn Send + Sync>>>);
 
 impl Attached {
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Arc<dyn Send + Sync>>> {
@@ -184,6 +195,37 @@ impl Attached {
         self.0
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Keeps `value` alive until [`detach`](Self::detach) or [`detach_all`](Self::detach_all).
+    pub(crate) fn attach(&self, value: Arc<dyn Send + Sync>) {
+        self.lock().push(value);
+    }
+
+    /// Whether nothing is attached (no ring lives, and none was dropped with slots posted).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    /// Drops the attachment that is `value` (compared by address), if any.
+    pub(crate) fn detach<T: Send + Sync>(&self, value: &Arc<T>) {
+        let target = Arc::as_ptr(value).cast::<()>();
+        let detached: Vec<_> = {
+            let mut attached = self.lock();
+            let (gone, kept) = std::mem::take(&mut *attached)
+                .into_iter()
+                .partition(|a| Arc::as_ptr(a).cast::<()>() == target);
+            *attached = kept;
+            gone
+        };
+        // Dropped outside the lock: a region's drop deregisters it.
+        drop(detached);
+    }
+
+    /// Drops what was attached: only once the device no longer uses the queue pair or SRQ.
+    pub(crate) fn detach_all(&self) {
+        let detached = std::mem::take(&mut *self.lock());
+        drop(detached);
     }
 }
 
@@ -201,38 +243,6 @@ impl QpTables {
             srq,
             attached: Attached::default(),
         }
-    }
-
-    /// Keeps `value` alive until [`detach`](Self::detach) or [`detach_all`](Self::detach_all),
-    /// which runs once the queue pair is destroyed.
-    pub(crate) fn attach(&self, value: Arc<dyn Send + Sync>) {
-        self.attached.lock().push(value);
-    }
-
-    /// Whether anything is attached (a slot ring lives, or one was dropped with slots posted).
-    pub(crate) fn has_attachments(&self) -> bool {
-        !self.attached.lock().is_empty()
-    }
-
-    /// Drops the attachment that is `value` (compared by address), if any.
-    pub(crate) fn detach<T: Send + Sync>(&self, value: &Arc<T>) {
-        let target = Arc::as_ptr(value).cast::<()>();
-        let detached: Vec<_> = {
-            let mut attached = self.attached.lock();
-            let (gone, kept) = std::mem::take(&mut *attached)
-                .into_iter()
-                .partition(|a| Arc::as_ptr(a).cast::<()>() == target);
-            *attached = kept;
-            gone
-        };
-        // Dropped outside the lock: a region's drop deregisters it.
-        drop(detached);
-    }
-
-    /// Drops what was attached: only once the device no longer uses the queue pair.
-    pub(crate) fn detach_all(&self) {
-        let detached = std::mem::take(&mut *self.attached.lock());
-        drop(detached);
     }
 
     /// Requests in flight in both queues.

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{Entry, IdSource, queue_full};
+use super::{Attached, Entry, IdSource, queue_full};
 use crate::buf::Buf;
 use crate::error::Error;
 
@@ -13,6 +13,10 @@ use crate::error::Error;
 #[derive(Debug)]
 pub(crate) struct SrqTable {
     state: Mutex<SrqState>,
+    /// What the SRQ keeps alive for its slot rings (`slot/srq.rs`, whose posted receives no
+    /// table records): their regions, until the SRQ is destroyed or a ring dropped with
+    /// nothing posted takes its own back.
+    pub(crate) attached: Attached,
 }
 
 #[derive(Debug)]
@@ -84,6 +88,7 @@ impl SrqTable {
                 len: 0,
                 capacity,
             }),
+            attached: Attached::default(),
         }
     }
 

@@ -218,7 +218,7 @@ impl QpInner {
         self._send_cq.routes.remove(&self.tables);
         self._recv_cq.routes.remove(&self.tables);
         self.tables.clear();
-        self.tables.detach_all();
+        self.tables.attached.detach_all();
         Ok(())
     }
 }

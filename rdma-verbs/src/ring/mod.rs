@@ -42,7 +42,8 @@ mod region;
 mod send;
 
 pub use recv::RecvRing;
-pub(crate) use region::SlotRegion;
+pub(crate) use recv::{FillSlots, fill_chains};
+pub(crate) use region::{Keeper, SlotRegion};
 pub(crate) use send::RingOp;
 pub use send::{RingSend, SendRing};
 

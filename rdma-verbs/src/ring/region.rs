@@ -1,20 +1,22 @@
-//! [`SlotRegion`]: one registered region cut into equal slots and bound to a queue pair, what
-//! a ring and a slot ring (`crate::slot`) are made of.
+//! [`SlotRegion`]: one registered region cut into equal slots and bound to a queue pair or an
+//! SRQ, what a ring, a slot ring and an SRQ slot ring (`crate::slot`) are made of.
 
 use std::ptr::NonNull;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::flags::AccessFlags;
-use crate::inflight::QpTables;
+use crate::inflight::{Attached, QpTables, SrqTable};
 use crate::mr::MemoryRegion;
+use crate::pd::ProtectionDomain;
 use crate::qp::{QpState, QueuePair, Transport};
+use crate::srq::SharedReceiveQueue;
 
 /// A region of `count` slots of `size` bytes, registered for local access only and attached
-/// to the queue pair it is bound to, which keeps it registered until it is destroyed (or the
-/// owner [`release`](Self::release)s it with nothing posted).
+/// to the queue pair (or SRQ) it is bound to, which keeps it registered until it is destroyed
+/// (or the owner [`release`](Self::release)s it with nothing posted).
 #[derive(Debug)]
-pub(crate) struct SlotRegion {
+pub(crate) struct SlotRegion<K: Keeper = QpTables> {
     mr: Arc<MemoryRegion>,
     /// The region's first byte, for Rust, and as the device sees it, with its key.
     ptr: NonNull<u8>,
@@ -25,22 +27,68 @@ pub(crate) struct SlotRegion {
     size: u32,
     stride: u32,
     count: u32,
-    /// The in-flight tables of the queue pair the region is bound to: the one queue pair its
-    /// owner posts to, compared by address (held, so the address is not reused meanwhile).
-    tables: Arc<QpTables>,
+    /// The in-flight tables of the queue pair (or SRQ) the region is bound to: the one queue
+    /// its owner posts to, compared by address (held, so the address is not reused meanwhile).
+    tables: Arc<K>,
+}
+
+/// What a region can be bound to: the in-flight tables of a queue pair or of an SRQ, which
+/// keep it attached. A type parameter rather than an enum, so that a queue pair's rings
+/// compare one pointer on every post, as before SRQs had rings.
+pub(crate) trait Keeper: std::fmt::Debug + Send + Sync {
+    /// What the queue pair or SRQ keeps alive.
+    fn attached(&self) -> &Attached;
+}
+
+impl Keeper for QpTables {
+    fn attached(&self) -> &Attached {
+        &self.attached
+    }
+}
+
+impl Keeper for SrqTable {
+    fn attached(&self) -> &Attached {
+        &self.attached
+    }
 }
 
 // SAFETY: `ptr` points into `mr`, which is `Send` and `Sync`; the region gives out no access
 // to its bytes itself (its owners do, through `&`/`&mut` of themselves).
-unsafe impl Send for SlotRegion {}
+unsafe impl<K: Keeper> Send for SlotRegion<K> {}
 // SAFETY: as for `Send`.
-unsafe impl Sync for SlotRegion {}
+unsafe impl<K: Keeper> Sync for SlotRegion<K> {}
 
 impl SlotRegion {
     /// Registers `count` (1 to `max`) slots of `size` bytes in `qp`'s protection domain and
     /// attaches the region to `qp`. `what` names the owner in errors.
     pub(crate) fn new<T: Transport, S: QpState>(
         qp: &QueuePair<T, S>,
+        count: u32,
+        size: usize,
+        max: u32,
+        what: &str,
+    ) -> Result<Self> {
+        Self::register(qp.pd(), qp.tables().clone(), count, size, max, what)
+    }
+}
+
+impl SlotRegion<SrqTable> {
+    /// [`SlotRegion::new`] for an SRQ: the region is attached to `srq`.
+    pub(crate) fn for_srq(
+        srq: &SharedReceiveQueue,
+        count: u32,
+        size: usize,
+        max: u32,
+        what: &str,
+    ) -> Result<Self> {
+        Self::register(srq.pd(), srq.inner.table.clone(), count, size, max, what)
+    }
+}
+
+impl<K: Keeper> SlotRegion<K> {
+    fn register(
+        pd: &ProtectionDomain,
+        tables: Arc<K>,
         count: u32,
         size: usize,
         max: u32,
@@ -59,10 +107,10 @@ impl SlotRegion {
         let total = (stride as usize)
             .checked_mul(count as usize)
             .ok_or_else(bad_size)?;
-        let mr = Arc::new(qp.pd().register(total, AccessFlags::LOCAL_WRITE)?);
+        let mr = Arc::new(pd.register(total, AccessFlags::LOCAL_WRITE)?);
         let ptr = NonNull::new(mr.as_ptr())
             .ok_or_else(|| Error::InvalidArgument("a region at address 0".into()))?;
-        qp.tables().attach(mr.clone());
+        tables.attached().attach(mr.clone());
         Ok(Self {
             ptr,
             base: mr.addr(),
@@ -71,13 +119,13 @@ impl SlotRegion {
             size: size32,
             stride,
             count,
-            tables: qp.tables().clone(),
+            tables,
         })
     }
 
-    /// Whether the region is bound to the queue pair whose tables are `tables`.
+    /// Whether the region is bound to the queue pair (or SRQ) whose tables are `tables`.
     #[inline]
-    pub(crate) fn is_for(&self, tables: &Arc<QpTables>) -> bool {
+    pub(crate) fn is_for(&self, tables: &Arc<K>) -> bool {
         Arc::ptr_eq(&self.tables, tables)
     }
 
@@ -116,16 +164,16 @@ impl SlotRegion {
             .wrapping_add(index as usize * self.stride as usize)
     }
 
-    /// Hands `value` to the queue pair's keeping: it lives until `ibv_destroy_qp` has
-    /// returned (what a UD send ring's address handles need when it is dropped with sends
-    /// posted).
+    /// Hands `value` to the keeping of the queue pair (or SRQ) the region is bound to: it lives
+    /// until `ibv_destroy_qp` (`ibv_destroy_srq`) has returned (what a UD send ring's address
+    /// handles need when it is dropped with sends posted).
     pub(crate) fn keep(&self, value: Arc<dyn Send + Sync>) {
-        self.tables.attach(value);
+        self.tables.attached().attach(value);
     }
 
-    /// Gives the region back from the queue pair's keeping: it is deregistered once its last
+    /// Gives the region back from the queue pair's (or SRQ's) keeping: it is deregistered once its last
     /// holder is gone. Only for an owner with nothing posted.
     pub(crate) fn release(&self) {
-        self.tables.detach(&self.mr);
+        self.tables.attached().detach(&self.mr);
     }
 }

@@ -36,13 +36,15 @@ use crate::error::{Error, Result};
 use crate::inflight::{IdSource, RECV_ID_BIT};
 use crate::mr::MrSlice;
 use crate::qp::{QpState, QueuePair, Reset, Transport};
-use crate::ring::SlotRegion;
+use crate::ring::{Keeper, SlotRegion};
 
 mod post;
 mod record;
+mod srq;
 
 pub use post::{SlotRefused, SlotSend};
 use record::{Posted, Record};
+pub use srq::{MAX_SRQ_SLOTS, SrqSlotRing};
 
 /// The rings of the process are numbered from 1, so that a [`Slot`] names its ring.
 static NEXT_RING: AtomicU64 = AtomicU64::new(1);
@@ -178,12 +180,10 @@ impl SlotRing {
         let id = wc.wr_id();
         let recv = id & RECV_ID_BIT != 0;
         let posted = self.record.complete(recv, id)?;
-        let len = if !recv {
-            posted.len
-        } else if !wc.is_success() || wc.is_recv_rdma_with_imm() {
-            0
+        let len = if recv {
+            received_len(wc, self.region.size())
         } else {
-            wc.byte_len().min(self.region.size())
+            posted.len
         };
         Some(Slot {
             ring: self.ring,
@@ -217,12 +217,7 @@ impl SlotRing {
     /// [`Error::InvalidArgument`] for a slot of another ring, or a length over the slot size.
     #[inline]
     pub fn bytes<'a>(&'a self, slot: &'a Slot) -> Result<&'a [u8]> {
-        let len = self.check(slot)?;
-        // SAFETY: the slot lies in the region, which the ring keeps; `slot` is the one
-        // right to these bytes (the device uses them only while the slot is posted, when no
-        // `Slot` for it exists), and the result borrows `slot`, so no `bytes_mut` of it
-        // (which needs `&mut Slot`) can run while the result lives.
-        Ok(unsafe { std::slice::from_raw_parts(self.region.ptr(slot.index), len) })
+        slot_bytes(&self.region, self.ring, slot)
     }
 
     /// All [`slot_size`](Self::slot_size) bytes of `slot`, to write what it will send (set
@@ -233,14 +228,7 @@ impl SlotRing {
     /// [`Error::InvalidArgument`] for a slot of another ring.
     #[inline]
     pub fn bytes_mut<'a>(&'a self, slot: &'a mut Slot) -> Result<&'a mut [u8]> {
-        if slot.ring != self.ring {
-            return Err(other_ring());
-        }
-        // SAFETY: as in `bytes`; `&mut slot` makes the access unique, and slots do not
-        // overlap (`stride >= size`).
-        Ok(unsafe {
-            std::slice::from_raw_parts_mut(self.region.ptr(slot.index), self.region.size() as usize)
-        })
+        slot_bytes_mut(&self.region, self.ring, slot)
     }
 
     /// Copies `data` into `slot` and sets its length.
@@ -249,17 +237,7 @@ impl SlotRing {
     ///
     /// [`Error::InvalidArgument`] for a slot of another ring, or more bytes than a slot holds.
     pub fn fill(&self, slot: &mut Slot, data: &[u8]) -> Result<()> {
-        let bytes = self.bytes_mut(slot)?;
-        let target = bytes.get_mut(..data.len()).ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "{} bytes do not fit a slot of {} bytes",
-                data.len(),
-                self.region.size()
-            ))
-        })?;
-        target.copy_from_slice(data);
-        slot.set_len(data.len());
-        Ok(())
+        fill_slot(&self.region, self.ring, slot, data)
     }
 
     /// The bytes a slot holds.
@@ -288,19 +266,89 @@ impl SlotRing {
     /// The slot's length, checked against the ring and the slot size.
     #[inline]
     fn check(&self, slot: &Slot) -> Result<usize> {
-        if slot.ring != self.ring {
-            return Err(other_ring());
-        }
-        if slot.len > self.region.size() {
-            return Err(too_long(slot.len, self.region.size()));
-        }
-        Ok(slot.len as usize)
+        check_slot(&self.region, self.ring, slot)
     }
 
     /// The slot's bytes as the work request names them: its first `len`.
     #[inline]
     fn raw_slice(&self, index: u32, len: u32) -> MrSlice<'static> {
         MrSlice::from_raw_parts(self.region.addr(index), len, self.region.lkey())
+    }
+}
+
+/// `slot`'s length, checked against the ring `ring` (whose region is `region`) and the slot
+/// size.
+#[inline]
+fn check_slot<K: Keeper>(region: &SlotRegion<K>, ring: u64, slot: &Slot) -> Result<usize> {
+    if slot.ring != ring {
+        return Err(other_ring());
+    }
+    if slot.len > region.size() {
+        return Err(too_long(slot.len, region.size()));
+    }
+    Ok(slot.len as usize)
+}
+
+/// The first [`len`](Slot::len) bytes of `slot`, a slot of ring `ring`, whose region is
+/// `region`, checked ([`check_slot`]).
+#[inline]
+fn slot_bytes<'a, K: Keeper>(
+    region: &'a SlotRegion<K>,
+    ring: u64,
+    slot: &'a Slot,
+) -> Result<&'a [u8]> {
+    let len = check_slot(region, ring, slot)?;
+    // SAFETY: the slot lies in the region, which its ring keeps (a `Slot` of ring `ring`
+    // names one of its slots: only that ring makes them); `slot` is the one right to these
+    // bytes (the device uses them only while the slot is posted, when no `Slot` for it
+    // exists), and the result borrows `slot`, so no `slot_bytes_mut` of it (which needs
+    // `&mut Slot`) can run while the result lives.
+    Ok(unsafe { std::slice::from_raw_parts(region.ptr(slot.index), len) })
+}
+
+/// All the bytes of `slot`, a slot of ring `ring`, whose region is `region`.
+#[inline]
+fn slot_bytes_mut<'a, K: Keeper>(
+    region: &'a SlotRegion<K>,
+    ring: u64,
+    slot: &'a mut Slot,
+) -> Result<&'a mut [u8]> {
+    if slot.ring != ring {
+        return Err(other_ring());
+    }
+    // SAFETY: as in `slot_bytes`; `&mut slot` makes the access unique, and slots do not
+    // overlap (`stride >= size`).
+    Ok(unsafe { std::slice::from_raw_parts_mut(region.ptr(slot.index), region.size() as usize) })
+}
+
+/// Copies `data` into `slot` (of ring `ring`, whose region is `region`) and sets its length.
+fn fill_slot<K: Keeper>(
+    region: &SlotRegion<K>,
+    ring: u64,
+    slot: &mut Slot,
+    data: &[u8],
+) -> Result<()> {
+    let bytes = slot_bytes_mut(region, ring, slot)?;
+    let target = bytes.get_mut(..data.len()).ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "{} bytes do not fit a slot of {} bytes",
+            data.len(),
+            region.size()
+        ))
+    })?;
+    target.copy_from_slice(data);
+    slot.set_len(data.len());
+    Ok(())
+}
+
+/// The length a receive completion `wc` gives its slot of `size` bytes: what arrived, 0 after
+/// a failure or an RDMA WRITE with immediate (whose bytes went elsewhere).
+#[inline]
+fn received_len(wc: &WorkCompletion, size: u32) -> u32 {
+    if !wc.is_success() || wc.is_recv_rdma_with_imm() {
+        0
+    } else {
+        wc.byte_len().min(size)
     }
 }
 

@@ -1,7 +1,6 @@
 //! `cargo xtask instructions`: the user-space instructions of one post+poll round written in C
 //! against libibverbs, on rdma-verbs' `unsafe` calls, its owned-buffer path, its slot rings and
-//! its rings,
-//! counted by callgrind on the device (in the VM where the host has none), and their ratios. See
+//! its rings, and with the receive through an SRQ (`unsafe`, SRQ slot ring), counted by callgrind on the device (in the VM where the host has none), and their ratios. See
 //! `docs/benchmarks.md` for the method.
 
 use std::collections::BTreeMap;
@@ -15,8 +14,19 @@ use super::vm::{self, shell_quote};
 /// `unsafe` calls, the owned one twice (taking and returning a buffer per request, `owned`, and
 /// re-posting the buffers its completions hand back, `reuse`, as the `unsafe` mode reuses one
 /// region), slot rings (`slot`: each slot posted again when its completion hands it back) and
-/// rings (`ring`: a receive ring and a send ring, their slots posted and completed in order).
-const MODES: [&str; 6] = ["c", "unsafe", "owned", "reuse", "slot", "ring"];
+/// rings (`ring`: a receive ring and a send ring, their slots posted and completed in order);
+/// then the receives through a shared receive queue: with the `unsafe` call (`srq-unsafe`) and
+/// into an SRQ slot ring (`srq-slot`).
+const MODES: [&str; 8] = [
+    "c",
+    "unsafe",
+    "owned",
+    "reuse",
+    "slot",
+    "ring",
+    "srq-unsafe",
+    "srq-slot",
+];
 
 /// `cargo xtask instructions [ROUNDS]` (default 2000).
 pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
@@ -48,7 +58,7 @@ pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
             println!("  {function:<28} {cost:>8.1}");
         }
     }
-    let [c, unsafe_, owned, reuse, slot, ring] = &counts.modes;
+    let [c, unsafe_, owned, reuse, slot, ring, srq_unsafe, srq_slot] = &counts.modes;
     println!(
         "unsafe / c: {:.3} (in the program itself: {:.2})",
         unsafe_.total / c.total,
@@ -74,6 +84,11 @@ pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
         ring.total / unsafe_.total,
         ring.own / unsafe_.own
     );
+    println!(
+        "srq-slot / srq-unsafe: {:.3} (in the program itself: {:.2})",
+        srq_slot.total / srq_unsafe.total,
+        srq_slot.own / srq_unsafe.own
+    );
     Ok(())
 }
 
@@ -87,7 +102,7 @@ pub(crate) struct Count {
 
 /// One mode's counts, per round.
 pub(crate) struct Mode {
-    /// `c`, `unsafe`, `owned`, `reuse`, `slot` or `ring`.
+    /// One of [`MODES`].
     pub(crate) name: &'static str,
     /// Every measured function's inclusive count.
     pub(crate) functions: BTreeMap<String, f64>,
@@ -99,7 +114,7 @@ pub(crate) struct Mode {
 
 /// The modes' counts, in [`MODES`] order.
 pub(crate) struct Counts {
-    pub(crate) modes: [Mode; 6],
+    pub(crate) modes: [Mode; 8],
 }
 
 impl Count {
@@ -172,7 +187,7 @@ impl Count {
                 own: per(own),
             })
         };
-        let [c, unsafe_, owned, reuse, slot, ring] = MODES;
+        let [c, unsafe_, owned, reuse, slot, ring, srq_unsafe, srq_slot] = MODES;
         Ok(Counts {
             modes: [
                 mode(c)?,
@@ -181,6 +196,8 @@ impl Count {
                 mode(reuse)?,
                 mode(slot)?,
                 mode(ring)?,
+                mode(srq_unsafe)?,
+                mode(srq_slot)?,
             ],
         })
     }
@@ -190,7 +207,7 @@ impl Counts {
     /// The Markdown table of the counts: per round, each mode's total, its part in the
     /// program's own code, and the ratios.
     pub(crate) fn table(&self, rounds: u32) -> String {
-        let [c, unsafe_, owned, reuse, slot, ring] = &self.modes;
+        let [c, unsafe_, owned, reuse, slot, ring, srq_unsafe, srq_slot] = &self.modes;
         let mut out = format!(
             "Instructions per post+poll round (callgrind, {rounds} rounds; post one receive, \
              post one 64-byte signaled SEND, poll both; owned: a buffer taken from the pool for \
@@ -217,6 +234,21 @@ impl Counts {
             reuse.total / unsafe_.total,
             slot.total / unsafe_.total,
             ring.total / unsafe_.total
+        ));
+        out.push_str(&format!(
+            "\nThe same round with the receive posted to a shared receive queue that the \
+             receiving queue pair takes it from (the send as in the `unsafe` and slot ring \
+             columns):\n\n\
+             | | `unsafe` | SRQ slot ring |\n\
+             |---|---:|---:|\n\
+             | round | {:.0} | {:.0} |\n\
+             | in the program's own code | {:.0} | {:.0} |\n\
+             | ratio | 1 | {:.3} × `unsafe` |\n",
+            srq_unsafe.total,
+            srq_slot.total,
+            srq_unsafe.own,
+            srq_slot.own,
+            srq_slot.total / srq_unsafe.total
         ));
         out
     }
