@@ -29,23 +29,6 @@ fn complete_all(ring: &mut SlotRing, wcs: &[WorkCompletion]) -> Vec<Slot> {
         .collect()
 }
 
-/// Sends `data` from a slot of `tx` (posted to `qp`, signaled), waits for the send's completion
-/// on `cq` and gives the slot back.
-fn send_and_complete(
-    qp: &mut QueuePair<Rc, Rts>,
-    tx: &mut SlotRing,
-    cq: &mut CompletionQueue,
-    data: &[u8],
-) {
-    let mut slot = tx.take().expect("a free send slot");
-    tx.fill(&mut slot, data).unwrap();
-    qp.post_send_slot(tx, SlotSend::send(slot)).unwrap();
-    let sent = wait_for(cq, 1);
-    let back = complete_all(tx, &sent).remove(0);
-    assert_eq!(tx.bytes(&back).unwrap(), data, "the bytes the send carried");
-    tx.put(back).unwrap();
-}
-
 /// A receive ring of 8 slots stays posted across 200 rounds: each completion hands its slot
 /// back with the bytes received, in posting order, and it is posted again at once. The send
 /// slot comes back with its send completion; a copy of a completion given again matches
@@ -519,7 +502,7 @@ fn slot_reset_then_a_new_receive_frees_the_discarded_ones() {
     b.post_recv_slot(&mut rx, slot).unwrap();
     assert_eq!(rx.posted(), 4, "the discarded three and the new one");
     let mut tx = a.slot_ring(1, SIZE).unwrap();
-    send_and_complete(&mut a, &mut tx, &mut cq_a, &message(2));
+    send_from_slot(&mut a, &mut tx, &mut cq_a, &message(2));
     let got = wait_for(&mut cq_b, 1);
     let slot = complete_all(&mut rx, &got).remove(0);
     assert_eq!(slot.index(), index);
@@ -544,7 +527,7 @@ fn slot_reclaim_after_a_reset() {
         b.post_recv_slot(&mut ring, slot).unwrap();
     }
     let mut tx = a.slot_ring(1, SIZE).unwrap();
-    send_and_complete(&mut a, &mut tx, &mut cq_a, &message(1));
+    send_from_slot(&mut a, &mut tx, &mut cq_a, &message(1));
     // Received, but the completion is never handed over: its slot stays posted.
     let early = wait_for(&mut cq_b, 1);
     // A send of b's that cannot complete: `a` has no receive posted (the peer retries).
@@ -584,7 +567,7 @@ fn slot_reclaim_after_a_reset() {
     b.post_recv_slot(&mut ring, slot).unwrap();
     assert!(ring.complete(&early[0]).is_none(), "made before the reset");
     assert_eq!(ring.posted(), 1, "the new receive stays posted");
-    send_and_complete(&mut a, &mut tx, &mut cq_a, &message(2));
+    send_from_slot(&mut a, &mut tx, &mut cq_a, &message(2));
     let got = wait_for(&mut cq_b, 1);
     let slot = complete_all(&mut ring, &got).remove(0);
     assert_eq!(slot.index(), index);

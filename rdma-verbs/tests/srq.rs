@@ -250,23 +250,6 @@ fn srq_message(sender: u8, round: u64, len: usize) -> Vec<u8> {
     pattern(len, (round as u8).wrapping_mul(2).wrapping_add(sender))
 }
 
-/// Sends `data` from a slot of `tx` on `qp` (signaled) and gives the slot back once the send
-/// completes on `cq`.
-fn send_from_slot(
-    qp: &mut QueuePair<Rc, Rts>,
-    tx: &mut SlotRing,
-    cq: &mut CompletionQueue,
-    data: &[u8],
-) {
-    let mut slot = tx.take().expect("a free send slot");
-    tx.fill(&mut slot, data).unwrap();
-    qp.post_send_slot(tx, SlotSend::send(slot)).unwrap();
-    let sent = wait_for(cq, 1);
-    assert_ok(&sent[0], sent[0].wr_id(), WcOpcode::Send);
-    let back = tx.complete(&sent[0]).expect("the send's slot comes back");
-    tx.put(back).unwrap();
-}
-
 /// An SRQ slot ring of 6 slots feeds two queue pairs for 40 rounds, each peer sending one
 /// message of a length that varies per round. The receive completions are handed to the ring
 /// in the reverse of the order they were polled, and every fourth round one is held back two

@@ -12,8 +12,9 @@
 //! who polled the completion, hands it to the ring of its queue pair.
 //!
 //! Files: `record.rs` (which slots are posted, under which ids, and which are free),
-//! `post.rs` (the posts, and what a refused one gives back); this file holds the ring and its
-//! slots.
+//! `post.rs` (the posts, and what a refused one gives back), `srq.rs` ([`SrqSlotRing`], the
+//! same slots bound to a shared receive queue, completed in any order); this file holds the
+//! ring, its slots, and the byte access both kinds of ring share.
 //!
 //! Why it is sound:
 //! - a slot's bytes are reachable from Rust only through its [`Slot`], of which there is one

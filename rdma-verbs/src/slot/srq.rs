@@ -84,7 +84,9 @@ impl SrqRecord {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] once the process has used every id (nothing recorded).
+    /// [`Error::InvalidArgument`], nothing recorded, once the process has used every id, or for
+    /// a slot the ring does not have or has posted already (neither can happen: see the
+    /// callers).
     #[inline]
     fn post(&mut self, index: u32) -> Result<u64> {
         if self.next == self.end {
@@ -383,8 +385,9 @@ impl SharedReceiveQueue {
     /// # Errors
     ///
     /// [`SlotRefused`], with the slot when the device never saw it:
-    /// [`Error::InvalidArgument`] for a ring bound to another SRQ or a slot of another ring;
-    /// else as [`post_recv_one`](Self::post_recv_one) (a full SRQ: [`Error::QueueFull`]).
+    /// [`Error::InvalidArgument`] for a ring bound to another SRQ, a slot of another ring, or
+    /// the process's request ids run out; else as [`post_recv_one`](Self::post_recv_one) (a
+    /// full SRQ: [`Error::QueueFull`]).
     #[inline]
     pub fn post_recv_slot(
         &mut self,

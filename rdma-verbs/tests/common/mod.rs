@@ -183,6 +183,24 @@ pub fn wait_for(cq: &mut CompletionQueue, n: usize) -> Vec<WorkCompletion> {
     out
 }
 
+/// Sends `data` from a slot of `tx` (posted to `qp`, signaled), waits for the send's completion
+/// on `cq`, checks it (success, SEND, the bytes the slot carried) and gives the slot back.
+pub fn send_from_slot(
+    qp: &mut QueuePair<Rc, Rts>,
+    tx: &mut SlotRing,
+    cq: &mut CompletionQueue,
+    data: &[u8],
+) {
+    let mut slot = tx.take().expect("a free send slot");
+    tx.fill(&mut slot, data).unwrap();
+    qp.post_send_slot(tx, SlotSend::send(slot)).unwrap();
+    let sent = wait_for(cq, 1);
+    assert_ok(&sent[0], sent[0].wr_id(), WcOpcode::Send);
+    let back = tx.complete(&sent[0]).expect("the send's slot comes back");
+    assert_eq!(tx.bytes(&back).unwrap(), data, "the bytes the send carried");
+    tx.put(back).unwrap();
+}
+
 /// Asserts that no completion arrives within `quiet`.
 pub fn assert_no_completion(cq: &mut CompletionQueue, quiet: Duration) {
     let mut buf = [WorkCompletion::default(); 4];
