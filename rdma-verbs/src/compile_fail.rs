@@ -123,6 +123,12 @@ case!(
     "compile_fail,E0502"
 );
 case!(SlotBytesOk, "slot_bytes_ok.rs", "rust");
+case!(
+    SrqSlotBytesWhileWritten,
+    "srq_slot_bytes_while_written.rs",
+    "compile_fail,E0502"
+);
+case!(SrqSlotBytesOk, "srq_slot_bytes_ok.rs", "rust");
 
 // Values that do nothing unless used (`#[must_use]`). A lint has no error code: the control,
 // which differs only in using the value, shows that nothing else fails.

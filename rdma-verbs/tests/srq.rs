@@ -1,6 +1,7 @@
 //! Shared receive queues on the device: one pool of receives feeding two queue pairs, and the
 //! SRQ limit event; SRQ slot rings (receives completed in any order, refusals, a full SRQ, a
-//! ring dropped with receives posted, batched fills).
+//! ring dropped with receives posted, batched fills, two rings and owned receives on one SRQ,
+//! an SRQ destroyed under a ring's posted receives).
 
 mod common;
 
@@ -16,16 +17,7 @@ fn srq_shared_by_two_queue_pairs() {
     let mut srq = f.pd.create_srq(16, 1).expect("ibv_create_srq");
     assert!(srq.capacity() >= 16, "{srq:?}");
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
-    let (mut a1, mut b1) = f.rc_pair(
-        f.pd.qp_builder(&cq_a, &cq_a),
-        f.pd.qp_builder(&cq_b, &cq_b).srq(&srq),
-        AccessFlags::empty(),
-    );
-    let (mut a2, mut b2) = f.rc_pair(
-        f.pd.qp_builder(&cq_a, &cq_a),
-        f.pd.qp_builder(&cq_b, &cq_b).srq(&srq),
-        AccessFlags::empty(),
-    );
+    let [(mut a1, mut b1), (mut a2, mut b2)] = pairs_behind(&f, &srq, &cq_a, &cq_b);
 
     let dst = f.pd.register(4 * SLOT, LOCAL).unwrap();
     let mut recvs = RecvList::with_capacity(4);
@@ -245,6 +237,23 @@ fn create_and_builder_shapes_for_srq_and_qp() {
     assert!(!qp.uses_extended_post());
 }
 
+/// Two RC pairs on one device, `[(a1, b1), (a2, b2)]`: each `a` on `cq_a`, each `b` on `cq_b`
+/// taking its receives from `srq`.
+fn pairs_behind(
+    f: &Fixture,
+    srq: &SharedReceiveQueue,
+    cq_a: &CompletionQueue,
+    cq_b: &CompletionQueue,
+) -> [(QueuePair<Rc, Rts>, QueuePair<Rc, Rts>); 2] {
+    [(); 2].map(|()| {
+        f.rc_pair(
+            f.pd.qp_builder(cq_a, cq_a),
+            f.pd.qp_builder(cq_b, cq_b).srq(srq),
+            AccessFlags::empty(),
+        )
+    })
+}
+
 /// A message of `len` bytes from sender `sender` in `round`: no two of the test alike.
 fn srq_message(sender: u8, round: u64, len: usize) -> Vec<u8> {
     pattern(len, (round as u8).wrapping_mul(2).wrapping_add(sender))
@@ -261,16 +270,7 @@ fn srq_slot_ring_feeds_two_queue_pairs_in_any_order() {
     let Some(f) = fixture() else { return };
     let mut srq = f.pd.create_srq(16, 1).expect("ibv_create_srq");
     let (mut cq_a, mut cq_b) = (f.cq(32), f.cq(32));
-    let (mut a1, b1) = f.rc_pair(
-        f.pd.qp_builder(&cq_a, &cq_a),
-        f.pd.qp_builder(&cq_b, &cq_b).srq(&srq),
-        AccessFlags::empty(),
-    );
-    let (mut a2, b2) = f.rc_pair(
-        f.pd.qp_builder(&cq_a, &cq_a),
-        f.pd.qp_builder(&cq_b, &cq_b).srq(&srq),
-        AccessFlags::empty(),
-    );
+    let [(mut a1, b1), (mut a2, b2)] = pairs_behind(&f, &srq, &cq_a, &cq_b);
     let mut rx = srq.slot_ring(6, SLOT).unwrap();
     assert!(rx.is_for(&srq));
     assert_eq!((rx.slot_count(), rx.slot_size()), (6, SLOT));
@@ -450,8 +450,9 @@ fn srq_slot_ring_refusals_and_a_ring_dropped_with_receives_posted() {
 }
 
 /// `fill_slot_ring` posts every free slot in chains of up to 32 and stops without an error at
-/// a full SRQ, part way through a chain (the slots the SRQ did not take stay free); a second
-/// fill of the full SRQ posts nothing. After 40 messages over two queue pairs, each slot
+/// a full SRQ, part way through a chain on rxe (which takes 63 for 48; the slots the SRQ did
+/// not take stay free), having posted exactly as many as single posts to an SRQ made alike
+/// could; a second fill of the full SRQ posts nothing. After 40 messages over two queue pairs, each slot
 /// checked byte for byte and given back to the ring, a fill posts exactly those 40 again. A
 /// ring of another SRQ is refused, nothing posted.
 #[test]
@@ -460,16 +461,7 @@ fn srq_slot_ring_fill_in_batches() {
     let mut srq = f.pd.create_srq(48, 1).expect("ibv_create_srq");
     let mut other = f.pd.create_srq(4, 1).expect("ibv_create_srq");
     let (mut cq_a, mut cq_b) = (f.cq(64), f.cq(64));
-    let (mut a1, b1) = f.rc_pair(
-        f.pd.qp_builder(&cq_a, &cq_a),
-        f.pd.qp_builder(&cq_b, &cq_b).srq(&srq),
-        AccessFlags::empty(),
-    );
-    let (mut a2, _b2) = f.rc_pair(
-        f.pd.qp_builder(&cq_a, &cq_a),
-        f.pd.qp_builder(&cq_b, &cq_b).srq(&srq),
-        AccessFlags::empty(),
-    );
+    let [(mut a1, b1), (mut a2, _b2)] = pairs_behind(&f, &srq, &cq_a, &cq_b);
     let count = 4 * srq.capacity() + 40;
     let mut rx = srq.slot_ring(count, SLOT).unwrap();
     match other.fill_slot_ring(&mut rx) {
@@ -477,11 +469,29 @@ fn srq_slot_ring_fill_in_batches() {
         refused => panic!("another SRQ's ring: {refused:?}"),
     }
     assert_eq!(rx.posted(), 0);
+    // How many receives an SRQ made alike takes one post at a time, until one is refused.
+    let takes = {
+        let mut probe = f.pd.create_srq(48, 1).expect("ibv_create_srq");
+        let mut ring = probe.slot_ring(count, 8).unwrap();
+        loop {
+            let slot = ring.take().expect("the probe SRQ took every slot");
+            if let Err(refused) = probe.post_recv_slot(&mut ring, slot) {
+                assert!(
+                    matches!(refused.error(), Error::QueueFull { .. }),
+                    "{refused:?}"
+                );
+                break ring.posted();
+            }
+        }
+    };
     let posted = srq.fill_slot_ring(&mut rx).unwrap();
     note(&format!(
-        "an SRQ granted {} receives took {posted} in one fill",
-        srq.capacity()
+        "an SRQ granted {} receives took {posted} in one fill ({} chains of 32 and {} more)",
+        srq.capacity(),
+        posted / 32,
+        posted % 32
     ));
+    assert_eq!(posted, takes, "the fill posts what single posts could");
     assert!(
         posted >= srq.capacity() && posted < count,
         "{posted} of {count} posted"
@@ -520,4 +530,136 @@ fn srq_slot_ring_fill_in_batches() {
     );
     assert_eq!(rx.posted(), posted);
     assert_eq!(srq.fill_slot_ring(&mut rx).unwrap(), 0);
+}
+
+/// Two SRQ slot rings and owned receives (`post_recv_buf`) post to one SRQ behind two queue
+/// pairs; eight messages consume all eight receives. Every completion is offered to both
+/// rings and `poll_each` routes it: exactly one of the three claims it (a ring returns `None`
+/// for the other ring's and for the owned ones; an owned completion carries its tag and
+/// buffer), and its bytes are exactly those its sender sent. Each path gets back exactly what
+/// it posted.
+#[test]
+fn srq_slot_rings_and_owned_receives_share_one_srq() {
+    let Some(f) = fixture() else { return };
+    let mut srq = f.pd.create_srq(16, 1).expect("ibv_create_srq");
+    let (mut cq_a, mut cq_b) = (f.cq(32), f.cq(32));
+    let [(mut a1, b1), (mut a2, b2)] = pairs_behind(&f, &srq, &cq_a, &cq_b);
+    let (mut rx1, mut rx2) = (
+        srq.slot_ring(3, SLOT).unwrap(),
+        srq.slot_ring(3, SLOT).unwrap(),
+    );
+    let pool = BufferPool::new(&f.pd, 2, SLOT).unwrap();
+    assert_eq!(srq.fill_slot_ring(&mut rx1).unwrap(), 3);
+    for tag in [100, 101] {
+        srq.post_recv_buf(pool.take().unwrap(), tag).unwrap();
+    }
+    assert_eq!(srq.fill_slot_ring(&mut rx2).unwrap(), 3);
+    assert_eq!((srq.owned_in_flight(), pool.available()), (2, 0));
+
+    let (mut tx1, mut tx2) = (
+        a1.slot_ring(1, SLOT).unwrap(),
+        a2.slot_ring(1, SLOT).unwrap(),
+    );
+    // Per receiving queue pair, its messages in the order sent (a queue pair's receives
+    // complete in the order its peer sent).
+    let (mut for_b1, mut for_b2) = (Vec::new(), Vec::new());
+    for m in 0..8u64 {
+        let message = srq_message((m % 2) as u8, m, 16 + m as usize * 29);
+        if m % 2 == 0 {
+            send_from_slot(&mut a1, &mut tx1, &mut cq_a, &message);
+            for_b1.push(message);
+        } else {
+            send_from_slot(&mut a2, &mut tx2, &mut cq_a, &message);
+            for_b2.push(message);
+        }
+    }
+    let (mut next_b1, mut next_b2) = (for_b1.iter(), for_b2.iter());
+    let mut claimed = [0u32; 3];
+    for mut c in reap(&mut cq_b, 8) {
+        assert_eq!(
+            (c.status(), c.wc().opcode()),
+            (WcStatus::Success, WcOpcode::Recv),
+            "{c:?}"
+        );
+        let want = if c.wc().qp_num() == b1.qp_num() {
+            next_b1.next()
+        } else {
+            assert_eq!(c.wc().qp_num(), b2.qp_num(), "{c:?}");
+            next_b2.next()
+        };
+        let want = want.expect("no more receives than messages sent");
+        let (one, two) = (rx1.complete(c.wc()), rx2.complete(c.wc()));
+        match (one, two, c.tag()) {
+            (Some(slot), None, None) => {
+                assert_eq!(rx1.bytes(&slot).unwrap(), &want[..]);
+                rx1.put(slot).unwrap();
+                claimed[0] += 1;
+            }
+            (None, Some(slot), None) => {
+                assert_eq!(rx2.bytes(&slot).unwrap(), &want[..]);
+                rx2.put(slot).unwrap();
+                claimed[1] += 1;
+            }
+            (None, None, Some(tag)) => {
+                assert!(tag == 100 || tag == 101, "{c:?}");
+                assert_eq!(&c.take_buf().expect("its buffer")[..], &want[..]);
+                claimed[2] += 1;
+            }
+            (one, two, tag) => panic!(
+                "claimed by ring 1: {}, ring 2: {}, owned: {tag:?}: {c:?}",
+                one.is_some(),
+                two.is_some()
+            ),
+        }
+    }
+    assert_eq!(claimed, [3, 3, 2], "each path got back what it posted");
+    assert!(next_b1.next().is_none() && next_b2.next().is_none());
+    assert_eq!((rx1.posted(), rx2.posted()), (0, 0));
+    assert_eq!((srq.owned_in_flight(), pool.available()), (0, 2));
+    assert_no_completion(&mut cq_b, QUIET);
+}
+
+/// An SRQ destroyed while a slot ring of it has receives posted: `close` succeeds once no
+/// queue pair uses the SRQ, and the device is done with the receives (the SRQ is gone). The
+/// ring still counts them as posted (no completion came) and never hands their slots out; its
+/// free slots stay usable; no completion matches. Dropping the ring afterwards releases the
+/// region: nothing holds the protection domain.
+#[test]
+fn srq_destroyed_while_its_slot_ring_has_receives_posted() {
+    let Some(f) = fixture() else { return };
+    let pd = f.context.alloc_pd().unwrap();
+    let mut srq = pd.create_srq(4, 1).expect("ibv_create_srq");
+    let (cq_a, cq_b) = (f.cq(8), f.cq(8));
+    let (a, b) = f.rc_pair(
+        pd.qp_builder(&cq_a, &cq_a),
+        pd.qp_builder(&cq_b, &cq_b).srq(&srq),
+        AccessFlags::empty(),
+    );
+    let mut rx = srq.slot_ring(4, SLOT).unwrap();
+    for _ in 0..2 {
+        let slot = rx.take().unwrap();
+        srq.post_recv_slot(&mut rx, slot).unwrap();
+    }
+    let srq = match srq.close() {
+        Err((srq, Error::Verb { .. })) => srq,
+        other => panic!("a queue pair still uses the SRQ: {other:?}"),
+    };
+    drop((a, b));
+    srq.close().expect("ibv_destroy_srq with receives posted");
+    assert_eq!(rx.posted(), 2, "no completion came for them");
+    let mut taken = Vec::new();
+    while let Some(mut slot) = rx.take() {
+        rx.bytes_mut(&mut slot).unwrap().fill(0x5a);
+        assert_eq!(rx.bytes(&slot).unwrap(), &[0x5a; SLOT][..]);
+        taken.push(slot);
+    }
+    assert_eq!(taken.len(), 2, "only the free slots are handed out");
+    assert!(rx.complete(&WorkCompletion::default()).is_none());
+    for slot in taken {
+        rx.put(slot).unwrap();
+    }
+    drop(rx);
+    drop((cq_a, cq_b));
+    pd.close()
+        .expect("the SRQ and the ring are gone: nothing holds the domain");
 }

@@ -493,4 +493,52 @@ mod tests {
             }
         }
     }
+
+    /// The largest ring: every index's bit is in the mask, each post takes a block of its own
+    /// (one lap per block), and the first and last slots are found from their ids, in any
+    /// order, across blocks.
+    #[test]
+    fn srq_record_at_the_most_slots() {
+        let mut record = SrqRecord::new(MAX_SRQ_SLOTS);
+        assert_eq!(
+            (record.step, record.mask),
+            (u64::from(MAX_SRQ_SLOTS), u64::from(MAX_SRQ_SLOTS) - 1)
+        );
+        let last = MAX_SRQ_SLOTS - 1;
+        let mut previous = None;
+        for _ in 0..3 {
+            let (low, high) = (record.post(0).unwrap(), record.post(last).unwrap());
+            assert_eq!(
+                (low & record.mask, high & record.mask),
+                (0, u64::from(last))
+            );
+            // Other tests of this process take blocks too: the next block is a later one, not
+            // necessarily the one after.
+            assert!(high & !record.mask > low & !record.mask, "a block per post");
+            assert_eq!(record.next, (high & !record.mask) + BLOCK);
+            if let Some(previous) = previous {
+                assert!(low > previous, "blocks only go up");
+            }
+            previous = Some(high);
+            assert_eq!(record.posted, 2);
+            assert_eq!(record.complete(high), Some(last));
+            assert_eq!(record.complete(low ^ 1), None, "another slot's index");
+            assert_eq!(record.complete(low), Some(0));
+            assert_eq!(record.complete(high), None);
+            assert_eq!(record.posted, 0);
+        }
+    }
+
+    /// Rings and slot rings may move to another thread, and be shared (`&` gives only reads):
+    /// what their docs say.
+    #[test]
+    fn rings_are_send_and_sync() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<SrqSlotRing>();
+        send_sync::<crate::SlotRing>();
+        send_sync::<crate::RecvRing>();
+        send_sync::<crate::SendRing<crate::Rc>>();
+        send_sync::<crate::SendRing<crate::Ud>>();
+        send_sync::<Slot>();
+    }
 }
