@@ -816,6 +816,136 @@ fn slot_unsignaled_sends_are_signaled_often_enough() {
     assert_no_completion(&mut cq_a, QUIET);
 }
 
+/// The owned, slot and ring send paths share one run of unsignaled sends per queue pair: after
+/// `max_send_wr - 1` unsignaled sends in a row, of any mix of paths, the next is signaled
+/// whatever it asked (neither its own table nor its ring forces it here), and an owned list
+/// carries the run from request to request, so the send queue never fills with unsignaled
+/// requests: on providers that free send-queue entries only at a completion (not rxe), that
+/// would leave every path's posts refused for good. Every byte received is checked, in order.
+#[test]
+fn unsignaled_sends_of_every_path_share_one_run() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(64), f.cq(64));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a).max_send_wr(4),
+        f.pd.qp_builder(&cq_b, &cq_b).max_recv_wr(64),
+        AccessFlags::empty(),
+    );
+    let every = a.caps().max_send_wr;
+    assert!((2..16).contains(&every), "{:?}", a.caps());
+    let mut rx = b.recv_ring(64, 16).unwrap();
+    assert!(b.fill_recv_ring(&mut rx).unwrap() >= 4 * every + 2);
+    let pool = BufferPool::new(&f.pd, every as usize, 16).unwrap();
+    // Twice the send queue: the ring's own rule (its last free slot) never signals here.
+    let mut tx = a.slot_ring(2 * every, 16).unwrap();
+    let mut ring = a.send_ring(2 * every, 16).unwrap();
+    let mut sent: Vec<Vec<u8>> = Vec::new();
+    let slot_send = |a: &mut QueuePair<Rc, Rts>, tx: &mut SlotRing, sent: &mut Vec<Vec<u8>>| {
+        let m = pattern(16, sent.len() as u8);
+        let mut slot = tx.take().unwrap();
+        tx.fill(&mut slot, &m).unwrap();
+        a.post_send_slot(tx, SlotSend::send(slot).unsignaled())
+            .unwrap();
+        sent.push(m);
+    };
+    let owned_send = |a: &mut QueuePair<Rc, Rts>, sent: &mut Vec<Vec<u8>>, signaled: bool| {
+        let m = pattern(16, sent.len() as u8);
+        let mut buf = pool.take().expect("a buffer");
+        buf.fill_from(&m).unwrap();
+        let request = OwnedSend::send(buf).tag(sent.len() as u64);
+        let request = if signaled {
+            request
+        } else {
+            request.unsignaled()
+        };
+        a.post_send_owned(request).unwrap();
+        sent.push(m);
+    };
+
+    // Slot sends, then an owned one: the owned table is empty, yet the run signals it.
+    for _ in 1..every {
+        slot_send(&mut a, &mut tx, &mut sent);
+    }
+    assert_no_completion_each(&mut cq_a);
+    owned_send(&mut a, &mut sent, false);
+    let done = reap(&mut cq_a, 1);
+    assert_done(&done[0], u64::from(every) - 1, WcOpcode::Send);
+    drop(done);
+    assert_eq!((tx.posted(), a.owned_in_flight()), (every - 1, 0));
+
+    // Owned sends, then a slot send: signaled by the run, its completion frees every slot send.
+    for _ in 1..every {
+        owned_send(&mut a, &mut sent, false);
+    }
+    assert_no_completion_each(&mut cq_a);
+    slot_send(&mut a, &mut tx, &mut sent);
+    let done = reap(&mut cq_a, 1);
+    assert_eq!(done[0].tag(), None, "{:?}", done[0]);
+    let slot = tx
+        .complete(done[0].wc())
+        .expect("the slot send's completion");
+    assert_eq!(tx.bytes(&slot).unwrap(), &sent[sent.len() - 1][..]);
+    tx.put(slot).unwrap();
+    assert_eq!((tx.posted(), a.owned_in_flight()), (0, every as usize - 1));
+
+    // Slot sends, then a ring send: the ring takes part in the same run.
+    for _ in 1..every {
+        slot_send(&mut a, &mut tx, &mut sent);
+    }
+    let m = pattern(16, sent.len() as u8);
+    ring.next_mut().unwrap()[..16].copy_from_slice(&m);
+    a.post_send_ring(&mut ring, RingSend::send(16).unsignaled())
+        .unwrap();
+    sent.push(m);
+    let done = wait_for(&mut cq_a, 1);
+    assert_eq!(ring.complete(&done[0]), Some(&sent[sent.len() - 1][..]));
+    assert_eq!(ring.posted(), 0);
+
+    // A signaled owned send frees the owned ones before it.
+    owned_send(&mut a, &mut sent, true);
+    let done = reap(&mut cq_a, 1);
+    assert_done(&done[0], sent.len() as u64 - 1, WcOpcode::Send);
+    drop(done);
+    assert_eq!((a.owned_in_flight(), pool.available()), (0, every as usize));
+
+    // Slot sends, then a list of two owned ones: the run goes on from request to request, so
+    // the first stays unsignaled and the second is signaled.
+    for _ in 2..every {
+        slot_send(&mut a, &mut tx, &mut sent);
+    }
+    let mut list = OwnedSendList::with_capacity(2);
+    for _ in 0..2 {
+        let m = pattern(16, sent.len() as u8);
+        let mut buf = pool.take().expect("a buffer");
+        buf.fill_from(&m).unwrap();
+        list.push(OwnedSend::send(buf).tag(sent.len() as u64).unsignaled())
+            .unwrap();
+        sent.push(m);
+    }
+    a.post_send_list(&mut list).unwrap();
+    let done = reap(&mut cq_a, 1);
+    assert_done(&done[0], sent.len() as u64 - 1, WcOpcode::Send);
+    drop(done);
+    assert_no_completion_each(&mut cq_a);
+    assert_eq!((a.owned_in_flight(), pool.available()), (0, every as usize));
+    // A signaled slot send frees every slot send still posted.
+    let m = pattern(16, sent.len() as u8);
+    let mut slot = tx.take().unwrap();
+    tx.fill(&mut slot, &m).unwrap();
+    a.post_send_slot(&mut tx, SlotSend::send(slot)).unwrap();
+    sent.push(m);
+    let done = wait_for(&mut cq_a, 1);
+    let slot = tx.complete(&done[0]).expect("the signaled slot send");
+    tx.put(slot).unwrap();
+    assert_eq!(tx.posted(), 0);
+
+    let got = wait_for(&mut cq_b, sent.len());
+    for (n, wc) in got.iter().enumerate() {
+        assert_eq!(rx.complete(wc), Some(&sent[n][..]), "message {n}: {wc:?}");
+    }
+    assert_no_completion(&mut cq_a, QUIET);
+}
+
 /// A ring dropped with nothing posted gives its region back (the queue pair may open a scope
 /// again); one dropped with a receive posted leaves the region with the queue pair, which
 /// refuses a scope; a ring whose queue pair was destroyed refuses the queue pairs made after.

@@ -7,6 +7,7 @@
 //! before anything was posted) are taken back out of the table, in reverse order, and stay in
 //! the list with their buffers, so the caller can post them again or drop them.
 
+use std::cell::Cell;
 use std::fmt;
 use std::sync::Arc;
 
@@ -18,7 +19,7 @@ use crate::buf::Buf;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::inflight::{Ring, SrqTable};
-use crate::qp::{CanPostRecv, QueuePair, Rts, Transport, check_ops, may_have_posted};
+use crate::qp::{CanPostRecv, QueuePair, Rts, Transport, check_ops, may_have_posted, next_run};
 use crate::srq::SharedReceiveQueue;
 use crate::wr::{PostList, RecvList, RecvRequest, SendList, SendRequest, WorkRequest, op};
 
@@ -444,7 +445,8 @@ impl<T: Transport> QueuePair<T, Rts> {
     ///
     /// Unsignaled requests produce no completion; signal at least the last of a list whose
     /// buffers you want back soon. A request that takes the queue's last free slot is signaled
-    /// whatever it asked.
+    /// whatever it asked, and so is one that would make `max_send_wr` unsignaled sends of this
+    /// queue pair in a row (owned, slot and ring sends counted together).
     ///
     /// On success the list is empty. On error it holds, in order and with their buffers, the
     /// requests the device did not get; those before them were posted.
@@ -470,8 +472,8 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// because it filled the table, and the provider in fact dropped the batch, nothing
     /// completes the unsignaled requests before it: owned posts then fail with
     /// [`Error::QueueFull`] until the queue pair is reset. Not seen on rxe; it needs the
-    /// provider's queue to be full while the table is not, which only other (unsafe) posts to
-    /// the same queue pair can cause.
+    /// provider's queue to be full while the table is not, which only other posts to the same
+    /// queue pair (slot, ring or `unsafe` ones) can cause.
     ///
     /// # References
     ///
@@ -489,14 +491,45 @@ impl<T: Transport> QueuePair<T, Rts> {
             items,
             ids,
             |qp, items, ids| {
-                with_chain(chain, items, ids, send_request, |chain| {
-                    // SAFETY: as in `post_send_owned`, for each request of the chain: its
-                    // buffer is in the send table (recorded by `post_list` before this call)
-                    // and leaves it only with a completion of this queue, the queue pair's
-                    // reset or destruction, or `post_list`'s undo of a request the device did
-                    // not get. Inline bytes are copied during the call.
-                    unsafe { qp.post_send(chain) }
-                })
+                // Each request signaled as `post_send_owned` signals one, the run of unsignaled
+                // sends carried from request to request.
+                let (start, every) = (qp.unsignaled_run(), qp.caps().max_send_wr);
+                let signal = |item: &Prepared<'_>, last_slot: bool| item.asks_signal() || last_slot;
+                let run = Cell::new(start);
+                let result = with_chain(
+                    chain,
+                    items,
+                    ids,
+                    |item, id, last_slot| {
+                        run.set(next_run(run.get(), signal(item, last_slot), every));
+                        send_request(item, id, run.get() == 0)
+                    },
+                    |chain| {
+                        // SAFETY: as in `post_send_owned`, for each request of the chain: its
+                        // buffer is in the send table (recorded by `post_list` before this
+                        // call) and leaves it only with a completion of this queue, the queue
+                        // pair's reset or destruction, or `post_list`'s undo of a request the
+                        // device did not get. Inline bytes are copied during the call.
+                        unsafe { qp.post_send(chain) }
+                    },
+                );
+                // The run after the requests the provider took: all of them, those before the
+                // one it refused, or, when it did not say, at most one more per request.
+                let after = match &result {
+                    Ok(()) => run.get(),
+                    Err(error) if may_have_posted(error) => {
+                        start.saturating_add(u32::try_from(items.len()).unwrap_or(u32::MAX))
+                    }
+                    Err(error) => items
+                        .iter()
+                        .zip(ids)
+                        .take(posted_before(error, items.len()))
+                        .fold(start, |run, (item, &(_, last_slot))| {
+                            next_run(run, signal(item, last_slot), every)
+                        }),
+                };
+                qp.set_unsignaled_run(after);
+                result
             },
         )
     }
@@ -596,7 +629,7 @@ fn recv_request(item: &RecvItem, id: u64, _last_slot: bool) -> RecvRequest<'_> {
     RecvRequest::new(0, item.sges.payload()).owned(id)
 }
 
-/// The send request of a list item with owned id `id`.
-fn send_request<'s>(item: &'s Prepared<'_>, id: u64, last_slot: bool) -> SendRequest<'s> {
-    item.request(id, last_slot)
+/// The send request of a list item with owned id `id`, signaled whatever it asked if `signal`.
+fn send_request<'s>(item: &'s Prepared<'_>, id: u64, signal: bool) -> SendRequest<'s> {
+    item.request(id, signal)
 }

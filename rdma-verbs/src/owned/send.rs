@@ -22,7 +22,8 @@ use crate::wr::{Payload, SendRequest};
 ///
 /// Signaled by default: its completion hands its buffer back. An [`unsignaled`](Self::unsignaled)
 /// request produces no completion; its buffer returns to its pool when a later signaled
-/// request of the same queue pair completes.
+/// request of the same queue pair completes (the post signals it whatever it asked when
+/// otherwise none might come: see [`QueuePair::post_send_owned`]).
 ///
 /// The operation is part of the type (`K`: [`SendOp`], [`WriteOp`], [`ReadOp`], [`AtomicOp`],
 /// [`InvalidateOp`], [`BindOp`]), so what an operation cannot carry is refused at compile time:
@@ -541,6 +542,12 @@ pub(crate) struct Prepared<'a> {
 }
 
 impl Prepared<'_> {
+    /// Whether the caller asked for a completion.
+    #[inline]
+    pub(crate) fn asks_signal(&self) -> bool {
+        self.flags.contains(SendFlags::SIGNALED)
+    }
+
     /// Makes the request name no memory (see `list.rs`).
     pub(crate) fn disarm(&mut self) {
         self.sges.clear();
@@ -591,11 +598,12 @@ impl Prepared<'_> {
         }
     }
 
-    /// The work request, with owned id `id`. The request that took the in-flight table's last
-    /// free slot (`last_slot`) is signaled whatever the caller asked: unsignaled requests are
+    /// The work request, with owned id `id`, signaled whatever the caller asked if `signal`:
+    /// for the request that took the in-flight table's last free slot, and one the safe paths'
+    /// run of unsignaled sends forces (`QueuePair::next_unsignaled`). Unsignaled requests are
     /// released only by a later completion, and with the queue full of them none could come.
     #[inline]
-    pub(crate) fn request(&self, id: u64, last_slot: bool) -> SendRequest<'_> {
+    pub(crate) fn request(&self, id: u64, signal: bool) -> SendRequest<'_> {
         let mut request = self
             .build
             .request(self.sges.payload(), &self.region)
@@ -607,7 +615,7 @@ impl Prepared<'_> {
             request = request.with_imm(imm);
         }
         request = request.flags(self.flags);
-        if last_slot {
+        if signal {
             request = request.signaled();
         }
         request
@@ -628,6 +636,11 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// completion (or a later one of this queue pair, for an unsignaled request) hands it back
     /// through [`CompletionQueue::poll_each`](crate::CompletionQueue::poll_each) on the send
     /// completion queue. Allocates nothing.
+    ///
+    /// An [`unsignaled`](OwnedSend::unsignaled) request is signaled whatever it asked when it
+    /// takes the send table's last free slot, or when it would make `max_send_wr` unsignaled
+    /// sends of this queue pair in a row (owned, slot and ring sends counted together), so
+    /// that a completion always comes to release them.
     ///
     /// A UD queue pair needs a destination ([`OwnedSend::to`]); its address handle stays
     /// alive until the request completes. To post several requests with one doorbell, use
@@ -663,6 +676,7 @@ impl<T: Transport> QueuePair<T, Rts> {
         }
         let keep = prepared.keep();
         let buf = prepared.buf.take();
+        let asked = prepared.asks_signal();
         // Built before the record, whose atomic stores would make the compiler reload the
         // prepared request from memory and dispatch on its kind again; the id and the last
         // slot's signal are set after it.
@@ -675,7 +689,10 @@ impl<T: Transport> QueuePair<T, Rts> {
             keep,
             |qp, id, last_slot| {
                 let request = request.owned(id);
-                let request = if last_slot {
+                // Signaled as asked, when it takes the table's last slot, and after
+                // `max_send_wr - 1` unsignaled sends of the safe paths in a row.
+                let run = qp.next_unsignaled(asked || last_slot, qp.caps().max_send_wr);
+                let request = if run == 0 {
                     request.signaled()
                 } else {
                     request
@@ -692,7 +709,9 @@ impl<T: Transport> QueuePair<T, Rts> {
                 // atomic ones, as the region is shared. `remote` is the peer's memory. The
                 // request's id has `OWNED_ID_BIT`, which no other post may use, so no other
                 // completion can release the buffer.
-                unsafe { qp.post_send_one(&request) }
+                let result = unsafe { qp.post_send_one(&request) };
+                qp.count_unsignaled(run, &result);
+                result
             },
         );
         // The provider may have the request: a bind keeps the window's new key.

@@ -267,7 +267,7 @@ impl<'a, T: Transport> QpBuilder<'a, T> {
         Ok(QueuePair {
             inner: QpInner {
                 destroyed: false,
-                unsignaled_slot_sends: 0,
+                unsignaled_run: 0,
                 mcast: Vec::new(),
                 raw,
                 extended,

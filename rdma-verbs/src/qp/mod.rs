@@ -41,6 +41,17 @@ pub use attr::{
 pub use builder::QpBuilder;
 pub use extended::SendPath;
 pub(crate) use post::{EXTENDED_POST_VERB, check_ops, may_have_posted};
+
+/// The signal rule of the safe send paths (owned, slot and ring sends): the run of unsignaled
+/// sends of the queue pair after one more is posted, when `run` were before it; 0 when that
+/// send must be signaled: because `signal` (the caller asked, or its path forces it), or
+/// because the run would reach `every` (at most the send queue's size), so that the send
+/// queue never holds `every` unsignaled requests in a row with no signaled one after them.
+#[inline(always)]
+pub(crate) fn next_run(run: u32, signal: bool, every: u32) -> u32 {
+    let next = run.saturating_add(1);
+    if signal || next >= every { 0 } else { next }
+}
 pub use state::{CanPostRecv, ErrorState, Init, QpState, QpStateKind, Reset, Rtr, Rts};
 
 use crate::cq::CqInner;
@@ -179,9 +190,12 @@ pub(crate) struct QpInner {
     pub(crate) tables: Arc<QpTables>,
     /// Set once `ibv_destroy_qp` succeeded (by [`QueuePair::close`] or `Drop`).
     pub(crate) destroyed: bool,
-    /// Unsignaled slot and ring sends posted since the last signaled one, whatever their ring:
-    /// the rings signal one before the send queue can fill with unsignaled requests.
-    pub(crate) unsignaled_slot_sends: u32,
+    /// Unsignaled sends of the safe paths (owned, slot and ring sends) posted since the last
+    /// signaled one of any of them: each path signals one before the send queue can fill with
+    /// unsignaled requests, which on providers that free send-queue entries only at a
+    /// completion would leave nothing to complete them (`docs/data-path.md`, "Slot rings",
+    /// **Signals**).
+    pub(crate) unsignaled_run: u32,
     /// The multicast groups (GID, LID) it is attached to: detached before the destroy, which
     /// the kernel refuses (`EBUSY`) while any is left.
     pub(crate) mcast: Vec<(crate::device::Gid, u16)>,
@@ -341,6 +355,7 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
     }
 
     /// The capacities the device granted.
+    #[inline]
     pub fn caps(&self) -> QpCaps {
         self.inner.caps
     }
@@ -365,10 +380,39 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
         &mut self.inner.state_changed
     }
 
-    /// See [`QpInner::unsignaled_slot_sends`].
-    #[inline]
-    pub(crate) fn unsignaled_slot_sends_mut(&mut self) -> &mut u32 {
-        &mut self.inner.unsignaled_slot_sends
+    /// The run of unsignaled sends of the safe paths posted since the last signaled one (see
+    /// [`QpInner::unsignaled_run`]).
+    #[inline(always)]
+    pub(crate) fn unsignaled_run(&self) -> u32 {
+        self.inner.unsignaled_run
+    }
+
+    /// Sets [`unsignaled_run`](Self::unsignaled_run), after a post.
+    #[inline(always)]
+    pub(crate) fn set_unsignaled_run(&mut self, run: u32) {
+        self.inner.unsignaled_run = run;
+    }
+
+    /// The signal rule of the safe send paths for one more send ([`next_run`] from the
+    /// current run): 0 when it must be signaled. Changes nothing: the post's outcome goes to
+    /// [`count_unsignaled`](Self::count_unsignaled).
+    #[inline(always)]
+    pub(crate) fn next_unsignaled(&self, signal: bool, every: u32) -> u32 {
+        next_run(self.inner.unsignaled_run, signal, every)
+    }
+
+    /// Records the outcome of a post that [`next_unsignaled`](Self::next_unsignaled) gave
+    /// `run`: the run it made if the provider took the request, one more than before if the
+    /// provider did not say (the most it can be), unchanged if it refused it.
+    #[inline(always)]
+    pub(crate) fn count_unsignaled(&mut self, run: u32, result: &Result<()>) {
+        match result {
+            Ok(()) => self.inner.unsignaled_run = run,
+            Err(error) if may_have_posted(error) => {
+                self.inner.unsignaled_run = self.inner.unsignaled_run.saturating_add(1);
+            }
+            Err(_) => {}
+        }
     }
 
     /// Whether sends go through the extended `ibv_wr_*` API (see [`SendPath`]): `false` for
@@ -643,5 +687,29 @@ impl<T: Transport> QueuePair<T, Rtr> {
         }
         let (raw, mask) = attr.raw();
         self.modify_raw(raw, mask)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_run;
+
+    /// The run grows by one per unsignaled send and returns to 0 for a signaled one: asked or
+    /// forced, or the one that would make the run reach `every`; it never wraps.
+    #[test]
+    fn the_signal_rule_bounds_the_run() {
+        let every = 4;
+        let mut run = 0;
+        let mut runs = Vec::new();
+        for _ in 0..9 {
+            run = next_run(run, false, every);
+            runs.push(run);
+        }
+        assert_eq!(runs, [1, 2, 3, 0, 1, 2, 3, 0, 1]);
+        assert_eq!(next_run(2, true, every), 0, "asked or forced");
+        assert_eq!(next_run(0, false, 1), 0, "a send queue of one: every send");
+        assert_eq!(next_run(0, false, 0), 0);
+        assert_eq!(next_run(u32::MAX, false, u32::MAX), 0, "no overflow");
+        assert_eq!(next_run(u32::MAX - 2, false, u32::MAX), u32::MAX - 1);
     }
 }

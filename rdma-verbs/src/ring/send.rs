@@ -49,8 +49,8 @@ use crate::wr::{foreign_object, op};
 /// `Send` and `Sync`: writing, posting and completing take it `&mut`.
 pub struct SendRing<T: Transport = Rc> {
     core: Core,
-    /// At most `signal_every - 1` unsignaled ring sends of the queue pair in a row (counted by
-    /// the queue pair, for all its rings): the next is signaled. The smaller of the slot count
+    /// At most `signal_every - 1` unsignaled sends of the queue pair in a row (counted by the
+    /// queue pair, for all its rings and its owned sends): the next is signaled. The smaller of the slot count
     /// and the send queue's capacity.
     signal_every: u32,
     /// On UD, per slot the address handle of the request posted from it (`None` when the slot
@@ -372,8 +372,9 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// which stays posted until [`SendRing::complete`] is given the request's completion (or,
     /// for an unsignaled request, a later signaled one's of the ring). A request is signaled
     /// whatever it asked when it takes the ring's last free slot, and after fewer unsignaled
-    /// ring sends of this queue pair in a row (of any of its rings) than the ring has slots
-    /// and the send queue holds, so that a completion comes to free them. Allocates nothing.
+    /// sends of this queue pair in a row (of any of its rings, and its owned sends) than the
+    /// ring has slots and the send queue holds, so that a completion comes to free them.
+    /// Allocates nothing.
     ///
     /// # Errors
     ///
@@ -437,16 +438,16 @@ impl<T: Transport> QueuePair<T, Rts> {
         let core = &mut ring.core;
         let (index, id) = core.take_tail(self.tables(), len)?;
         // Unsignaled sends are freed only by a later signaled one: one is signaled after
-        // `signal_every - 1` unsignaled ring sends of this queue pair in a row (of any ring:
-        // fewer than this ring's slots and than the send queue holds), and when it takes the
-        // ring's last free slot (the caller would have none left to post a signaled one).
-        let mut run = self.unsignaled_slot_sends_mut().saturating_add(1);
-        if flags.contains(SendFlags::SIGNALED)
-            || run >= ring.signal_every
-            || core.record.free_tail().is_none()
-        {
+        // `signal_every - 1` unsignaled sends of this queue pair in a row (of any ring, or of
+        // the owned and slot paths: fewer than this ring's slots and than the send queue
+        // holds), and when it takes the ring's last free slot (the caller would have none left
+        // to post a signaled one).
+        let run = self.next_unsignaled(
+            flags.contains(SendFlags::SIGNALED) || core.record.free_tail().is_none(),
+            ring.signal_every,
+        );
+        if run == 0 {
             flags.insert(SendFlags::SIGNALED);
-            run = 0;
         }
         let mut sge = ffi::ibv_sge {
             addr: core.region.addr(index),
@@ -514,17 +515,12 @@ impl<T: Transport> QueuePair<T, Rts> {
         // slot (slots are 8-aligned). `remote` is the peer's memory. The operation is one the
         // transport carries, with a destination on UD and none elsewhere (checked); a UD
         // destination's address handle is kept with the slot (above).
-        match unsafe { self.post_send_raw(&mut raw, ops) } {
-            Ok(()) => {
-                *self.unsignaled_slot_sends_mut() = run;
-                Ok(())
-            }
+        let result = unsafe { self.post_send_raw(&mut raw, ops) };
+        self.count_unsignaled(run, &result);
+        match result {
+            Ok(()) => Ok(()),
             Err(error) => {
-                if may_have_posted(&error) {
-                    // Counted as an unsignaled send (it may be one the device holds).
-                    let counted = self.unsignaled_slot_sends_mut();
-                    *counted = counted.saturating_add(1);
-                } else if T::DATAGRAM {
+                if T::DATAGRAM && !may_have_posted(&error) {
                     if let Some(kept) = ring.dests.get_mut(index as usize) {
                         *kept = None;
                     }

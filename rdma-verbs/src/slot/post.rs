@@ -287,13 +287,10 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// Posts a send request from a slot: the slot stays in `ring` until
     /// [`SlotRing::complete`] is given the request's completion (or, for an unsignaled
     /// request, a later signaled one's of the ring). A request is signaled whatever it asked
-    /// when no slot of the ring is left free, and after fewer unsignaled slot sends of this
-    /// queue pair in a row (of any of its rings) than the ring has slots and the send queue
-    /// holds, so that a completion comes to free them. Owned sends are not counted: a queue
-    /// pair that also posts unsignaled [`OwnedSend`](crate::OwnedSend)s must signal often
-    /// enough itself (a provider that frees send-queue entries only at completions refuses
-    /// every post once the queue holds unsignaled requests alone: a stall until a reset, not
-    /// a hazard). Allocates nothing. Not on UD (use
+    /// when no slot of the ring is left free, and after fewer unsignaled sends of this queue
+    /// pair in a row (of any of its rings, and its [`OwnedSend`](crate::OwnedSend)s) than the
+    /// ring has slots and the send queue holds, so that a completion comes to free them.
+    /// Allocates nothing. Not on UD (use
     /// [`OwnedSend`](crate::OwnedSend), whose entry keeps the address handle alive).
     ///
     /// # Errors
@@ -361,16 +358,15 @@ impl<T: Transport> QueuePair<T, Rts> {
             });
         }
         // Unsignaled sends come back only with a later signaled one: one is signaled after
-        // `signal_every - 1` unsignaled slot sends of this queue pair in a row (of any ring:
-        // fewer than this ring's slots and than the send queue holds), and whenever no slot of
-        // this ring is left free (the caller may have none to post).
-        let mut run = self.unsignaled_slot_sends_mut().saturating_add(1);
-        if flags.contains(SendFlags::SIGNALED)
-            || run >= ring.signal_every
-            || ring.record.free_is_empty()
-        {
+        // `signal_every - 1` unsignaled sends of this queue pair in a row (of any ring, or of
+        // the owned path: fewer than this ring's slots and than the send queue holds), and
+        // whenever no slot of this ring is left free (the caller may have none to post).
+        let run = self.next_unsignaled(
+            flags.contains(SendFlags::SIGNALED) || ring.record.free_is_empty(),
+            ring.signal_every,
+        );
+        if run == 0 {
             flags.insert(SendFlags::SIGNALED);
-            run = 0;
         }
         let payload = Payload::Slice(slice);
         let mut request = match op {
@@ -393,19 +389,8 @@ impl<T: Transport> QueuePair<T, Rts> {
         // completion of this request, or of a later signaled one of this queue (which
         // completes in order), is handed to the ring, or this post fails without the device
         // having seen it. `remote` is the peer's memory.
-        match unsafe { self.post_send_one(&request) } {
-            Ok(()) => {
-                *self.unsignaled_slot_sends_mut() = run;
-                Ok(())
-            }
-            Err(error) => {
-                if may_have_posted(&error) {
-                    // Counted as an unsignaled send (it may be one the device holds).
-                    let counted = self.unsignaled_slot_sends_mut();
-                    *counted = counted.saturating_add(1);
-                }
-                Err(refused(ring, false, id, error))
-            }
-        }
+        let result = unsafe { self.post_send_one(&request) };
+        self.count_unsignaled(run, &result);
+        result.map_err(|error| refused(ring, false, id, error))
     }
 }
