@@ -454,8 +454,8 @@ fn rings_share_completion_queues_and_unsignaled_sends_are_freed() {
 }
 
 /// The signal rules, each alone: the send that takes a ring's last free slot is signaled
-/// whatever it asked; and after `signal_every - 1` unsignaled ring sends of the queue pair in
-/// a row, counted across its rings, the next is.
+/// whatever it asked; and after `signal_every - 1` unsignaled sends of the queue pair in a
+/// row, counted across its rings (and its slot and owned sends), the next is.
 #[test]
 fn ring_sends_are_signaled_when_they_must_be() {
     let Some(f) = fixture() else { return };

@@ -819,26 +819,28 @@ fn slot_unsignaled_sends_are_signaled_often_enough() {
 /// The owned, slot and ring send paths share one run of unsignaled sends per queue pair: after
 /// `max_send_wr - 1` unsignaled sends in a row, of any mix of paths, the next is signaled
 /// whatever it asked (neither its own table nor its ring forces it here), and an owned list
-/// carries the run from request to request, so the send queue never fills with unsignaled
-/// requests: on providers that free send-queue entries only at a completion (not rxe), that
+/// carries the run from request to request and leaves it for the next send, so the send queue
+/// never fills with unsignaled requests: on providers that free send-queue entries only at a completion (not rxe), that
 /// would leave every path's posts refused for good. Every byte received is checked, in order.
 #[test]
 fn unsignaled_sends_of_every_path_share_one_run() {
     let Some(f) = fixture() else { return };
-    let (mut cq_a, mut cq_b) = (f.cq(64), f.cq(64));
+    let (mut cq_a, mut cq_b) = (f.cq(64), f.cq(128));
     let (mut a, mut b) = f.rc_pair(
         f.pd.qp_builder(&cq_a, &cq_a).max_send_wr(4),
-        f.pd.qp_builder(&cq_b, &cq_b).max_recv_wr(64),
+        f.pd.qp_builder(&cq_b, &cq_b).max_recv_wr(128),
         AccessFlags::empty(),
     );
+    // At least 4, so that the owned list below (three sends) does not fill the owned table;
+    // at most 24, so that the 128 receives cover every send.
     let every = a.caps().max_send_wr;
-    assert!((2..16).contains(&every), "{:?}", a.caps());
-    let mut rx = b.recv_ring(64, 16).unwrap();
-    assert!(b.fill_recv_ring(&mut rx).unwrap() >= 4 * every + 2);
+    assert!((4..=24).contains(&every), "{:?}", a.caps());
+    let mut rx = b.recv_ring(128, 16).unwrap();
+    assert!(b.fill_recv_ring(&mut rx).unwrap() >= 5 * every + 2);
     let pool = BufferPool::new(&f.pd, every as usize, 16).unwrap();
-    // Twice the send queue: the ring's own rule (its last free slot) never signals here.
-    let mut tx = a.slot_ring(2 * every, 16).unwrap();
-    let mut ring = a.send_ring(2 * every, 16).unwrap();
+    // Four times the send queue: the rings' own rule (their last free slot) never signals here.
+    let mut tx = a.slot_ring(4 * every, 16).unwrap();
+    let mut ring = a.send_ring(4 * every, 16).unwrap();
     let mut sent: Vec<Vec<u8>> = Vec::new();
     let slot_send = |a: &mut QueuePair<Rc, Rts>, tx: &mut SlotRing, sent: &mut Vec<Vec<u8>>| {
         let m = pattern(16, sent.len() as u8);
@@ -908,13 +910,14 @@ fn unsignaled_sends_of_every_path_share_one_run() {
     drop(done);
     assert_eq!((a.owned_in_flight(), pool.available()), (0, every as usize));
 
-    // Slot sends, then a list of two owned ones: the run goes on from request to request, so
-    // the first stays unsignaled and the second is signaled.
+    // Slot sends, then a list of three owned ones: the run goes on from request to request,
+    // so the first stays unsignaled, the second is signaled and the third starts a new run,
+    // which the slot sends after it continue: the one that reaches `every` is signaled.
     for _ in 2..every {
         slot_send(&mut a, &mut tx, &mut sent);
     }
-    let mut list = OwnedSendList::with_capacity(2);
-    for _ in 0..2 {
+    let mut list = OwnedSendList::with_capacity(3);
+    for _ in 0..3 {
         let m = pattern(16, sent.len() as u8);
         let mut buf = pool.take().expect("a buffer");
         buf.fill_from(&m).unwrap();
@@ -924,20 +927,32 @@ fn unsignaled_sends_of_every_path_share_one_run() {
     }
     a.post_send_list(&mut list).unwrap();
     let done = reap(&mut cq_a, 1);
-    assert_done(&done[0], sent.len() as u64 - 1, WcOpcode::Send);
+    assert_done(&done[0], sent.len() as u64 - 2, WcOpcode::Send);
     drop(done);
     assert_no_completion_each(&mut cq_a);
-    assert_eq!((a.owned_in_flight(), pool.available()), (0, every as usize));
-    // A signaled slot send frees every slot send still posted.
+    assert_eq!(a.owned_in_flight(), 1, "the third, unsignaled");
+    for _ in 2..every {
+        slot_send(&mut a, &mut tx, &mut sent);
+    }
+    assert_no_completion_each(&mut cq_a);
     let m = pattern(16, sent.len() as u8);
     let mut slot = tx.take().unwrap();
     tx.fill(&mut slot, &m).unwrap();
-    a.post_send_slot(&mut tx, SlotSend::send(slot)).unwrap();
+    a.post_send_slot(&mut tx, SlotSend::send(slot).unsignaled())
+        .unwrap();
     sent.push(m);
     let done = wait_for(&mut cq_a, 1);
-    let slot = tx.complete(&done[0]).expect("the signaled slot send");
+    let slot = tx
+        .complete(&done[0])
+        .expect("the slot send the run signaled");
+    assert_eq!(tx.bytes(&slot).unwrap(), &sent[sent.len() - 1][..]);
     tx.put(slot).unwrap();
-    assert_eq!(tx.posted(), 0);
+    assert_eq!(tx.posted(), 0, "it freed every slot send before it");
+    owned_send(&mut a, &mut sent, true);
+    let done = reap(&mut cq_a, 1);
+    assert_done(&done[0], sent.len() as u64 - 1, WcOpcode::Send);
+    drop(done);
+    assert_eq!((a.owned_in_flight(), pool.available()), (0, every as usize));
 
     let got = wait_for(&mut cq_b, sent.len());
     for (n, wc) in got.iter().enumerate() {

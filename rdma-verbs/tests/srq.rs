@@ -452,9 +452,9 @@ fn srq_slot_ring_refusals_and_a_ring_dropped_with_receives_posted() {
 /// `fill_slot_ring` posts every free slot in chains of up to 32 and stops without an error at
 /// a full SRQ, part way through a chain on rxe (which takes 63 for 48; the slots the SRQ did
 /// not take stay free), having posted exactly as many as single posts to an SRQ made alike
-/// could; a second fill of the full SRQ posts nothing. After 40 messages over two queue pairs, each slot
-/// checked byte for byte and given back to the ring, a fill posts exactly those 40 again. A
-/// ring of another SRQ is refused, nothing posted.
+/// could; a second fill of the full SRQ posts nothing. After 40 messages over two queue pairs,
+/// each slot checked byte for byte and given back to the ring, a fill posts exactly those 40
+/// again. A ring of another SRQ is refused, nothing posted.
 #[test]
 fn srq_slot_ring_fill_in_batches() {
     let Some(f) = fixture() else { return };
@@ -654,7 +654,6 @@ fn srq_destroyed_while_its_slot_ring_has_receives_posted() {
         taken.push(slot);
     }
     assert_eq!(taken.len(), 2, "only the free slots are handed out");
-    assert!(rx.complete(&WorkCompletion::default()).is_none());
     for slot in taken {
         rx.put(slot).unwrap();
     }

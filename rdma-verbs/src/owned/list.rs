@@ -408,6 +408,30 @@ fn post_list<Q, Tb: Table, I: Item>(
     }
 }
 
+/// The run of unsignaled sends after a list of `len` sends was posted from run `start`
+/// (`next_run` for each request the provider took, `signals` saying whether its path signals
+/// it whatever the run: asked, or the table's last slot), given the post's `result`: all of
+/// them, those before the one refused, none for an error raised before the post verb, and
+/// when the provider did not say what it took, one more per request, the most it can be.
+fn run_after(
+    start: u32,
+    every: u32,
+    signals: impl Iterator<Item = bool>,
+    len: usize,
+    result: &Result<()>,
+) -> u32 {
+    let took = match result {
+        Ok(()) => len,
+        Err(error) if may_have_posted(error) => {
+            return start.saturating_add(u32::try_from(len).unwrap_or(u32::MAX));
+        }
+        Err(error) => posted_before(error, len),
+    };
+    signals
+        .take(took)
+        .fold(start, |run, signal| next_run(run, signal, every))
+}
+
 /// Builds the chain of `items` in `storage`'s vectors and hands it to `post`; the storage is
 /// put back, empty, whatever happens.
 fn with_chain<'s, W, V, I>(
@@ -513,21 +537,11 @@ impl<T: Transport> QueuePair<T, Rts> {
                         unsafe { qp.post_send(chain) }
                     },
                 );
-                // The run after the requests the provider took: all of them, those before the
-                // one it refused, or, when it did not say, at most one more per request.
-                let after = match &result {
-                    Ok(()) => run.get(),
-                    Err(error) if may_have_posted(error) => {
-                        start.saturating_add(u32::try_from(items.len()).unwrap_or(u32::MAX))
-                    }
-                    Err(error) => items
-                        .iter()
-                        .zip(ids)
-                        .take(posted_before(error, items.len()))
-                        .fold(start, |run, (item, &(_, last_slot))| {
-                            next_run(run, signal(item, last_slot), every)
-                        }),
-                };
+                let signals = items
+                    .iter()
+                    .zip(ids.iter())
+                    .map(|(item, &(_, last_slot))| signal(item, last_slot));
+                let after = run_after(start, every, signals, items.len(), &result);
                 qp.set_unsignaled_run(after);
                 result
             },
@@ -632,4 +646,59 @@ fn recv_request(item: &RecvItem, id: u64, _last_slot: bool) -> RecvRequest<'_> {
 /// The send request of a list item with owned id `id`, signaled whatever it asked if `signal`.
 fn send_request<'s>(item: &'s Prepared<'_>, id: u64, signal: bool) -> SendRequest<'s> {
     item.request(id, signal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Errno;
+    use crate::qp::EXTENDED_POST_VERB;
+
+    /// The run after a list: replayed over the requests the provider took (all, those before
+    /// the refused one, none for an error before the post verb), and one more per request
+    /// when it did not say what it took; never below the true run.
+    #[test]
+    fn the_run_after_a_list_follows_what_the_provider_took() {
+        // Four sends from run 1, bound 4: the third is forced (run 4), the fourth asked.
+        let signals = [false, false, false, true];
+        let after = |result: &Result<()>| run_after(1, 4, signals.iter().copied(), 4, result);
+        assert_eq!(after(&Ok(())), 0, "the last one was signaled");
+        let refused = |index| Error::Post {
+            verb: "ibv_post_send",
+            index,
+            errno: Errno::INVAL,
+        };
+        assert_eq!(after(&Err(refused(0))), 1, "none taken");
+        assert_eq!(after(&Err(refused(2))), 3, "two taken");
+        assert_eq!(after(&Err(refused(3))), 0, "the forced one taken");
+        let full = Error::QueueFull {
+            verb: "ibv_post_send",
+            index: 1,
+        };
+        assert_eq!(after(&Err(full)), 2);
+        for unknown in [
+            Error::PostIndeterminate {
+                verb: "ibv_post_send",
+                errno: Errno::BUSY,
+            },
+            Error::Post {
+                verb: EXTENDED_POST_VERB,
+                index: 0,
+                errno: Errno::NOMEM,
+            },
+        ] {
+            assert_eq!(after(&Err(unknown)), 5, "the most it can be");
+        }
+        assert_eq!(after(&Err(Error::InvalidArgument("built".into()))), 1);
+        assert_eq!(
+            run_after(u32::MAX - 1, u32::MAX, [false; 3].into_iter(), 3, &{
+                Err(Error::PostIndeterminate {
+                    verb: "ibv_post_send",
+                    errno: Errno::BUSY,
+                })
+            }),
+            u32::MAX,
+            "saturates"
+        );
+    }
 }

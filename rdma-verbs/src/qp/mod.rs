@@ -41,6 +41,15 @@ pub use attr::{
 pub use builder::QpBuilder;
 pub use extended::SendPath;
 pub(crate) use post::{EXTENDED_POST_VERB, check_ops, may_have_posted};
+pub use state::{CanPostRecv, ErrorState, Init, QpState, QpStateKind, Reset, Rtr, Rts};
+
+use crate::cq::CqInner;
+use crate::error::{Errno, Error, Result};
+use crate::ffi;
+use crate::inflight::QpTables;
+use crate::pd::ProtectionDomain;
+use crate::srq::SrqInner;
+use crate::wr::op;
 
 /// The signal rule of the safe send paths (owned, slot and ring sends): the run of unsignaled
 /// sends of the queue pair after one more is posted, when `run` were before it; 0 when that
@@ -52,15 +61,6 @@ pub(crate) fn next_run(run: u32, signal: bool, every: u32) -> u32 {
     let next = run.saturating_add(1);
     if signal || next >= every { 0 } else { next }
 }
-pub use state::{CanPostRecv, ErrorState, Init, QpState, QpStateKind, Reset, Rtr, Rts};
-
-use crate::cq::CqInner;
-use crate::error::{Errno, Error, Result};
-use crate::ffi;
-use crate::inflight::QpTables;
-use crate::pd::ProtectionDomain;
-use crate::srq::SrqInner;
-use crate::wr::op;
 
 mod sealed {
     pub trait Sealed {}
@@ -476,7 +476,7 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
     }
 
     fn modify_raw<To: QpState>(
-        self,
+        mut self,
         mut attr: ffi::ibv_qp_attr,
         mask: u32,
     ) -> Transition<T, S, To> {
@@ -485,8 +485,10 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
         match Errno::result(ret) {
             Ok(()) => {
                 if To::KIND == QpStateKind::Reset {
-                    // The device dropped every request: owned ones are released.
+                    // The device dropped every request: owned ones are released, and no
+                    // unsignaled send is left in the send queue.
                     self.inner.tables.clear();
+                    self.inner.unsignaled_run = 0;
                 }
                 Ok(self.cast())
             }

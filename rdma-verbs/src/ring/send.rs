@@ -50,8 +50,8 @@ use crate::wr::{foreign_object, op};
 pub struct SendRing<T: Transport = Rc> {
     core: Core,
     /// At most `signal_every - 1` unsignaled sends of the queue pair in a row (counted by the
-    /// queue pair, for all its rings and its owned sends): the next is signaled. The smaller of the slot count
-    /// and the send queue's capacity.
+    /// queue pair, for all its rings and its owned sends): the next is signaled. The smaller
+    /// of the slot count and the send queue's capacity.
     signal_every: u32,
     /// On UD, per slot the address handle of the request posted from it (`None` when the slot
     /// is free), kept while the device may use it; empty on the other transports.

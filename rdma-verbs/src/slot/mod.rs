@@ -65,8 +65,8 @@ pub struct SlotRing {
     /// The registered slots, bound to the queue pair the ring posts to.
     region: SlotRegion,
     /// At most `signal_every - 1` unsignaled sends of the queue pair in a row (counted by the
-    /// queue pair, for all its rings and its owned sends): the next is signaled. The smaller of the slot count
-    /// and the send queue's capacity.
+    /// queue pair, for all its rings and its owned sends): the next is signaled. The smaller
+    /// of the slot count and the send queue's capacity.
     signal_every: u32,
     /// This ring's number, which its slots carry.
     ring: u64,
