@@ -10,11 +10,14 @@
 //! - `bench-compare`: the Rust `lat` and `bw` tools against C perftest, alternately, in one
 //!   run.
 //! - `bench`: the criterion benches (`cargo bench`) on the device.
+//! - `build-benches`: builds the benches, the benchmark tools and the C reference program.
+//! - `ci`: `.ci/run`, the tier of CI every change runs; `ci --full` adds the second tier.
 //! - `modules`: prints the module graph of `rdma-verbs` and fails on a cycle.
 //! - `bindgen`: regenerates the checked-in raw bindings of `rdma-verbs-sys`.
 
 #[cfg(feature = "bindgen")]
 mod bindgen;
+mod ci;
 mod harness;
 mod modules;
 mod setup;
@@ -35,6 +38,10 @@ fn main() -> ExitCode {
         Some("instructions") => harness::instructions(&root, &args[1..]),
         Some("bench-compare") => harness::bench_compare(&root, &args[1..]),
         Some("bench") => harness::bench(&root, &args[1..]),
+        Some("build-benches") => harness::build_benches(&root, &args[1..]),
+        Some("ci") => ci::run(&root, &args[1..]),
+        // Internal: the guest scripts' line prefixer.
+        Some("prefix-lines") => harness::prefix_lines(&args[1..]),
         Some("dsm-bench") => harness::dsm_bench(&root, &args[1..]),
         Some("-h" | "--help") | None => {
             print!("{USAGE}");
@@ -59,8 +66,12 @@ const USAGE: &str = "usage: cargo xtask <task>
 tasks:
   setup             install the packages a fresh machine needs (idempotent)
   test              build all tests and run them on an RDMA device (Soft-RoCE VM if the host
-                    has none); options: --vm, --host, --no-doc, --repeat N,
+                    has none); options: --vm, --host, --no-doc, --repeat N, --nodes N,
+                    --lanes N (device binaries at once in the VM, default 2),
                     -- <test filter and libtest arguments>
+  ci                run .ci/run, the tier of CI every change runs; --full: then the second
+                    tier (four-VM DSM job, criterion benches, bench-compare --smoke, the
+                    interop pairings 50 times each), logs in target/ci-full/
   pingpong          run rc_pingpong server and client on the device (Soft-RoCE VM if the host
                     has none); extra arguments go to both, e.g. `cargo xtask pingpong -s 64`
   harness-selftest  prove the test harness fails on planted failures and stops a hung VM
@@ -69,6 +80,8 @@ tasks:
                     Soft-RoCE VM if none); option: the round count (default 2000)
   bench             run the criterion benches (`cargo bench -p rdma-benches`) on the device
                     (Soft-RoCE VM if none); criterion's arguments after `--`
+  build-benches     build the criterion benches, the release tools (lat, bw, instructions,
+                    dsm) and the C reference program, running nothing
   bench-compare     run the Rust `lat`/`bw` tools and C perftest's ib_*_lat/ib_send_bw
                     alternately on the device (Soft-RoCE VM if none) and print their
                     latencies, message rates and ratios;

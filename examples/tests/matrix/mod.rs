@@ -47,11 +47,19 @@ use rdma_test_support::TestDevice;
 pub(crate) const ITERS: u32 = 60;
 pub(crate) const DEADLINE: Duration = Duration::from_secs(60);
 
-/// Each run gets its own TCP port (below the ephemeral range; 2000 runs before one repeats).
+/// Each run gets its own TCP port, below the ephemeral range. The four interop binaries that
+/// share this module run at the same time in the harness, so each has a range of its own
+/// (1,800 runs before one repeats): 20000-21799 RC, then UC, UD and SRQ, up to 27199 (the
+/// other examples' tests use 12471-14470, 17174-19173 and 27471-29470).
 fn next_port() -> u16 {
     static NEXT: AtomicU16 = AtomicU16::new(0);
-    let base = 20000 + (std::process::id() % 6) as u16 * 2000;
-    base + NEXT.fetch_add(1, Ordering::Relaxed) % 2000
+    let slot = match env!("CARGO_CRATE_NAME") {
+        "interop_rc" => 0,
+        "interop_uc" => 1,
+        "interop_ud" => 2,
+        _ => 3,
+    };
+    20000 + slot * 1800 + NEXT.fetch_add(1, Ordering::Relaxed) % 1800
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

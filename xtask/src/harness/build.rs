@@ -12,6 +12,9 @@ pub(crate) struct TestBinary {
     pub(crate) name: String,
     pub(crate) path: String,
     pub(crate) package_dir: String,
+    /// Whether it holds a library's or a program's unit tests (the tests inside `src/`), as
+    /// opposed to an integration test target or an example.
+    pub(crate) unit: bool,
 }
 
 /// Runs `cargo test --no-run <args>` in `root` and returns the test executables it built.
@@ -59,6 +62,7 @@ pub(crate) fn build_test_binaries(
             name: binary_name(&package, &name, line),
             path,
             package_dir,
+            unit: is_unit(line),
         });
     }
     binaries.sort_by(|a, b| a.name.cmp(&b.name));
@@ -138,6 +142,33 @@ pub(crate) fn build_bench_binaries(root: &Path, package: &str) -> Result<Vec<Str
     Ok(binaries)
 }
 
+/// The release tools the benchmark tasks run: `(package, binary)`.
+const RELEASE_TOOLS: &[(&str, &str)] = &[
+    ("rdma-benches", "lat"),
+    ("rdma-benches", "bw"),
+    ("rdma-benches", "instructions"),
+    ("rdma-dsm", "dsm"),
+];
+
+/// `cargo xtask build-benches`: builds, without running anything, what the benchmark tasks
+/// run: the criterion benches (bench profile), the release tools ([`RELEASE_TOOLS`]) and the C
+/// reference program of the instruction counts, so that none of them can stop building
+/// between runs of the tier that runs them.
+pub(crate) fn build_benches(root: &Path, args: &[String]) -> Result<(), String> {
+    if let Some(arg) = args.first() {
+        return Err(format!("build-benches takes no arguments (got `{arg}`)"));
+    }
+    let benches = build_bench_binaries(root, "rdma-benches")?;
+    println!("build-benches: {} criterion bench binaries", benches.len());
+    for (package, bin) in RELEASE_TOOLS {
+        let path = build_release_bin(root, package, bin)?;
+        println!("build-benches: {path}");
+    }
+    let c = build_c_program(root, "benches/c/post_poll.c", "post_poll")?;
+    println!("build-benches: {c}");
+    Ok(())
+}
+
 /// Compiles the C program `source` (relative to `root`) with `cc -O2` against libibverbs into
 /// `target/c/<name>` and returns its path. `-O2` is how distributions build rdma-core and
 /// perftest; warnings are errors so that the reference cannot rot quietly.
@@ -169,6 +200,18 @@ fn binary_name(package: &str, target: &str, line: &str) -> String {
     } else {
         format!("{package}/{target}")
     }
+}
+
+/// Whether an artifact line is a library's or a program's own unit tests: its target's kind
+/// is `lib` (or another library kind) or `bin`.
+fn is_unit(line: &str) -> bool {
+    [
+        "\"kind\":[\"lib\"]",
+        "\"kind\":[\"rlib\"]",
+        "\"kind\":[\"bin\"]",
+    ]
+    .iter()
+    .any(|kind| line.contains(kind))
 }
 
 /// Whether an artifact line was built by the test profile (a test harness), as opposed to, say,
@@ -232,8 +275,13 @@ pub(crate) fn list_tests(binary: &TestBinary, test_args: &[String]) -> Result<Ve
 }
 
 /// Runs the workspace's doc tests on the host (they compile examples; none touches a device)
-/// and returns their output and whether cargo succeeded.
-pub(crate) fn run_doc_tests(root: &Path, test_args: &[String]) -> Result<(Output, bool), String> {
+/// and returns their output and whether cargo succeeded. With `skip_compile_fail`, leaves out
+/// the compile-fail cases, which [`run_compile_fail`] runs with their error codes checked.
+pub(crate) fn run_doc_tests(
+    root: &Path,
+    test_args: &[String],
+    skip_compile_fail: bool,
+) -> Result<(Output, bool), String> {
     println!("harness: doc tests (host)");
     let mut command = Command::new(env!("CARGO"));
     command.args([
@@ -246,8 +294,14 @@ pub(crate) fn run_doc_tests(root: &Path, test_args: &[String]) -> Result<(Output
         "--",
     ]);
     command.args(test_args);
+    if skip_compile_fail {
+        command.args(["--skip", COMPILE_FAIL_FILTER]);
+    }
     run_libtest(root, command)
 }
+
+/// The doc tests of `rdma-verbs`'s `compile_fail` module: its compile-fail cases.
+const COMPILE_FAIL_FILTER: &str = "compile_fail::";
 
 /// Runs the compile-fail cases of `rdma-verbs` (doc tests of its `compile_fail` module) with
 /// their error codes checked, and returns their output and whether cargo succeeded.
@@ -262,7 +316,14 @@ pub(crate) fn run_compile_fail(root: &Path) -> Result<(Output, bool), String> {
     command
         .env("RUSTC_BOOTSTRAP", "1")
         .env("CARGO_TARGET_DIR", root.join("target").join("compile-fail"))
-        .args(["test", "-p", "rdma-verbs", "--doc", "--", "compile_fail::"]);
+        .args([
+            "test",
+            "-p",
+            "rdma-verbs",
+            "--doc",
+            "--",
+            COMPILE_FAIL_FILTER,
+        ]);
     run_libtest(root, command)
 }
 

@@ -22,6 +22,7 @@ mod instructions;
 mod nodes;
 mod pingpong;
 mod process;
+mod schedule;
 mod selftest;
 mod verdict;
 mod vm;
@@ -33,24 +34,37 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use build::TestBinary;
-use verdict::{DeviceReport, Exit, Kind, Skips, Verdict};
+use verdict::{DeviceReport, Exit, Kind, Output, Skips, Verdict};
 
 pub(crate) use bench::bench_compare;
+pub(crate) use build::build_benches;
 pub(crate) use criterion::bench;
 pub(crate) use dsm_bench::dsm_bench;
 pub(crate) use instructions::instructions;
 pub(crate) use pingpong::pingpong;
 pub(crate) use selftest::run as selftest;
-pub(crate) use vm::{find_kernel, find_vng};
+pub(crate) use vm::{find_kernel, find_vng, prefix_lines, shell_quote};
 
 /// Test targets whose name ends so run on the host, not on the device: compile-fail tests,
 /// which invoke the compiler (far too slow under the VM's software emulation) and touch no
 /// device.
 const HOST_ONLY_SUFFIX: &str = "compile_fail";
 
+/// Whether a test binary runs on the host instead of the device: compile-fail targets, and the
+/// unit tests inside `src/` of every library and program, which touch no device (their
+/// structures, parsers and rules; the device tests are the integration test targets), and run
+/// natively instead of under the VM's emulation. On a host without an RDMA device, a unit test
+/// that tried to use one would fail.
+fn runs_on_host(binary: &TestBinary) -> bool {
+    binary.unit || binary.name.ends_with(HOST_ONLY_SUFFIX)
+}
+
 /// The options of `cargo xtask test`, for error messages.
 const OPTIONS: &str =
-    "--vm, --host, --no-doc, --repeat N, --nodes N, -- <test filter and libtest args>";
+    "--vm, --host, --no-doc, --repeat N, --nodes N, --lanes N, -- <test filter and libtest args>";
+
+/// The most device binaries a VM may run at once.
+const MAX_LANES: usize = 8;
 
 #[derive(Default)]
 struct Options {
@@ -60,6 +74,8 @@ struct Options {
     repeat: Option<u32>,
     /// `--nodes N`: the multi-node suite on N VMs.
     nodes: Option<usize>,
+    /// `--lanes N`: device binaries the VM runs at once.
+    lanes: Option<usize>,
     test_args: Vec<String>,
 }
 
@@ -87,6 +103,8 @@ pub(crate) struct Plan {
     pub(crate) place: Place,
     /// The watchdog's limit for a VM run.
     pub(crate) timeout: Duration,
+    /// How many device binaries the VM runs at once (those that must run alone aside).
+    pub(crate) lanes: usize,
 }
 
 /// What running a plan produced.
@@ -105,7 +123,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
     let started = Instant::now();
     let (host, device): (Vec<TestBinary>, Vec<TestBinary>) = build::build_tests(root)?
         .into_iter()
-        .partition(|b| b.name.ends_with(HOST_ONLY_SUFFIX));
+        .partition(runs_on_host);
     let (multinode, device): (Vec<TestBinary>, Vec<TestBinary>) =
         device.into_iter().partition(nodes::is_multinode);
     if let Some(count) = options.nodes {
@@ -121,6 +139,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
             repeat: options.repeat,
             place: Place::Vm,
             timeout: vm::timeout_from_env(),
+            lanes: 1,
         };
         let executed = nodes::execute(root, &plan, count)?;
         print_summary(&executed, started.elapsed());
@@ -131,8 +150,8 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
         };
     }
     println!(
-        "harness: built {} test binaries ({} run on the host; {} multi-node binaries are left \
-         for `--nodes N`)",
+        "harness: built {} test binaries ({} run on the host: unit and compile-fail tests; {} \
+         multi-node binaries are left for `--nodes N`)",
         device.len() + host.len(),
         host.len(),
         multinode.len()
@@ -151,6 +170,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
             Place::Auto
         },
         timeout: vm::timeout_from_env(),
+        lanes: options.lanes.unwrap_or(schedule::LANES),
     };
     let executed = execute(root, &plan)?;
     print_summary(&executed, started.elapsed());
@@ -182,6 +202,14 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
                     ))?;
                 options.nodes = Some(count);
             }
+            "--lanes" => {
+                let count = rest
+                    .next()
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .filter(|n| (1..=MAX_LANES).contains(n))
+                    .ok_or(format!("--lanes takes a count from 1 to {MAX_LANES}"))?;
+                options.lanes = Some(count);
+            }
             "--repeat" => {
                 let count = rest
                     .next()
@@ -203,6 +231,12 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
     }
     if options.force_vm && options.force_host {
         return Err("--vm and --host exclude each other".to_string());
+    }
+    if options.nodes.is_some() && options.lanes.is_some() {
+        return Err(
+            "--lanes is for the single-node suite; the nodes run their binaries in step"
+                .to_string(),
+        );
     }
     if options.nodes.is_some() && options.force_host {
         return Err(
@@ -235,32 +269,37 @@ pub(crate) fn execute(root: &Path, plan: &Plan) -> Result<Executed, String> {
         envs.push(("RDMA_TEST_REPEAT", repeat.to_string()));
     }
     if plan.doc {
-        let (output, succeeded) = build::run_doc_tests(root, &plan.test_args)?;
-        verdict
-            .binaries
-            .push(verdict::judge_doc("doc tests", &output, succeeded, 0));
-        // A filtered run names the tests it wants; the compile-fail step belongs to full runs.
-        if plan.test_args.is_empty() {
+        // A filtered run names the tests it wants; the compile-fail step belongs to full runs,
+        // and then the doc-test run leaves the compile-fail cases to it (each compiled once).
+        let compile_fail = plan.test_args.is_empty();
+        let started = Instant::now();
+        let (output, succeeded) = build::run_doc_tests(root, &plan.test_args, compile_fail)?;
+        let mut judged = verdict::judge_doc("doc tests", &output, succeeded, 0);
+        judged.seconds = Some(started.elapsed().as_secs_f64());
+        verdict.binaries.push(judged);
+        if compile_fail {
+            let started = Instant::now();
             let (output, succeeded) = build::run_compile_fail(root)?;
-            verdict.binaries.push(verdict::judge_doc(
-                "compile-fail (error codes)",
-                &output,
-                succeeded,
-                1,
-            ));
+            let mut judged =
+                verdict::judge_doc("compile-fail (error codes)", &output, succeeded, 1);
+            judged.seconds = Some(started.elapsed().as_secs_f64());
+            verdict.binaries.push(judged);
         }
     }
     for binary in &plan.host {
         println!("harness: ==> {} (host)", binary.name);
+        let started = Instant::now();
         let (text, exit) = run_on_host(binary, &plan.test_args, &envs)?;
-        verdict.binaries.push(verdict::judge(
+        let mut judged = verdict::judge(
             &binary.name,
             Kind::Host,
             &expected[binary.name.as_str()],
             &verdict::parse_libtest(&text),
             exit,
             &Skips::new(),
-        ));
+        );
+        judged.seconds = Some(started.elapsed().as_secs_f64());
+        verdict.binaries.push(judged);
     }
     let work = run_dir(root)?;
     let report_path = work.join("report.txt");
@@ -268,8 +307,10 @@ pub(crate) fn execute(root: &Path, plan: &Plan) -> Result<Executed, String> {
 
     let use_host =
         plan.place == Place::Host || (plan.place == Place::Auto && host_has_active_device());
-    let mut outputs: BTreeMap<String, String> = BTreeMap::new();
+    let mut outputs: BTreeMap<String, Output> = BTreeMap::new();
     let mut exits: BTreeMap<String, Exit> = BTreeMap::new();
+    let mut times: BTreeMap<String, f64> = BTreeMap::new();
+    let mut report_files = vec![report_path.clone()];
     let mut vms = Vec::new();
     let place = if plan.device.is_empty() {
         "no device binaries".to_string()
@@ -285,37 +326,62 @@ pub(crate) fn execute(root: &Path, plan: &Plan) -> Result<Executed, String> {
         args.extend(plan.test_args.iter().cloned());
         for binary in &plan.device {
             println!("harness: ==> {}", binary.name);
+            let started = Instant::now();
             let (text, exit) = run_on_host(binary, &args, &device_envs)?;
-            outputs.insert(binary.name.clone(), text);
+            times.insert(binary.name.clone(), started.elapsed().as_secs_f64());
+            outputs.insert(binary.name.clone(), verdict::parse_libtest(&text));
             exits.insert(binary.name.clone(), exit);
         }
         "the host's RDMA device".to_string()
     } else {
         let statuses_path = work.join("status.txt");
-        let _ = std::fs::remove_file(&statuses_path);
+        let (alone, pooled) = schedule::split(&plan.device, plan.lanes);
+        let schedule = vm::Schedule {
+            alone: &alone,
+            pooled: &pooled,
+            lanes: plan.lanes,
+        };
+        for path in schedule
+            .lane_files(&statuses_path)
+            .iter()
+            .chain(&schedule.lane_files(&report_path))
+        {
+            let _ = std::fs::remove_file(path);
+        }
+        report_files = schedule.lane_files(&report_path);
         let script = work.join("guest.sh");
         let text = vm::guest_script(
-            &plan.device,
+            &schedule,
             &report_path,
             &statuses_path,
             &plan.test_args,
             plan.repeat,
         );
         std::fs::write(&script, text).map_err(|e| format!("writing {}: {e}", script.display()))?;
+        if pooled.is_empty() {
+            println!("harness: {} device binaries, one at a time", alone.len());
+        } else {
+            println!(
+                "harness: {} device binaries alone ({}), then {} on {} lanes at once",
+                alone.len(),
+                alone
+                    .iter()
+                    .map(|b| b.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                pooled.len(),
+                plan.lanes
+            );
+        }
         let run = vm::boot_vm(root, &script, "guest: ==>", plan.timeout)?;
         verdict.problems.extend(run.problems());
-        outputs = verdict::split_guest_log(&run.log);
-        let mut statuses = verdict::guest_exits(&run.log);
-        statuses.extend(verdict::parse_statuses(
-            &std::fs::read_to_string(&statuses_path).unwrap_or_default(),
-        ));
+        let results = verdict::GuestResults::read(&run.log, &schedule.lane_files(&statuses_path));
         for binary in &plan.device {
-            let exit = match statuses.get(&binary.name) {
-                Some(&code) => Exit::Code(code),
-                None if outputs.contains_key(&binary.name) => Exit::Stopped,
-                None => Exit::NotStarted,
-            };
-            exits.insert(binary.name.clone(), exit);
+            outputs.insert(binary.name.clone(), results.output(&binary.name));
+            exits.insert(binary.name.clone(), results.exit(&binary.name));
+            if let Some(seconds) = results.seconds(&binary.name) {
+                times.insert(binary.name.clone(), seconds);
+            }
         }
         let place = format!(
             "Soft-RoCE {} and {} in a QEMU VM of {}, boot to first test {:.1} s",
@@ -327,17 +393,23 @@ pub(crate) fn execute(root: &Path, plan: &Plan) -> Result<Executed, String> {
         vms.push(run);
         place
     };
-    let report = DeviceReport::parse(&std::fs::read_to_string(&report_path).unwrap_or_default());
+    let report = DeviceReport::parse(
+        &report_files
+            .iter()
+            .map(|path| std::fs::read_to_string(path).unwrap_or_default())
+            .collect::<String>(),
+    );
     for binary in &plan.device {
-        let output = verdict::parse_libtest(outputs.get(&binary.name).map_or("", String::as_str));
-        verdict.binaries.push(verdict::judge(
+        let mut judged = verdict::judge(
             &binary.name,
             Kind::Device,
             &expected[binary.name.as_str()],
-            &output,
+            &outputs.remove(&binary.name).unwrap_or_default(),
             exits.get(&binary.name).copied().unwrap_or(Exit::NotStarted),
             &report.skips,
-        ));
+        );
+        judged.seconds = times.get(&binary.name).copied();
+        verdict.binaries.push(judged);
     }
     if report.ran.is_empty() && plan.test_args.is_empty() && !plan.device.is_empty() {
         verdict
@@ -423,10 +495,13 @@ pub(crate) fn print_summary(executed: &Executed, elapsed: Duration) {
             continue;
         }
         println!(
-            "harness:   {}: {} ({})",
+            "harness:   {}: {} ({}{})",
             binary.name,
             tally.line(),
-            binary.exit.describe()
+            binary.exit.describe(),
+            binary
+                .seconds
+                .map_or_else(String::new, |s| format!(", {s:.1} s"))
         );
         for (test, why) in &binary.failed {
             println!("harness:     FAILED {test}: {why}");
@@ -437,6 +512,13 @@ pub(crate) fn print_summary(executed: &Executed, elapsed: Duration) {
     }
     for line in &executed.report.failures {
         println!("harness:   test-support recorded: {line}");
+    }
+    let slowest = slowest(&verdict.binaries, SLOWEST);
+    if !slowest.is_empty() {
+        println!("harness: the {} slowest:", slowest.len());
+        for (name, seconds) in slowest {
+            println!("harness:   {seconds:8.1} s  {name}");
+        }
     }
     for kind in [Kind::Device, Kind::Host, Kind::Doc] {
         if kind == Kind::Doc && !executed.doc_ran {
@@ -457,6 +539,20 @@ pub(crate) fn print_summary(executed: &Executed, elapsed: Duration) {
         println!("harness: FAILED: {}", reasons.join("; "));
     }
     println!("{}", verdict.tally(None).line());
+}
+
+/// How many of the slowest binaries the summary lists.
+const SLOWEST: usize = 10;
+
+/// The `count` binaries (doc-test steps included) that took longest, slowest first.
+fn slowest(binaries: &[verdict::BinaryVerdict], count: usize) -> Vec<(&str, f64)> {
+    let mut timed: Vec<(&str, f64)> = binaries
+        .iter()
+        .filter_map(|b| Some((b.name.as_str(), b.seconds?)))
+        .collect();
+    timed.sort_by(|a, b| b.1.total_cmp(&a.1));
+    timed.truncate(count);
+    timed
 }
 
 /// Whether any port of any RDMA device of this host is active.
@@ -495,6 +591,12 @@ mod tests {
         assert_eq!(options.repeat, Some(5));
         assert_eq!(options.test_args, strings(&["rc_", "--exact"]));
         assert_eq!(parse_options(&[]).expect("no options").repeat, None);
+        assert_eq!(
+            parse_options(&strings(&["--lanes", "3"]))
+                .expect("--lanes")
+                .lanes,
+            Some(3)
+        );
         for bad in [
             &["--repeat"][..],
             &["--repeat", "0"],
@@ -505,6 +607,10 @@ mod tests {
             &["--nodes", "3"],
             &["--nodes", "6"],
             &["--nodes", "2", "--host"],
+            &["--lanes", "0"],
+            &["--lanes", "9"],
+            &["--lanes"],
+            &["--nodes", "2", "--lanes", "2"],
             &["--bogus"],
         ] {
             assert!(parse_options(&strings(bad)).is_err(), "{bad:?}");

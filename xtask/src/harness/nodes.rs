@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::build::TestBinary;
-use super::verdict::{self, DeviceReport, Exit, Kind, Verdict};
+use super::verdict::{self, DeviceReport, Kind, Verdict};
 use super::vm::{self, VmSpec, shell_quote};
 use super::{Executed, Plan};
 
@@ -218,7 +218,7 @@ pub(crate) fn execute(root: &Path, plan: &Plan, nodes: usize) -> Result<Executed
         let script = work.join(format!("guest.{node}.sh"));
         let mut text = node_prelude(node, nodes, &cluster);
         text.push_str(&vm::test_runs(
-            &plan.device,
+            &vm::Schedule::serial(&plan.device),
             &report,
             &statuses,
             &plan.test_args,
@@ -269,32 +269,26 @@ pub(crate) fn execute(root: &Path, plan: &Plan, nodes: usize) -> Result<Executed
                 node_run.log.display()
             ));
         }
-        let outputs = verdict::split_guest_log(&node_run.run.log);
-        let mut statuses = verdict::guest_exits(&node_run.run.log);
-        statuses.extend(verdict::parse_statuses(
-            &std::fs::read_to_string(&node_run.statuses).unwrap_or_default(),
-        ));
+        let results = verdict::GuestResults::read(
+            &node_run.run.log,
+            std::slice::from_ref(&node_run.statuses),
+        );
         let report =
             DeviceReport::parse(&std::fs::read_to_string(&node_run.report).unwrap_or_default());
         for binary in &plan.device {
-            let exit = match statuses.get(&binary.name) {
-                Some(&code) => Exit::Code(code),
-                None if outputs.contains_key(&binary.name) => Exit::Stopped,
-                None => Exit::NotStarted,
-            };
-            let output =
-                verdict::parse_libtest(outputs.get(&binary.name).map_or("", String::as_str));
+            let mut judged = verdict::judge(
+                &binary.name,
+                Kind::Device,
+                &expected[binary.name.as_str()],
+                &results.output(&binary.name),
+                results.exit(&binary.name),
+                &report.skips,
+            );
+            judged.seconds = results.seconds(&binary.name);
             per_binary
                 .entry(binary.name.clone())
                 .or_default()
-                .push(verdict::judge(
-                    &binary.name,
-                    Kind::Device,
-                    &expected[binary.name.as_str()],
-                    &output,
-                    exit,
-                    &report.skips,
-                ));
+                .push(judged);
         }
         merged_report.ran.extend(report.ran);
         merged_report.skips.extend(report.skips);
@@ -390,6 +384,7 @@ mod tests {
             name: name.to_string(),
             path: String::new(),
             package_dir: String::new(),
+            unit: false,
         };
         assert!(is_multinode(&binary("examples/multinode_pingpong")));
         assert!(is_multinode(&binary("rdma-verbs/multinode")));

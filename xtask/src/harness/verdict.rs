@@ -146,43 +146,103 @@ pub(crate) fn parse_statuses(text: &str) -> BTreeMap<String, i32> {
         .collect()
 }
 
-/// The `guest: <== NAME exit CODE` lines of the guest's console log: the statuses again, in
-/// case the status file lost its last lines when the VM was stopped.
+/// The `guest: <== NAME exit CODE in SECONDS s` lines of the guest's console log: the statuses
+/// again, in case the status file lost its last lines when the VM was stopped.
 pub(crate) fn guest_exits(log: &str) -> BTreeMap<String, i32> {
-    log.lines()
-        .filter_map(|line| {
-            let rest = line.trim().strip_prefix("guest: <== ")?;
-            let (name, code) = rest.rsplit_once(" exit ")?;
-            Some((name.to_string(), code.parse().ok()?))
-        })
+    guest_ends(log)
+        .map(|(name, code, _)| (name.to_string(), code))
         .collect()
 }
 
-/// Splits the guest's console log into each binary's part, after its `guest: ==> NAME` line.
+/// Each binary's wall time in the guest, from its `guest: <== NAME exit CODE in SECONDS s` line.
+pub(crate) fn guest_times(log: &str) -> BTreeMap<String, f64> {
+    guest_ends(log)
+        .filter_map(|(name, _, seconds)| Some((name.to_string(), seconds?)))
+        .collect()
+}
+
+/// The name, exit code and (when given) seconds of each `guest: <== ` line.
+fn guest_ends(log: &str) -> impl Iterator<Item = (&str, i32, Option<f64>)> {
+    log.lines().filter_map(|line| {
+        let rest = line.trim().strip_prefix("guest: <== ")?;
+        let (name, end) = rest.rsplit_once(" exit ")?;
+        let (code, seconds) = match end.split_once(" in ") {
+            Some((code, time)) => (code, time.strip_suffix(" s")?.parse().ok()),
+            None => (end, None),
+        };
+        Some((name, code.parse().ok()?, seconds))
+    })
+}
+
+/// Splits the guest's console log into each binary's output. The guest prefixes every line a
+/// binary prints with `[NAME] ` (so that two binaries running at once can share the console),
+/// and announces it first with `guest: ==> NAME`: a line counts for NAME only after that.
 pub(crate) fn split_guest_log(log: &str) -> BTreeMap<String, String> {
-    let mut parts = BTreeMap::new();
-    let mut current: Option<(String, String)> = None;
+    let mut parts: BTreeMap<String, String> = BTreeMap::new();
     for line in log.lines() {
         let clean = strip_ansi(line);
-        let trimmed = clean.trim();
-        if trimmed.starts_with("guest: ") {
-            if let Some((name, text)) = current.take() {
-                parts.insert(name, text);
-            }
-            if let Some(name) = trimmed.strip_prefix("guest: ==> ") {
-                current = Some((name.to_string(), String::new()));
-            }
+        if let Some(name) = clean.trim().strip_prefix("guest: ==> ") {
+            parts.entry(name.to_string()).or_default();
             continue;
         }
-        if let Some((_, text)) = current.as_mut() {
-            text.push_str(line);
-            text.push('\n');
+        let Some((name, text)) = line
+            .strip_prefix('[')
+            .and_then(|rest| rest.split_once("] "))
+        else {
+            continue;
+        };
+        if let Some(part) = parts.get_mut(name) {
+            part.push_str(text);
+            part.push('\n');
         }
     }
-    if let Some((name, text)) = current {
-        parts.insert(name, text);
-    }
     parts
+}
+
+/// What a guest said of each binary it ran: its output, exit and wall time, from the console
+/// log and the status files (`CODE NAME` lines; one per lane when binaries ran at once).
+#[derive(Debug, Default)]
+pub(crate) struct GuestResults {
+    outputs: BTreeMap<String, String>,
+    statuses: BTreeMap<String, i32>,
+    times: BTreeMap<String, f64>,
+}
+
+impl GuestResults {
+    /// Reads the console `log` and the status files (a missing file counts as empty).
+    pub(crate) fn read(log: &str, status_files: &[std::path::PathBuf]) -> Self {
+        let mut statuses = guest_exits(log);
+        for path in status_files {
+            statuses.extend(parse_statuses(
+                &std::fs::read_to_string(path).unwrap_or_default(),
+            ));
+        }
+        Self {
+            outputs: split_guest_log(log),
+            statuses,
+            times: guest_times(log),
+        }
+    }
+
+    /// How binary `name` ended: its status, else still running when the VM ended if it
+    /// printed anything, else never started.
+    pub(crate) fn exit(&self, name: &str) -> Exit {
+        match self.statuses.get(name) {
+            Some(&code) => Exit::Code(code),
+            None if self.outputs.contains_key(name) => Exit::Stopped,
+            None => Exit::NotStarted,
+        }
+    }
+
+    /// What binary `name` printed, parsed.
+    pub(crate) fn output(&self, name: &str) -> Output {
+        parse_libtest(self.outputs.get(name).map_or("", String::as_str))
+    }
+
+    /// Binary `name`'s wall time in the guest.
+    pub(crate) fn seconds(&self, name: &str) -> Option<f64> {
+        self.times.get(name).copied()
+    }
 }
 
 /// How a test binary ended.
@@ -251,6 +311,8 @@ pub(crate) struct BinaryVerdict {
     pub(crate) skipped: Vec<(String, String)>,
     /// Tests counted as failed (or the binary itself, as `(binary)`), with why.
     pub(crate) failed: Vec<(String, String)>,
+    /// Its wall time, when known (in a multi-node run, the slowest node's).
+    pub(crate) seconds: Option<f64>,
 }
 
 /// Test-support's records of justified skips: `(binary stem, test) -> reason`.
@@ -277,6 +339,7 @@ pub(crate) fn judge(
         passed: 0,
         skipped: Vec::new(),
         failed: Vec::new(),
+        seconds: None,
     };
     let stem = binary_stem(name);
     let results: BTreeMap<&str, Outcome> = output
@@ -344,6 +407,7 @@ pub(crate) fn merge_nodes(expected: &[String], per_node: Vec<BinaryVerdict>) -> 
         passed: 0,
         skipped: Vec::new(),
         failed: Vec::new(),
+        seconds: per_node.iter().filter_map(|v| v.seconds).reduce(f64::max),
     };
     if per_node.is_empty() {
         merged.failed = expected
@@ -404,6 +468,7 @@ pub(crate) fn judge_doc(
         passed: 0,
         skipped: Vec::new(),
         failed: Vec::new(),
+        seconds: None,
     };
     for (test, outcome) in &output.results {
         match outcome {
@@ -719,24 +784,63 @@ mod tests {
         assert_eq!(statuses.get("rdma-verbs/rc"), Some(&0));
         assert_eq!(statuses.get("examples/interop"), Some(&124));
         assert_eq!(statuses.len(), 2);
-        let exits = guest_exits("guest: <== p/a exit 0\ntest x ... guest: <== p/b exit 134\n");
+        let exits = guest_exits(
+            "guest: <== p/a exit 0\ntest x ... guest: <== p/b exit 134\n\
+             guest: <== p/c exit 101 in 3.5 s\nguest: <== p/d exit 1 in x s\n",
+        );
         assert_eq!(exits.get("p/a"), Some(&0));
+        assert_eq!(exits.get("p/c"), Some(&101));
+        assert_eq!(
+            exits.get("p/d"),
+            Some(&1),
+            "a time that is no number loses no exit"
+        );
+        let times = guest_times("guest: <== p/c exit 101 in 3.5 s\nguest: <== p/d exit 1 in x s\n");
+        assert_eq!(times.get("p/c"), Some(&3.5));
+        assert_eq!(times.get("p/d"), None);
         assert_eq!(
             exits.len(),
-            1,
+            3,
             "a line that does not start with it is not one"
         );
     }
 
     #[test]
     fn the_guest_log_is_split_per_binary() {
+        // Two binaries on two lanes: their prefixed lines interleave; a line of a binary not
+        // announced yet, an unprefixed line (kernel noise) and a lookalike count for nobody.
         let log = "guest: rxe0 on d0 is active\n\
-            guest: ==> p/a\nrunning 1 test\ntest x ... ok\n\
-            guest: ==> p/b\nrunning 1 test\ntest y ... \n";
+            [p/b] test early ... ok\n\
+            guest: ==> p/a\n\
+            guest: ==> p/b\n\
+            [p/a] running 2 tests\n\
+            [p/b] running 1 test\n\
+            [p/a] test x ... ok\n\
+            [p/b] test y ... \n\
+            test stray ... ok\n\
+            [p/c] test z ... ok\n\
+            [p/a] test w ... \n\
+            [p/a] ok\n\
+            guest: <== p/a exit 0 in 12.345 s\n";
         let parts = split_guest_log(log);
         assert_eq!(parts.len(), 2);
-        assert_eq!(parse_libtest(&parts["p/a"]).results.len(), 1);
-        assert_eq!(parse_libtest(&parts["p/b"]).unfinished, names(&["y"]));
+        let a = parse_libtest(&parts["p/a"]);
+        assert_eq!(
+            a.results,
+            vec![
+                ("x".to_string(), Outcome::Passed),
+                ("w".to_string(), Outcome::Passed)
+            ]
+        );
+        let b = parse_libtest(&parts["p/b"]);
+        assert!(b.results.is_empty());
+        assert_eq!(b.unfinished, names(&["y"]));
+        let results = GuestResults::read(log, &[]);
+        assert_eq!(results.exit("p/a"), Exit::Code(0));
+        assert_eq!(results.exit("p/b"), Exit::Stopped);
+        assert_eq!(results.exit("p/c"), Exit::NotStarted);
+        assert_eq!(results.seconds("p/a"), Some(12.345));
+        assert_eq!(results.seconds("p/b"), None);
     }
 
     #[test]

@@ -21,9 +21,14 @@ pub(crate) const GUEST_DEVICE2: &str = "rxe1";
 /// How long the watchdog waits after SIGTERM before it sends SIGKILL.
 const GRACE: Duration = Duration::from_secs(10);
 
-/// `RDMA_TEST_TIMEOUT` (seconds), 2400 by default: the bound of a whole VM run (a hang bound:
-/// the whole single-node suite took 1,312 s on 2026-11-26 and did not finish in 1,500 s on a
-/// slower run the next day).
+/// The bound of a VM's boot: from starting it to its first test (about 25 s here; two or four
+/// VMs on two cores take longer).
+const BOOT_BOUND: Duration = Duration::from_secs(600);
+
+/// `RDMA_TEST_TIMEOUT` (seconds), 2400 by default: the bound of a VM run from its first test
+/// on (its boot is bounded by [`BOOT_BOUND`]); a hang bound: the whole single-node suite, one
+/// binary at a time, took 1,312 s on 2026-11-26 and did not finish in 1,500 s on a slower run
+/// the next day.
 pub(crate) fn timeout_from_env() -> Duration {
     Duration::from_secs(
         std::env::var("RDMA_TEST_TIMEOUT")
@@ -88,7 +93,8 @@ pub(crate) struct VmRun {
     pub(crate) first_marker: Option<Duration>,
     /// The kernel it booted.
     pub(crate) kernel: PathBuf,
-    /// The limit, when the watchdog had to stop the VM.
+    /// The limit, when the watchdog had to stop the VM: [`BOOT_BOUND`] if it reached no test
+    /// (then `first_marker` is `None`), else the run's limit from its first test on.
     pub(crate) timed_out: Option<Duration>,
     /// How `vng` ended.
     pub(crate) status: Option<ExitStatus>,
@@ -105,11 +111,18 @@ impl VmRun {
     pub(crate) fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         if let Some(limit) = self.timed_out {
-            problems.push(format!(
-                "the VM did not finish within {} s: the watchdog stopped it; the results it \
-                 gathered are above",
-                limit.as_secs()
-            ));
+            problems.push(if self.first_marker.is_some() {
+                format!(
+                    "the VM did not finish within {} s of its first test: the watchdog stopped \
+                     it; the results it gathered are above",
+                    limit.as_secs()
+                )
+            } else {
+                format!(
+                    "the VM reached no test within {} s: the watchdog stopped it",
+                    limit.as_secs()
+                )
+            });
         } else if self.first_marker.is_none() {
             let hint = self
                 .stderr
@@ -142,7 +155,8 @@ impl VmRun {
 }
 
 /// Boots the VM, runs `script` (a path inside the workspace) in it, streams its output, and
-/// stops it after `timeout`: `vng` runs in a process group of its own, which the watchdog
+/// stops it if it reaches no `marker` line within [`BOOT_BOUND`] or runs on for `timeout` after
+/// the first: `vng` runs in a process group of its own, which the watchdog
 /// signals as a whole (SIGTERM, then SIGKILL after a grace period), together with every
 /// descendant of `vng` that left the group.
 pub(crate) fn boot_vm(
@@ -246,19 +260,26 @@ pub(crate) fn boot_vm_with(
         }
         text
     });
+    // One message when the first marker line comes; dropped when the VM has ended.
     let (done, finished) = mpsc::channel::<()>();
     let watchdog_prefix = prefix.clone();
-    let watchdog = std::thread::spawn(move || match finished.recv_timeout(timeout) {
-        Err(RecvTimeoutError::Timeout) => {
-            eprintln!(
-                "{watchdog_prefix}harness: watchdog: the VM is still running after {} s; stopping its process \
-                 group {leader} and every process below vng (SIGTERM, SIGKILL after {} s)",
-                timeout.as_secs(),
-                GRACE.as_secs()
-            );
-            Some(process::stop_group(leader, GRACE))
-        }
-        _ => None,
+    let watchdog = std::thread::spawn(move || {
+        let (limit, phase) = match finished.recv_timeout(BOOT_BOUND) {
+            Ok(()) => match finished.recv_timeout(timeout) {
+                Err(RecvTimeoutError::Timeout) => (timeout, "its first test"),
+                _ => return None,
+            },
+            Err(RecvTimeoutError::Timeout) => (BOOT_BOUND, "its start, before any test"),
+            Err(RecvTimeoutError::Disconnected) => return None,
+        };
+        eprintln!(
+            "{watchdog_prefix}harness: watchdog: the VM is still running {} s after {phase}; \
+             stopping its process group {leader} and every process below vng (SIGTERM, \
+             SIGKILL after {} s)",
+            limit.as_secs(),
+            GRACE.as_secs()
+        );
+        Some((limit, process::stop_group(leader, GRACE)))
     });
     let mut log = String::new();
     let mut first_marker: Option<Duration> = None;
@@ -267,6 +288,7 @@ pub(crate) fn boot_vm_with(
             let mut out = std::io::stdout().lock();
             if first_marker.is_none() && line.starts_with(marker) {
                 first_marker = Some(started.elapsed());
+                let _ = done.send(());
                 let _ = writeln!(
                     out,
                     "{prefix}harness: VM boot to first test: {:.1} s",
@@ -284,14 +306,18 @@ pub(crate) fn boot_vm_with(
     drop(guard);
     let stopped = watchdog.join().unwrap_or(None);
     let stderr = stderr_thread.join().unwrap_or_default();
+    let (timed_out, survivors) = match stopped {
+        Some((limit, survivors)) => (Some(limit), survivors),
+        None => (None, Vec::new()),
+    };
     Ok(VmRun {
         log,
         first_marker,
         kernel,
-        timed_out: stopped.is_some().then_some(timeout),
+        timed_out,
         status,
         stderr,
-        survivors: stopped.unwrap_or_default(),
+        survivors,
         leader,
     })
 }
@@ -373,10 +399,11 @@ echo "guest: {GUEST_DEVICE} on d0 ({GUEST_ADDR}) and {GUEST_DEVICE2} on d1 ({GUE
     )
 }
 
-/// The script the guest runs: make the rxe devices, then run every test binary in turn, each
-/// bounded by `timeout 900`, appending `EXIT-CODE NAME` to `statuses` as each one ends.
+/// The script the guest runs: make the rxe devices, then run the test binaries as `schedule`
+/// says, each bounded by `timeout 900`, appending `EXIT-CODE NAME` to `statuses` (or its lane's
+/// file) as each one ends.
 pub(crate) fn guest_script(
-    binaries: &[TestBinary],
+    schedule: &Schedule<'_>,
     report: &Path,
     statuses: &Path,
     test_args: &[String],
@@ -385,7 +412,7 @@ pub(crate) fn guest_script(
     let mut script = guest_prelude();
     script.push_str(&format!("export RDMA_TEST_ADDR={GUEST_ADDR}\n"));
     script.push_str(&test_runs(
-        binaries,
+        schedule,
         report,
         statuses,
         test_args,
@@ -404,11 +431,47 @@ pub(crate) struct RunHooks {
     pub(crate) after: String,
 }
 
-/// The part of a guest script after the device set-up: run every test binary in turn, each
-/// bounded by `timeout 900`, appending `EXIT-CODE NAME` to `statuses` as each one ends, then
-/// print `guest: done`.
+/// Which binaries a guest runs, and how: first `alone`, one at a time, in order; then `pooled`
+/// on `lanes` lanes at once, each lane taking the next binary nobody has taken yet.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Schedule<'a> {
+    pub(crate) alone: &'a [TestBinary],
+    pub(crate) pooled: &'a [TestBinary],
+    pub(crate) lanes: usize,
+}
+
+impl<'a> Schedule<'a> {
+    /// Every binary one at a time, in order.
+    pub(crate) fn serial(binaries: &'a [TestBinary]) -> Self {
+        Self {
+            alone: binaries,
+            pooled: &[],
+            lanes: 1,
+        }
+    }
+
+    /// The status or report files the guest writes, for a base path: the base itself (binaries
+    /// run alone, and lane 0), then one per further lane (`<base>.1`, ...).
+    pub(crate) fn lane_files(&self, base: &Path) -> Vec<PathBuf> {
+        let mut files = vec![base.to_path_buf()];
+        if !self.pooled.is_empty() {
+            for lane in 1..self.lanes {
+                let mut name = base.as_os_str().to_owned();
+                name.push(format!(".{lane}"));
+                files.push(PathBuf::from(name));
+            }
+        }
+        files
+    }
+}
+
+/// The part of a guest script after the device set-up: run the binaries as `schedule` says,
+/// each bounded by `timeout 900`, with every line it prints prefixed `[NAME] ` (two binaries
+/// may share the console) and its wall time on its `guest: <== NAME exit CODE in S s` line,
+/// appending `EXIT-CODE NAME` to `statuses` (lane `k > 0`: `statuses.k`; likewise the report
+/// file) as each one ends, then print `guest: done`.
 pub(crate) fn test_runs(
-    binaries: &[TestBinary],
+    schedule: &Schedule<'_>,
     report: &Path,
     statuses: &Path,
     test_args: &[String],
@@ -421,36 +484,133 @@ pub(crate) fn test_runs(
     }
     script.push_str(&format!(
         r#"export RDMA_TEST_REQUIRE_DEVICE=1
-export RDMA_TEST_REPORT={report}
+report={report}
+statuses={statuses}
+export RDMA_TEST_REPORT="$report"
+status_file="$statuses"
 export RUST_BACKTRACE=0
+# fd 4: the console, for the prefixing filter inside the command substitution below.
+exec 4>&1
 run() {{
     name=$1; dir=$2; shift 2
 {before}    echo "guest: ==> $name"
-    (cd "$dir" && CARGO_MANIFEST_DIR="$dir" timeout --kill-after=10 900 "$@")
-    code=$?
-{after}    echo "$code $name" >> {statuses}
-    # A binary that died mid-line leaves `test NAME ... ` unterminated.
-    echo
-    echo "guest: <== $name exit $code"
+    start=$(date +%s%N)
+    # The binary's exit code comes out on fd 3; what it prints goes to the console with its
+    # name before every line, as it comes (`xtask prefix-lines`, which ends a piece the binary
+    # left mid-line as a line of its own: a test's `test NAME ... ` shows while it runs).
+    code=$( {{ {{ (cd "$dir" && CARGO_MANIFEST_DIR="$dir" timeout --kill-after=10 900 "$@") 2>&1 3>&-
+        echo $? >&3; }} | {prefixer} prefix-lines "$name" >&4 3>&-; }} 3>&1 )
+    ms=$(( ($(date +%s%N) - start) / 1000000 ))
+{after}    echo "$code $name" >> "$status_file"
+    echo "guest: <== $name exit $code in $((ms / 1000)).$(printf %03d $((ms % 1000))) s"
 }}
 "#,
         report = shell_quote(&report.to_string_lossy()),
         statuses = shell_quote(&statuses.to_string_lossy()),
         before = hooks.before,
         after = hooks.after,
+        prefixer = std::env::current_exe()
+            .map(|path| shell_quote(&path.to_string_lossy()))
+            .unwrap_or_else(|_| "xtask".to_string()),
     ));
     let extra: Vec<String> = test_args.iter().map(|a| shell_quote(a)).collect();
-    for binary in binaries {
-        script.push_str(&format!(
-            "run {} {} {} --test-threads=1 {}\n",
+    let run_line = |binary: &TestBinary| {
+        format!(
+            "run {} {} {} --test-threads=1 {}",
             shell_quote(&binary.name),
             shell_quote(&binary.package_dir),
             shell_quote(&binary.path),
             extra.join(" ")
+        )
+    };
+    for binary in schedule.alone {
+        script.push_str(&run_line(binary));
+        script.push('\n');
+    }
+    if schedule.lanes <= 1 {
+        for binary in schedule.pooled {
+            script.push_str(&run_line(binary));
+            script.push('\n');
+        }
+    } else if !schedule.pooled.is_empty() {
+        // Each lane walks the same list and runs a binary only if it claims it first: `mkdir`
+        // of its number either creates the folder or fails, atomically.
+        script.push_str(
+            r#"claims="$statuses.claims"
+rm -rf "$claims"
+mkdir "$claims" || fail "cannot make $claims"
+job() {
+    case $1 in
+"#,
+        );
+        for (index, binary) in schedule.pooled.iter().enumerate() {
+            script.push_str(&format!("    {index}) {} ;;\n", run_line(binary)));
+        }
+        script.push_str(&format!(
+            r#"    esac
+}}
+lane() {{
+    if [ "$1" -gt 0 ]; then
+        export RDMA_TEST_REPORT="$report.$1"
+        status_file="$statuses.$1"
+    fi
+    i=0
+    while [ $i -lt {count} ]; do
+        mkdir "$claims/$i" 2>/dev/null && job $i
+        i=$((i+1))
+    done
+}}
+"#,
+            count = schedule.pooled.len()
         ));
+        let lanes: Vec<String> = (1..schedule.lanes).map(|k| format!("lane {k} &")).collect();
+        script.push_str(&format!("{}\nlane 0\nwait\n", lanes.join("\n")));
     }
     script.push_str("echo \"guest: done\"\n");
     script
+}
+
+/// `cargo xtask prefix-lines NAME` (run by the guest scripts, not by people): copies its
+/// standard input to its standard output with `[NAME] ` before every line, each read as it
+/// comes in one write (so that two binaries sharing a console never split each other's
+/// lines). A read that ends mid-line is written as a line of its own, so that libtest's
+/// `test NAME ... `, printed before the test runs, shows at once and stays in the log if the
+/// test never ends; the verdict reads a result word on a later line of its own.
+pub(crate) fn prefix_lines(args: &[String]) -> Result<(), String> {
+    use std::io::Read;
+    let [name] = args else {
+        return Err("usage: prefix-lines NAME".to_string());
+    };
+    let prefix = format!("[{name}] ");
+    let mut input = std::io::stdin().lock();
+    let mut output = std::io::stdout().lock();
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let read = match input.read(&mut buffer) {
+            Ok(0) => return Ok(()),
+            Ok(read) => read,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(format!("prefix-lines: reading: {e}")),
+        };
+        let text = prefixed(&prefix, &buffer[..read]);
+        output
+            .write_all(&text)
+            .and_then(|()| output.flush())
+            .map_err(|e| format!("prefix-lines: writing: {e}"))?;
+    }
+}
+
+/// `bytes` with `prefix` before each line, every line ended (the last one too).
+fn prefixed(prefix: &str, bytes: &[u8]) -> Vec<u8> {
+    let mut text = Vec::with_capacity(bytes.len() + 2 * prefix.len());
+    for line in bytes.split_inclusive(|&b| b == b'\n') {
+        text.extend_from_slice(prefix.as_bytes());
+        text.extend_from_slice(line);
+        if !line.ends_with(b"\n") {
+            text.push(b'\n');
+        }
+    }
+    text
 }
 
 pub(crate) fn shell_quote(text: &str) -> String {
@@ -460,6 +620,23 @@ pub(crate) fn shell_quote(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_line_is_prefixed_and_a_piece_mid_line_becomes_a_line() {
+        assert_eq!(prefixed("[p/a] ", b"one\ntwo\n"), b"[p/a] one\n[p/a] two\n");
+        assert_eq!(
+            prefixed("[p/a] ", b"running 1 test\ntest x ... "),
+            b"[p/a] running 1 test\n[p/a] test x ... \n"
+        );
+        assert_eq!(prefixed("[p/a] ", b"ok\n"), b"[p/a] ok\n");
+        assert!(prefixed("[p/a] ", b"").is_empty());
+        // The verdict reads such a split test line as it read noise between name and result.
+        let log = "guest: ==> p/a\n[p/a] test x ... \n[p/a] ok\n[p/a] test y ... \n";
+        let parts = super::super::verdict::split_guest_log(log);
+        let output = super::super::verdict::parse_libtest(&parts["p/a"]);
+        assert_eq!(output.results.len(), 1);
+        assert_eq!(output.unfinished, vec!["y".to_string()]);
+    }
 
     #[test]
     fn shell_quoting_survives_quotes() {
@@ -472,9 +649,10 @@ mod tests {
             name: "p/t".to_string(),
             path: "/x/t-1".to_string(),
             package_dir: "/x".to_string(),
+            unit: false,
         };
         let script = guest_script(
-            std::slice::from_ref(&binary),
+            &Schedule::serial(std::slice::from_ref(&binary)),
             Path::new("/w/report.txt"),
             Path::new("/w/status.txt"),
             &["scope_".to_string()],
@@ -484,8 +662,15 @@ mod tests {
         assert!(script.contains("export RDMA_TEST_DEVICE2=rxe1\n"));
         assert!(script.contains("add_rxe rxe0 d0 169.254.7.1\nadd_rxe rxe1 d1 169.254.8.1\n"));
         assert!(script.contains("run 'p/t' '/x' '/x/t-1' --test-threads=1 'scope_'\n"));
+        assert!(!script.contains("lane "), "one binary alone needs no lanes");
         assert!(script.ends_with("echo \"guest: done\"\n"));
-        let plain = guest_script(&[binary], Path::new("/r"), Path::new("/s"), &[], None);
+        let plain = guest_script(
+            &Schedule::serial(std::slice::from_ref(&binary)),
+            Path::new("/r"),
+            Path::new("/s"),
+            &[],
+            None,
+        );
         assert!(!plain.contains("RDMA_TEST_REPEAT"));
     }
 }
