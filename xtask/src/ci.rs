@@ -33,11 +33,17 @@ pub(crate) const REPEATED_PAIRINGS: &[&str] = &[
 /// How many times the second tier runs each repeated pairing.
 const REPEATS: u32 = 50;
 
-/// One step of the second tier: a name (also its log's), and the `cargo xtask` arguments.
+/// One step of the second tier: a name (also its log's), the `cargo xtask` arguments, and
+/// the bound of each test binary when it is not the default (`RDMA_TEST_BINARY_TIMEOUT`).
 struct Step {
     name: &'static str,
     args: Vec<String>,
+    binary_timeout: Option<u64>,
 }
+
+/// The bound of one interop binary repeated: 3 pairings × 50 runs took about 600 s alone in the
+/// VM and about 1.4 times that beside another binary; 900 s is too close.
+const REPEAT_BINARY_TIMEOUT_S: u64 = 1800;
 
 fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
@@ -62,6 +68,7 @@ fn full_steps() -> Vec<Step> {
                 "--",
                 "multinode_dsm_one_rank_per_vm_of_the_whole_run",
             ]),
+            binary_timeout: None,
         },
         // Briefly: they run on the device and check their data; no time is judged.
         Step {
@@ -79,17 +86,20 @@ fn full_steps() -> Vec<Step> {
                 "1000",
                 "--noplot",
             ]),
+            binary_timeout: None,
         },
         // Rust lat/bw and C perftest at 64 bytes, and the instruction counts (200 rounds).
         Step {
             name: "bench-compare-smoke",
             args: strings(&["bench-compare", "--smoke"]),
+            binary_timeout: None,
         },
         // The twelve pingpong pairings, 50 runs each: a teardown race shows up as a failure
         // in a repeat.
         Step {
             name: "interop-repeat",
             args: repeat,
+            binary_timeout: Some(REPEAT_BINARY_TIMEOUT_S),
         },
     ]
 }
@@ -125,7 +135,11 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
     tier_one.arg(root.join(".ci").join("run"));
     results.push(run_step(root, &logs, "ci-run", tier_one)?);
     for step in full_steps() {
-        results.push(run_step(root, &logs, step.name, xtask(&step.args))?);
+        let mut command = xtask(&step.args);
+        if let Some(seconds) = step.binary_timeout {
+            command.env("RDMA_TEST_BINARY_TIMEOUT", seconds.to_string());
+        }
+        results.push(run_step(root, &logs, step.name, command)?);
     }
     println!("\n=== ci --full: step timings (s)");
     for (name, ok, seconds) in &results {
@@ -176,7 +190,13 @@ fn run_step(
         .map(|a| super::harness::shell_quote(&a.to_string_lossy()))
         .collect::<Vec<_>>()
         .join(" ");
-    let status = Command::new("bash")
+    let mut shell = Command::new("bash");
+    for (key, value) in command.get_envs() {
+        if let Some(value) = value {
+            shell.env(key, value);
+        }
+    }
+    let status = shell
         .args(["-o", "pipefail", "-c"])
         .arg(format!(
             "{program} 2>&1 | tee {}",

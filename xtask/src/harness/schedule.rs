@@ -79,6 +79,17 @@ pub(crate) fn split(binaries: &[TestBinary], lanes: usize) -> (Vec<TestBinary>, 
     (alone, pooled)
 }
 
+/// The names in [`ALONE`] and [`LONG_FIRST`] that are none of `binaries` (a renamed binary
+/// would otherwise run pooled, beside another, unnoticed).
+pub(crate) fn unknown_names(binaries: &[TestBinary]) -> Vec<&'static str> {
+    ALONE
+        .iter()
+        .map(|(name, _)| *name)
+        .chain(LONG_FIRST.iter().copied())
+        .filter(|name| !binaries.iter().any(|b| b.name == *name))
+        .collect()
+}
+
 /// Whether binary `name` must run alone.
 pub(crate) fn is_alone(name: &str) -> bool {
     ALONE.iter().any(|(alone, _)| *alone == name)
@@ -131,5 +142,11 @@ mod tests {
         for (name, why) in ALONE {
             assert!(!why.is_empty(), "{name} must say why it runs alone");
         }
+        assert!(unknown_names(&all).is_empty());
+        let pooled_only = [binary("p/a-pooled")];
+        assert_eq!(
+            unknown_names(&pooled_only).len(),
+            ALONE.len() + LONG_FIRST.len()
+        );
     }
 }

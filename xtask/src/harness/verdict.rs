@@ -266,10 +266,12 @@ impl Exit {
         match self {
             Exit::Code(0) => "exit 0".to_string(),
             Exit::Code(101) => "exit 101".to_string(),
-            Exit::Code(124) => "stopped by `timeout` after 900 s (hung)".to_string(),
-            Exit::Code(137) => {
-                "killed by `timeout` (SIGKILL) after 900 s; it ignored SIGTERM".to_string()
-            }
+            Exit::Code(124) => "stopped by `timeout` at the binary's bound (900 s unless \
+                 RDMA_TEST_BINARY_TIMEOUT says otherwise): hung"
+                .to_string(),
+            Exit::Code(137) => "killed by `timeout` (SIGKILL) at the binary's bound; it ignored \
+                 SIGTERM"
+                .to_string(),
             Exit::Code(code) if code > 128 && code < 160 => {
                 format!("killed by signal {} (crashed)", code - 128)
             }

@@ -25,6 +25,17 @@ const GRACE: Duration = Duration::from_secs(10);
 /// VMs on two cores take longer).
 const BOOT_BOUND: Duration = Duration::from_secs(600);
 
+/// `RDMA_TEST_BINARY_TIMEOUT` (seconds), 900 by default: the bound of one test binary
+/// (`timeout` in the guest, and on a host with a device). The interop repeats of the second
+/// CI tier raise it: 50 runs of a pairing under a shared CPU take longer.
+pub(crate) fn binary_timeout_from_env() -> u64 {
+    std::env::var("RDMA_TEST_BINARY_TIMEOUT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&s| s > 0)
+        .unwrap_or(900)
+}
+
 /// `RDMA_TEST_TIMEOUT` (seconds), 2400 by default: the bound of a VM run from its first test
 /// on (its boot is bounded by [`BOOT_BOUND`]); a hang bound: the whole single-node suite, one
 /// binary at a time, took 1,312 s on 2026-11-26 and did not finish in 1,500 s on a slower run
@@ -466,7 +477,7 @@ impl<'a> Schedule<'a> {
 }
 
 /// The part of a guest script after the device set-up: run the binaries as `schedule` says,
-/// each bounded by `timeout 900`, with every line it prints prefixed `[NAME] ` (two binaries
+/// each bounded by `timeout` ([`binary_timeout_from_env`], 900 s by default), with every line it prints prefixed `[NAME] ` (two binaries
 /// may share the console) and its wall time on its `guest: <== NAME exit CODE in S s` line,
 /// appending `EXIT-CODE NAME` to `statuses` (lane `k > 0`: `statuses.k`; likewise the report
 /// file) as each one ends, then print `guest: done`.
@@ -489,6 +500,7 @@ statuses={statuses}
 export RDMA_TEST_REPORT="$report"
 status_file="$statuses"
 export RUST_BACKTRACE=0
+binary_timeout={binary_timeout}
 # fd 4: the console, for the prefixing filter inside the command substitution below.
 exec 4>&1
 run() {{
@@ -498,8 +510,13 @@ run() {{
     # The binary's exit code comes out on fd 3; what it prints goes to the console with its
     # name before every line, as it comes (`xtask prefix-lines`, which ends a piece the binary
     # left mid-line as a line of its own: a test's `test NAME ... ` shows while it runs).
-    code=$( {{ {{ (cd "$dir" && CARGO_MANIFEST_DIR="$dir" timeout --kill-after=10 900 "$@") 2>&1 3>&-
-        echo $? >&3; }} | {prefixer} prefix-lines "$name" >&4 3>&-; }} 3>&1 )
+    # `timeout` leads a process group of its own (its pid, as the subshell execs it): what a
+    # test left running in it is killed when the binary ends, so that nothing holds the pipe
+    # to the prefixer open after the binary.
+    code=$( {{ {{ (cd "$dir" && export CARGO_MANIFEST_DIR="$dir" &&
+            exec timeout --kill-after=10 "$binary_timeout" "$@") 2>&1 3>&- &
+        pid=$!; wait $pid; binary_code=$?; kill -KILL -$pid 2>/dev/null
+        echo $binary_code >&3; }} | {prefixer} prefix-lines "$name" >&4 3>&-; }} 3>&1 )
     ms=$(( ($(date +%s%N) - start) / 1000000 ))
 {after}    echo "$code $name" >> "$status_file"
     echo "guest: <== $name exit $code in $((ms / 1000)).$(printf %03d $((ms % 1000))) s"
@@ -509,6 +526,7 @@ run() {{
         statuses = shell_quote(&statuses.to_string_lossy()),
         before = hooks.before,
         after = hooks.after,
+        binary_timeout = binary_timeout_from_env(),
         prefixer = std::env::current_exe()
             .map(|path| shell_quote(&path.to_string_lossy()))
             .unwrap_or_else(|_| "xtask".to_string()),
@@ -554,10 +572,10 @@ lane() {{
         export RDMA_TEST_REPORT="$report.$1"
         status_file="$statuses.$1"
     fi
-    i=0
-    while [ $i -lt {count} ]; do
-        mkdir "$claims/$i" 2>/dev/null && job $i
-        i=$((i+1))
+    claim=0
+    while [ $claim -lt {count} ]; do
+        mkdir "$claims/$claim" 2>/dev/null && job $claim
+        claim=$((claim+1))
     done
 }}
 "#,
@@ -571,9 +589,8 @@ lane() {{
 }
 
 /// `cargo xtask prefix-lines NAME` (run by the guest scripts, not by people): copies its
-/// standard input to its standard output with `[NAME] ` before every line, each read as it
-/// comes in one write (so that two binaries sharing a console never split each other's
-/// lines). A read that ends mid-line is written as a line of its own, so that libtest's
+/// standard input to its standard output with `[NAME] ` before every line, as it comes, one
+/// write per line (so that two binaries sharing a console never split each other's lines). A read that ends mid-line is written as a line of its own, so that libtest's
 /// `test NAME ... `, printed before the test runs, shows at once and stays in the log if the
 /// test never ends; the verdict reads a result word on a later line of its own.
 pub(crate) fn prefix_lines(args: &[String]) -> Result<(), String> {
@@ -592,11 +609,13 @@ pub(crate) fn prefix_lines(args: &[String]) -> Result<(), String> {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(format!("prefix-lines: reading: {e}")),
         };
-        let text = prefixed(&prefix, &buffer[..read]);
-        output
-            .write_all(&text)
-            .and_then(|()| output.flush())
-            .map_err(|e| format!("prefix-lines: writing: {e}"))?;
+        // One write per line: a line is short enough that no pipe or console splits it.
+        for line in prefixed(&prefix, &buffer[..read]).split_inclusive(|&b| b == b'\n') {
+            output
+                .write_all(line)
+                .and_then(|()| output.flush())
+                .map_err(|e| format!("prefix-lines: writing: {e}"))?;
+        }
     }
 }
 
