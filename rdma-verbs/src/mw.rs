@@ -24,6 +24,7 @@
 use std::fmt;
 use std::ops::{Bound, RangeBounds};
 use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::error::{Errno, Error, Result};
 use crate::ffi;
@@ -75,28 +76,152 @@ impl MwType {
 /// bound, some devices (rxe among them) refuse to deregister the region, which then leaks its
 /// memory.
 ///
+/// # Destroying the queue pair a window is bound to
+///
+/// A type 2 window an owned bind ([`OwnedSend::bind_mw`]) of a queue pair handed to the
+/// provider is deallocated by that queue pair's destruction ([`QueuePair::close`] or drop),
+/// before `ibv_destroy_qp`, even if it was bound elsewhere since: a window bound through the
+/// owned path belongs with its queue pair (allocate one per queue pair). rxe holds a queue
+/// pair's destruction for about 50 s while a window is bound to it, then frees the queue pair
+/// under the window; deallocating the window first ends the binding. Afterwards the window's
+/// key grants nothing, [`is_allocated`](Self::is_allocated) says `false`, and a bind of it is
+/// refused: allocate a new window. Only while an owned bind request of the window exists does
+/// a destruction leave the window alone (the request may be posted meanwhile).
+///
+/// A window bound with [`SendRequest::bind_mw`] is not recorded by the queue pair: invalidate
+/// it (or drop it) before its queue pair is destroyed. Its `unsafe` post requires the window to
+/// stay allocated until the post returns, which a concurrent destruction of a queue pair that
+/// bound it through the owned path would break.
+///
 /// # Thread safety
 ///
 /// `Send` and `Sync`: the window is a kernel object that may be used and deallocated from any
 /// thread. Through `&self` the crate only reads fields of `ibv_mw` that never change, and the
 /// provider only reads the key while posting a request that borrows the window. The key in
 /// `ibv_mw` is written only under `&mut self` (by the crate before a type 2 bind, by the
-/// provider in `ibv_bind_mw`), when no request borrows the window.
+/// provider in `ibv_bind_mw`), when no request borrows the window. A queue pair's destruction
+/// deallocates the window only under the window's lock, only while no owned bind request of it
+/// exists (a flag under the same lock, set when the request is made and cleared when it is
+/// dropped); every bind request checks under that lock that the window is allocated before it
+/// touches `ibv_mw`.
+///
+/// [`OwnedSend::bind_mw`]: crate::OwnedSend::bind_mw
+/// [`SendRequest::bind_mw`]: crate::SendRequest::bind_mw
+/// [`QueuePair::close`]: crate::QueuePair::close
 pub struct MemoryWindow {
-    raw: NonNull<ffi::ibv_mw>,
+    shared: Arc<MwShared>,
     kind: MwType,
     /// The key of the latest bind (or of the allocation).
     rkey: u32,
-    pd: ProtectionDomain,
-    /// Set once `ibv_dealloc_mw` succeeded.
-    freed: bool,
 }
 
-// SAFETY: see "Thread safety" above: the handle is usable from any thread, and its one mutable
-// field is written only through `&mut self`.
-unsafe impl Send for MemoryWindow {}
-// SAFETY: as above; `&self` methods read immutable state only.
-unsafe impl Sync for MemoryWindow {}
+/// What a window shares with the queue pairs it was bound through by the owned path: its
+/// `ibv_mw` and domain, whether it is still allocated, and whether an owned bind request of it
+/// exists.
+pub(crate) struct MwShared {
+    raw: NonNull<ffi::ibv_mw>,
+    /// Kept alive while anything may deallocate the window.
+    pd: ProtectionDomain,
+    state: Mutex<MwState>,
+}
+
+struct MwState {
+    /// Cleared once `ibv_dealloc_mw` succeeded.
+    allocated: bool,
+    /// An owned bind request of the window exists (it may be posted, which reads `ibv_mw`).
+    requested: bool,
+}
+
+/// The type 2 windows a queue pair's owned binds handed to the provider: each is deallocated
+/// (where allowed: [`MwShared::release`]) before the queue pair's destruction, so that no
+/// binding holds it.
+#[derive(Default)]
+pub(crate) struct BoundWindows(Mutex<Vec<Arc<MwShared>>>);
+
+impl BoundWindows {
+    fn lock(&self) -> MutexGuard<'_, Vec<Arc<MwShared>>> {
+        // Nothing panics while holding it; a poisoned lock's list is still whole.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records `window`; forgets the windows deallocated meanwhile.
+    pub(crate) fn keep(&self, window: Arc<MwShared>) {
+        let mut windows = self.lock();
+        windows.retain(|kept| kept.is_allocated());
+        if !windows.iter().any(|kept| Arc::ptr_eq(kept, &window)) {
+            windows.push(window);
+        }
+    }
+
+    /// Deallocates every recorded window (before the queue pair's destruction).
+    pub(crate) fn release_all(&self) {
+        for window in std::mem::take(&mut *self.lock()) {
+            window.release();
+        }
+    }
+}
+
+impl fmt::Debug for BoundWindows {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BoundWindows")
+            .field("count", &self.lock().len())
+            .finish()
+    }
+}
+
+// SAFETY: the handle is usable from any thread (see "Thread safety" on `MemoryWindow`); the
+// state is behind its lock.
+unsafe impl Send for MwShared {}
+// SAFETY: as above.
+unsafe impl Sync for MwShared {}
+
+impl MwShared {
+    fn lock(&self) -> MutexGuard<'_, MwState> {
+        // Nothing panics while holding it; a poisoned lock's state is still whole.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `ibv_dealloc_mw`, once, by the window's owner.
+    fn dealloc(&self) -> Result<()> {
+        let mut state = self.lock();
+        if !state.allocated {
+            return Ok(());
+        }
+        // SAFETY: a live window (allocated, checked under the lock every deallocation takes),
+        // deallocated once; its owner is dropping or closing it, so no request borrows it.
+        let ret = unsafe { ffi::ibv_dealloc_mw(self.raw.as_ptr()) };
+        Errno::result(ret).map_err(|errno| Error::verb("ibv_dealloc_mw", errno))?;
+        state.allocated = false;
+        Ok(())
+    }
+
+    /// Called by a queue pair that handed an owned bind of the window to the provider, before
+    /// it is destroyed: deallocates the window unless an owned bind request of it exists. A
+    /// failure leaves it allocated (the destroy may then wait on the binding, as without this).
+    pub(crate) fn release(&self) {
+        let mut state = self.lock();
+        if !state.allocated || state.requested {
+            return;
+        }
+        // SAFETY: allocated, checked under the lock; no owned bind request of the window exists
+        // (checked under the same lock), and a `SendRequest` bind's post requires the window
+        // to stay allocated only until it returns (its `unsafe` contract).
+        let ret = unsafe { ffi::ibv_dealloc_mw(self.raw.as_ptr()) };
+        if ret == 0 {
+            state.allocated = false;
+        }
+    }
+
+    /// Whether the window is still allocated.
+    pub(crate) fn is_allocated(&self) -> bool {
+        self.lock().allocated
+    }
+
+    /// An owned bind request of the window is gone (dropped, or posted and dropped).
+    pub(crate) fn end_request(&self) {
+        self.lock().requested = false;
+    }
+}
 
 impl ProtectionDomain {
     /// `ibv_alloc_mw`: allocates a memory window of type `kind`, unbound.
@@ -148,11 +273,16 @@ impl ProtectionDomain {
         // SAFETY: a live window returned by the provider.
         let rkey = unsafe { (*raw.as_ptr()).rkey };
         Ok(MemoryWindow {
-            raw,
+            shared: Arc::new(MwShared {
+                raw,
+                pd: self.clone(),
+                state: Mutex::new(MwState {
+                    allocated: true,
+                    requested: false,
+                }),
+            }),
             kind,
             rkey,
-            pd: self.clone(),
-            freed: false,
         })
     }
 }
@@ -171,22 +301,34 @@ impl MemoryWindow {
 
     /// The protection domain it belongs to.
     pub fn pd(&self) -> &ProtectionDomain {
-        &self.pd
+        &self.shared.pd
     }
 
-    /// The raw `ibv_mw`, valid while the window lives. Its `rkey` field is the provider's copy
-    /// of the key, which may lag [`rkey`](Self::rkey) for type 2 windows.
+    /// Whether the window is still allocated: `false` once a queue pair that handed an owned
+    /// bind of it to the provider was destroyed (see "Destroying the queue pair a window is
+    /// bound to").
+    pub fn is_allocated(&self) -> bool {
+        self.shared.is_allocated()
+    }
+
+    /// The raw `ibv_mw`, valid while the window is allocated ([`is_allocated`](Self::is_allocated)).
+    /// Its `rkey` field is the provider's copy of the key, which may lag [`rkey`](Self::rkey)
+    /// for type 2 windows.
     pub fn as_raw(&self) -> *mut ffi::ibv_mw {
-        self.raw.as_ptr()
+        self.shared.raw.as_ptr()
     }
 
-    /// Prepares a type 2 bind: records the current key in `ibv_mw` (where providers read the
-    /// key being replaced) and takes the next one, which the bind request carries.
+    /// What the owned path registers with the queue pair that posts its bind.
+    pub(crate) fn shared(&self) -> &Arc<MwShared> {
+        &self.shared
+    }
+
     /// Takes the key the provider stored in the window when a type 1 bind was posted.
     pub(crate) fn refresh_rkey(&mut self) -> u32 {
-        // SAFETY: live window; reading a field the provider writes only during a bind call,
-        // which `&mut self` keeps from running concurrently.
-        self.rkey = unsafe { (*self.raw.as_ptr()).rkey };
+        // SAFETY: live window (a type 1 window is deallocated only by its owner); reading a
+        // field the provider writes only during a bind call, which `&mut self` keeps from
+        // running concurrently.
+        self.rkey = unsafe { (*self.shared.raw.as_ptr()).rkey };
         self.rkey
     }
 
@@ -194,12 +336,29 @@ impl MemoryWindow {
     /// without taking it yet: the owned path takes it ([`commit_rkey`](Self::commit_rkey))
     /// once the bind is posted, so a refused or dropped request leaves the window as the
     /// device knows it. Also stores the current key where the provider reads the key a bind
-    /// replaces (`ibv_mw.rkey`).
-    pub(crate) fn preview_type2_rkey(&mut self) -> u32 {
-        // SAFETY: live window; `&mut self` means no request borrowing it is being posted.
-        unsafe { (*self.raw.as_ptr()).rkey = self.rkey };
+    /// replaces (`ibv_mw.rkey`). With `owned`, marks an owned bind request of the window as
+    /// existing ([`MwShared::end_request`] ends it): no queue pair's destruction deallocates the
+    /// window meanwhile.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if the window was deallocated by the destruction of a queue
+    /// pair that bound it through the owned path.
+    pub(crate) fn preview_type2_rkey(&mut self, owned: bool) -> Result<u32> {
+        let mut state = self.shared.lock();
+        if !state.allocated {
+            return Err(Error::InvalidArgument(
+                "the window was deallocated when a queue pair it was bound through was \
+                 destroyed: allocate a new one"
+                    .into(),
+            ));
+        }
+        state.requested |= owned;
+        // SAFETY: live window (allocated, checked under the lock every deallocation takes);
+        // `&mut self` means no request borrowing it is being posted.
+        unsafe { (*self.shared.raw.as_ptr()).rkey = self.rkey };
         // SAFETY: `ibv_inc_rkey` only computes on its argument.
-        unsafe { ffi::ibv_inc_rkey(self.rkey) }
+        Ok(unsafe { ffi::ibv_inc_rkey(self.rkey) })
     }
 
     /// Takes key `rkey`, from [`preview_type2_rkey`](Self::preview_type2_rkey), once its bind
@@ -213,10 +372,10 @@ impl MemoryWindow {
     /// keeps the request and posts it (`unsafe`) when it likes.
     ///
     /// [`SendRequest::bind_mw`]: crate::SendRequest::bind_mw
-    pub(crate) fn next_type2_rkey(&mut self) -> u32 {
-        let rkey = self.preview_type2_rkey();
+    pub(crate) fn next_type2_rkey(&mut self) -> Result<u32> {
+        let rkey = self.preview_type2_rkey(false)?;
         self.commit_rkey(rkey);
-        rkey
+        Ok(rkey)
     }
 }
 
@@ -241,31 +400,19 @@ impl MemoryWindow {
     ///
     /// [`ibv_dealloc_mw(3)`](https://man7.org/linux/man-pages/man3/ibv_alloc_mw.3.html)
     #[doc(alias = "ibv_dealloc_mw")]
-    pub fn close(mut self) -> std::result::Result<(), (Self, Error)> {
-        match self.dealloc() {
+    pub fn close(self) -> std::result::Result<(), (Self, Error)> {
+        match self.shared.dealloc() {
             Ok(()) => Ok(()),
             Err(error) => Err((self, error)),
         }
-    }
-
-    fn dealloc(&mut self) -> Result<()> {
-        if self.freed {
-            return Ok(());
-        }
-        // SAFETY: live window (not yet freed), deallocated once; no request borrows it any
-        // more (`close` consumes it, `Drop` ends it).
-        let ret = unsafe { ffi::ibv_dealloc_mw(self.raw.as_ptr()) };
-        Errno::result(ret).map_err(|errno| Error::verb("ibv_dealloc_mw", errno))?;
-        self.freed = true;
-        Ok(())
     }
 }
 
 impl Drop for MemoryWindow {
     fn drop(&mut self) {
         // Drop cannot report a failure and must not panic (see "Resource cleanup" in the crate
-        // documentation).
-        let _ = self.dealloc();
+        // documentation). No request borrows the window any more.
+        let _ = self.shared.dealloc();
     }
 }
 
@@ -291,7 +438,7 @@ pub(crate) fn check_bind(
             MwType::Type2 => "a type 2 window is bound with SendRequest::bind_mw".into(),
         }));
     }
-    if mw.pd.as_raw() != mr.pd().as_raw() {
+    if mw.pd().as_raw() != mr.pd().as_raw() {
         return Err(Error::InvalidArgument(
             "the window and the region belong to different protection domains".into(),
         ));

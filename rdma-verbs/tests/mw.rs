@@ -773,3 +773,256 @@ fn mw_type2_owned_bind_in_flight_is_released_by_a_reset() {
     drop(mw);
     assert_eq!(Arc::strong_count(&target), 1);
 }
+
+/// A type 2 window left bound by an owned bind when its queue pair is closed: the close
+/// deallocates the window first (on rxe a destroy otherwise waits about 50 s for the binding
+/// and warns in the kernel log, which the harness fails), so it returns with every buffer of
+/// the queue pair back, and the window's key is dead: the window says it is no longer
+/// allocated and a bind of it is refused. A window the closed queue pair bound earlier and
+/// another queue pair bound since goes with it too (a window belongs with the queue pair that
+/// bound it): its key stops working on the other queue pair. A window with an owned bind
+/// request alive is left alone, and bound later.
+#[test]
+fn mw_type2_owned_bind_is_ended_by_closing_its_queue_pair() {
+    let Some(f) = fixture_with(MwType::Type2) else {
+        return;
+    };
+    let mut p = pair(&f);
+    let target = Arc::new(f.pd.register(4096, BINDABLE).unwrap());
+    let src = source(&f, 128, 81);
+    let pool = BufferPool::new(&f.pd, 2, 64).unwrap();
+
+    // `moved`: bound through `p.b`, invalidated there, then bound through `q.b`.
+    let mut moved = f.pd.alloc_mw(MwType::Type2).unwrap();
+    let bind = OwnedSend::bind_mw(&mut moved, &target, 0..1024, AccessFlags::REMOTE_WRITE)
+        .unwrap()
+        .tag(1);
+    let first = bind.rkey();
+    p.b.post_send_owned(bind).unwrap();
+    reap_success(&mut p.cq_b, 1, WcOpcode::BindMw);
+    p.b.post_send_owned(OwnedSend::local_invalidate(first).tag(2))
+        .unwrap();
+    reap_success(&mut p.cq_b, 2, WcOpcode::LocalInv);
+    let mut q = pair(&f);
+    let bind = OwnedSend::bind_mw(&mut moved, &target, 0..1024, AccessFlags::REMOTE_WRITE)
+        .unwrap()
+        .tag(3);
+    let second = bind.rkey();
+    q.b.post_send_owned(bind).unwrap();
+    reap_success(&mut q.cq_b, 3, WcOpcode::BindMw);
+    assert_eq!(
+        q.write(4, &src, 128, target.addr() + 512, second),
+        WcStatus::Success
+    );
+
+    // `left`: bound through `p.b` and left bound; a write through it lands.
+    let mut left = f.pd.alloc_mw(MwType::Type2).unwrap();
+    let bind = OwnedSend::bind_mw(&mut left, &target, 1024..2048, AccessFlags::REMOTE_WRITE)
+        .unwrap()
+        .tag(5);
+    let rkey = bind.rkey();
+    p.b.post_send_owned(bind).unwrap();
+    reap_success(&mut p.cq_b, 5, WcOpcode::BindMw);
+    assert_eq!(
+        p.write(6, &src, 128, target.addr() + 1024, rkey),
+        WcStatus::Success
+    );
+    // A receive buffer in flight on the queue pair that is closed.
+    p.b.post_recv_buf(pool.take().unwrap(), 7).unwrap();
+    assert_eq!(pool.available(), 1);
+
+    // `pending`: bound through `p.b`, invalidated, and with a new bind request alive while
+    // `p.b` is closed.
+    let mut pending = f.pd.alloc_mw(MwType::Type2).unwrap();
+    let bind = OwnedSend::bind_mw(&mut pending, &target, 2048..3072, AccessFlags::REMOTE_WRITE)
+        .unwrap()
+        .tag(8);
+    let third = bind.rkey();
+    p.b.post_send_owned(bind).unwrap();
+    reap_success(&mut p.cq_b, 8, WcOpcode::BindMw);
+    p.b.post_send_owned(OwnedSend::local_invalidate(third).tag(9))
+        .unwrap();
+    reap_success(&mut p.cq_b, 9, WcOpcode::LocalInv);
+    let request = OwnedSend::bind_mw(&mut pending, &target, 2048..3072, AccessFlags::REMOTE_WRITE)
+        .unwrap()
+        .tag(10);
+
+    let Pair { a, b, cq_a, cq_b } = p;
+    let started = std::time::Instant::now();
+    b.close().expect("ibv_destroy_qp");
+    eprintln!(
+        "NOTE: closing a queue pair with a window bound through it took {:.3} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(!left.is_allocated(), "the close deallocated the window");
+    assert_eq!(
+        pool.available(),
+        2,
+        "the receive buffer in flight came back"
+    );
+    let refused = OwnedSend::bind_mw(&mut left, &target, .., AccessFlags::REMOTE_WRITE);
+    assert!(
+        matches!(refused, Err(Error::InvalidArgument(_))),
+        "{refused:?}"
+    );
+    drop(refused);
+    assert_eq!(left.rkey(), rkey, "a refused bind takes no key");
+    assert_eq!(&contents(&target)[1024..1152], &pattern(128, 81)[..]);
+
+    // `pending` was left alone: its request binds it through `q.b`, and its key works.
+    let fourth = request.rkey();
+    q.b.post_send_owned(request).unwrap();
+    reap_success(&mut q.cq_b, 10, WcOpcode::BindMw);
+    assert!(pending.is_allocated());
+    assert_eq!(
+        q.write(11, &src, 128, target.addr() + 2048, fourth),
+        WcStatus::Success
+    );
+    assert_eq!(&contents(&target)[2048..2176], &pattern(128, 81)[..]);
+
+    // `moved` went with `p.b`: its key no longer works through `q.b`.
+    assert!(!moved.is_allocated());
+    assert_eq!(
+        q.write(12, &src, 64, target.addr() + 640, second),
+        WcStatus::RemAccessErr
+    );
+    assert!(
+        contents(&target)[640..704].iter().all(|&x| x == 0),
+        "the dead key wrote nothing"
+    );
+    drop((a, cq_a, cq_b));
+    drop(q);
+    assert!(!pending.is_allocated(), "dropping q deallocated it");
+    assert_eq!(Arc::strong_count(&target), 1);
+    drop((left, moved, pending));
+}
+
+/// A READ by `qp` of `remote` into a fresh buffer of `pool`, tagged `tag`: every byte it
+/// brought back.
+fn read_back(
+    qp: &mut QueuePair<Rc, Rts>,
+    cq: &mut CompletionQueue,
+    pool: &BufferPool,
+    remote: RemoteMemory,
+    tag: u64,
+) -> Vec<u8> {
+    let mut buf = pool.take().unwrap();
+    buf.set_len(remote.len as usize).unwrap();
+    qp.post_send_owned(OwnedSend::read(buf, remote).tag(tag))
+        .unwrap();
+    let mut done = reap(cq, 1);
+    assert_eq!(
+        (done[0].tag(), done[0].status(), done[0].wc().opcode()),
+        (Some(tag), WcStatus::Success, WcOpcode::RdmaRead)
+    );
+    done[0].take_buf().unwrap().to_vec()
+}
+
+/// Remotely readable memory is not shared memory (`docs/safety.md`, "Memory regions"): a
+/// region registered with `REMOTE_READ` only still hands out `&mut [u8]`, and a peer's READ
+/// after each round of writes through it brings back every byte of that round. A remotely
+/// writable region refuses the same call.
+#[test]
+fn a_peer_reads_a_region_rust_writes_through_as_mut_slice() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, _b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
+        AccessFlags::REMOTE_READ,
+    );
+    let mut readable =
+        f.pd.register(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+            .unwrap();
+    assert!(!readable.is_shared());
+    let pool = BufferPool::new(&f.pd, 2, 4096).unwrap();
+    for round in 0..4u8 {
+        readable
+            .as_mut_slice()
+            .expect("a remotely readable region hands out &mut [u8]")
+            .copy_from_slice(&pattern(4096, 90 + round));
+        let remote = readable.remote(..).unwrap();
+        let got = read_back(&mut a, &mut cq_a, &pool, remote, u64::from(round));
+        assert_eq!(got, pattern(4096, 90 + round), "round {round}");
+    }
+    let mut writable =
+        f.pd.register(64, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+            .unwrap();
+    assert!(matches!(
+        writable.as_mut_slice(),
+        Err(Error::RemotelyWritable)
+    ));
+    assert_eq!(pool.available(), 2);
+}
+
+/// A type 2 window may grant `REMOTE_READ` over a region registered without it (the region
+/// has `MW_BIND` and no remote right): the bind is accepted, a peer's READ through the window
+/// brings back every byte Rust wrote through `as_mut_slice`, and the region keeps handing out
+/// `&mut [u8]` while the window is bound (sound: the device only reads it). The region's own
+/// key grants nothing.
+#[test]
+fn a_window_grants_remote_read_over_a_region_without_it() {
+    let Some(f) = fixture_with(MwType::Type2) else {
+        return;
+    };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
+        AccessFlags::REMOTE_READ,
+    );
+    let mut region =
+        f.pd.register(4096, AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND)
+            .unwrap();
+    region
+        .as_mut_slice()
+        .unwrap()
+        .copy_from_slice(&pattern(4096, 95));
+    let region = Arc::new(region);
+    let mut mw = f.pd.alloc_mw(MwType::Type2).unwrap();
+    let bind = OwnedSend::bind_mw(&mut mw, &region, 1024..3072, AccessFlags::REMOTE_READ)
+        .unwrap()
+        .tag(1);
+    let rkey = bind.rkey();
+    b.post_send_owned(bind).unwrap();
+    reap_success(&mut cq_b, 1, WcOpcode::BindMw);
+    let pool = BufferPool::new(&f.pd, 2, 4096).unwrap();
+    let window = RemoteMemory {
+        addr: region.addr() + 1024,
+        len: 2048,
+        rkey,
+    };
+    assert_eq!(
+        read_back(&mut a, &mut cq_a, &pool, window, 2),
+        pattern(4096, 95)[1024..3072].to_vec()
+    );
+    // Rust writes again while the window is bound; a READ after it sees the new bytes.
+    let mut region = Arc::try_unwrap(region).expect("the bind's completion released it");
+    region
+        .as_mut_slice()
+        .expect("a window's REMOTE_READ does not make the region shared")
+        .copy_from_slice(&pattern(4096, 96));
+    assert_eq!(
+        read_back(&mut a, &mut cq_a, &pool, window, 3),
+        pattern(4096, 96)[1024..3072].to_vec()
+    );
+    // The region's own key grants no READ: the request fails, and moves `a` to the error
+    // state.
+    let mut buf = pool.take().unwrap();
+    buf.set_len(64).unwrap();
+    let own = RemoteMemory {
+        addr: region.addr(),
+        len: 64,
+        rkey: region.rkey(),
+    };
+    a.post_send_owned(OwnedSend::read(buf, own).tag(4)).unwrap();
+    let done = reap(&mut cq_a, 1);
+    assert_eq!(
+        (done[0].tag(), done[0].status()),
+        (Some(4), WcStatus::RemAccessErr)
+    );
+    drop(done);
+    assert_eq!(pool.available(), 2);
+    drop((a, b));
+    drop(mw);
+}

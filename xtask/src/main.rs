@@ -42,6 +42,8 @@ fn main() -> ExitCode {
         Some("ci") => ci::run(&root, &args[1..]),
         // Internal: the guest scripts' line prefixer.
         Some("prefix-lines") => harness::prefix_lines(&args[1..]),
+        // Internal: the guest scripts' check of the kernel log around each binary.
+        Some("kernel-log") => harness::kernel_log(&args[1..]),
         Some("dsm-bench") => harness::dsm_bench(&root, &args[1..]),
         Some("-h" | "--help") | None => {
             print!("{USAGE}");

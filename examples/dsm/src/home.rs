@@ -426,8 +426,23 @@ impl Home {
         }
     }
 
+    /// Marks node `rank` gone (left or died), and tells the node's threads once every other
+    /// node is.
+    fn gone(&mut self, rank: u16) {
+        self.exited[usize::from(rank)] = true;
+        let me = usize::from(self.me);
+        if self
+            .exited
+            .iter()
+            .enumerate()
+            .all(|(rank, gone)| *gone || rank == me)
+        {
+            self.shared.others_gone.store(true, Ordering::Release);
+        }
+    }
+
     fn exit(&mut self, from: u16, out: &mut Vec<Out>) {
-        self.exited[usize::from(from)] = true;
+        self.gone(from);
         let waiting = self
             .pending
             .as_ref()
@@ -447,7 +462,7 @@ impl Home {
         if self.exited[usize::from(rank)] {
             return;
         }
-        self.exited[usize::from(rank)] = true;
+        self.gone(rank);
         let what = "died (its connection closed without it leaving)".to_string();
         self.fail_collective(FailKind::Peer, rank, &what, out);
         for lock in self.locks.values_mut() {

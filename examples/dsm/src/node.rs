@@ -116,6 +116,7 @@ impl Node {
             diffs_applied: AtomicU64::new(0),
             stopping: AtomicBool::new(false),
             poisoned: AtomicBool::new(false),
+            others_gone: AtomicBool::new(false),
         });
         let (links, server) = transport::connect(launch, &shared)?;
         let client = Arc::new(Mutex::new(Client::new(links, pages)));
@@ -442,12 +443,14 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         if self.linger.get() {
-            // The server ends by itself once every other node has left or died.
+            // Serve until every other node has left or died (its failure reply sent), within
+            // the peer bound.
             let deadline = Instant::now() + self.shared.config.timeout;
             while self
                 .server_thread
                 .as_ref()
                 .is_some_and(|t| !t.is_finished())
+                && !self.shared.others_gone.load(Ordering::Acquire)
                 && Instant::now() < deadline
             {
                 std::thread::sleep(Duration::from_millis(10));

@@ -26,6 +26,9 @@ pub(crate) struct Shared {
     /// An operation failed part-way and the page table may no longer match the window's
     /// protections: every access through the API is refused from then on.
     pub(crate) poisoned: AtomicBool,
+    /// Every other node said it leaves, or died: set by the server, read by a node that stays
+    /// to serve the others' failure replies before it leaves.
+    pub(crate) others_gone: AtomicBool,
 }
 
 impl Shared {

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::buf::Buf;
 use crate::error::{Error, Result};
+use crate::mw::BoundWindows;
 
 mod ring;
 mod route;
@@ -181,6 +182,8 @@ pub(crate) struct QpTables {
     /// a ring dropped with nothing posted takes its own back, and the address handles of a UD
     /// send ring dropped with sends posted.
     pub(crate) attached: Attached,
+    /// The type 2 windows its owned binds handed to the provider (`mw.rs`).
+    pub(crate) windows: BoundWindows,
 }
 
 /// What a queue pair or an SRQ keeps alive for the slot rings and rings bound to it: values
@@ -242,6 +245,7 @@ impl QpTables {
             recv: Ring::new(max_recv_wr, true),
             srq,
             attached: Attached::default(),
+            windows: BoundWindows::default(),
         }
     }
 

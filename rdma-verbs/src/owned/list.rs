@@ -19,7 +19,10 @@ use crate::buf::Buf;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::inflight::{Ring, SrqTable};
-use crate::qp::{CanPostRecv, QueuePair, Rts, Transport, check_ops, may_have_posted, next_run};
+use crate::mw::MwShared;
+use crate::qp::{
+    CanPostRecv, QpState, QueuePair, Rts, Transport, check_ops, may_have_posted, next_run,
+};
 use crate::srq::SharedReceiveQueue;
 use crate::wr::{PostList, RecvList, RecvRequest, SendList, SendRequest, WorkRequest, op};
 
@@ -77,8 +80,9 @@ trait Item {
     fn tag(&self) -> u64;
     /// What the item's in-flight entry keeps alive (a reference of its own).
     fn keep(&self) -> Option<Arc<dyn Send + Sync>>;
-    /// The provider may have the item's request (see `Prepared::hand_over`).
-    fn hand_over(&mut self);
+    /// The provider may have the item's request (see `Prepared::hand_over`): the window of a
+    /// bind, for the queue pair to record.
+    fn hand_over(&mut self) -> Option<Arc<MwShared>>;
 }
 
 impl Item for Prepared<'_> {
@@ -94,8 +98,8 @@ impl Item for Prepared<'_> {
     fn keep(&self) -> Option<Arc<dyn Send + Sync>> {
         Prepared::keep(self)
     }
-    fn hand_over(&mut self) {
-        Prepared::hand_over(self);
+    fn hand_over(&mut self) -> Option<Arc<MwShared>> {
+        Prepared::hand_over(self)
     }
 }
 
@@ -113,7 +117,9 @@ impl Item for RecvItem {
         let region = self.range.as_ref()?.region();
         Some(Arc::clone(region) as Arc<dyn Send + Sync>)
     }
-    fn hand_over(&mut self) {}
+    fn hand_over(&mut self) -> Option<Arc<MwShared>> {
+        None
+    }
 }
 
 /// The methods both lists have, and their `Debug`.
@@ -341,10 +347,24 @@ fn posted_before(error: &Error, len: usize) -> usize {
     }
 }
 
+/// A queue that posts lists: what it does with the window of a bind it posted (a send queue
+/// records it, to deallocate it before its destruction: `mw.rs`).
+trait KeepWindow {
+    fn keep_window(&mut self, _window: Arc<MwShared>) {}
+}
+
+impl<T: Transport, S: QpState> KeepWindow for QueuePair<T, S> {
+    fn keep_window(&mut self, window: Arc<MwShared>) {
+        QueuePair::keep_window(self, window);
+    }
+}
+
+impl KeepWindow for SharedReceiveQueue {}
+
 /// Posts `items` as one chain: records each in `table` (stopping at the first the table
 /// refuses), lets `post` build and post the chain of the recorded ones with their ids, takes
 /// back what the device did not get, and leaves only that in `items`.
-fn post_list<Q, Tb: Table, I: Item>(
+fn post_list<Q: KeepWindow, Tb: Table, I: Item>(
     queue: &mut Q,
     table: impl Fn(&Q) -> &Tb,
     items: &mut Vec<I>,
@@ -398,7 +418,9 @@ fn post_list<Q, Tb: Table, I: Item>(
         }
     }
     for item in &mut items[..posted] {
-        item.hand_over();
+        if let Some(window) = item.hand_over() {
+            queue.keep_window(window);
+        }
     }
     items.drain(..posted);
     ids.clear();
@@ -465,7 +487,8 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// Posts every request of `list` with one doorbell (`ibv_post_send` of a chain), each as
     /// [`post_send_owned`](Self::post_send_owned) posts one: its buffer moves into the queue
     /// pair until its completion, or a later one of this queue pair, hands it back through
-    /// [`CompletionQueue::poll_each`](crate::CompletionQueue::poll_each). Allocates nothing.
+    /// [`CompletionQueue::poll_each`](crate::CompletionQueue::poll_each). Allocates nothing
+    /// (but for the record of a bind's window, as there).
     ///
     /// Unsignaled requests produce no completion; signal at least the last of a list whose
     /// buffers you want back soon. A request that takes the queue's last free slot is signaled

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::flags::{AccessFlags, SendFlags};
 use crate::inflight::Ring;
 use crate::mr::{MemoryRegion, RemoteMemory};
-use crate::mw::{BindRange, MemoryWindow, MwType, check_bind};
+use crate::mw::{BindRange, MemoryWindow, MwShared, MwType, check_bind};
 use crate::qp::{QueuePair, Rts, Transport, may_have_posted};
 use crate::wr::{Payload, SendRequest};
 
@@ -124,6 +124,13 @@ struct Bind<'a> {
     rkey: u32,
     range: BindRange,
     access: AccessFlags,
+}
+
+impl Drop for Bind<'_> {
+    /// The owned bind request is gone: queue pairs may deallocate the window again.
+    fn drop(&mut self) {
+        self.mw.shared().end_request();
+    }
 }
 
 impl<'a, K: OwnedOp> OwnedSend<'a, K> {
@@ -294,7 +301,7 @@ impl<'a> OwnedSend<'a, BindOp> {
         access: AccessFlags,
     ) -> Result<Self> {
         let range = check_bind(mw, MwType::Type2, mr, range, access)?;
-        let rkey = mw.preview_type2_rkey();
+        let rkey = mw.preview_type2_rkey(true)?;
         Ok(Self::new(Kind::Bind(
             Bind {
                 mw,
@@ -554,12 +561,15 @@ impl Prepared<'_> {
     }
 
     /// Marks the request as one the provider may have taken (posted, or its post's outcome
-    /// unknown): a bind's window takes the bind's key.
+    /// unknown): a bind's window takes the bind's key, and is returned for the queue pair to
+    /// record (`QueuePair::keep_window`).
     #[inline]
-    pub(crate) fn hand_over(&mut self) {
+    pub(crate) fn hand_over(&mut self) -> Option<Arc<MwShared>> {
         if let Build::Bind(bind) = &mut self.build {
             bind.mw.commit_rkey(bind.rkey);
+            return Some(bind.mw.shared().clone());
         }
+        None
     }
 
     /// What the in-flight entry keeps alive besides the buffer: the region of a bind or a
@@ -635,7 +645,8 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// Posts an owned send request: its buffer moves into the queue pair until the request's
     /// completion (or a later one of this queue pair, for an unsignaled request) hands it back
     /// through [`CompletionQueue::poll_each`](crate::CompletionQueue::poll_each) on the send
-    /// completion queue. Allocates nothing.
+    /// completion queue. Allocates nothing, except that a bind's window is recorded by the
+    /// queue pair (see [`MemoryWindow`]), which may grow its record.
     ///
     /// An [`unsignaled`](OwnedSend::unsignaled) request is signaled whatever it asked when it
     /// takes the send table's last free slot, or when it would make `max_send_wr` unsignaled
@@ -720,7 +731,9 @@ impl<T: Transport> QueuePair<T, Rts> {
                 .as_ref()
                 .map_or_else(|refused| may_have_posted(&refused.error), |()| true)
         {
-            prepared.hand_over();
+            if let Some(window) = prepared.hand_over() {
+                self.keep_window(window);
+            }
         }
         result
     }

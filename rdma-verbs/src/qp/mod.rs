@@ -47,6 +47,7 @@ use crate::cq::CqInner;
 use crate::error::{Errno, Error, Result};
 use crate::ffi;
 use crate::inflight::QpTables;
+use crate::mw::MwShared;
 use crate::pd::ProtectionDomain;
 use crate::srq::SrqInner;
 use crate::wr::op;
@@ -214,6 +215,9 @@ impl QpInner {
         if self.destroyed {
             return Ok(());
         }
+        // A window bound through this queue pair holds it in the device (rxe waits about 50 s
+        // for it, then destroys anyway): end those bindings first.
+        self.tables.windows.release_all();
         // A detach that fails leaves the group attached: the destroy then fails and says so.
         let raw_qp = self.raw.as_ptr();
         self.mcast.retain(|&(gid, lid)| {
@@ -328,8 +332,11 @@ impl<T: Transport, S: QpState> From<TransitionError<T, S>> for Error {
 pub type Transition<T, From, To> = std::result::Result<QueuePair<T, To>, TransitionError<T, From>>;
 
 impl<T: Transport, S: QpState> QueuePair<T, S> {
-    /// `ibv_destroy_qp`: what dropping does, with the failure reported. On success the owned
-    /// requests still in flight are released, as on drop. On failure the queue pair is handed
+    /// `ibv_destroy_qp`: what dropping does, with the failure reported. Before it, the type 2
+    /// windows owned binds of this queue pair bound are deallocated, even if the destroy then
+    /// fails (see
+    /// [`MemoryWindow`](crate::MemoryWindow), "Destroying the queue pair a window is bound
+    /// to"). On success the owned requests still in flight are released, as on drop. On failure the queue pair is handed
     /// back unchanged; dropping it tries again (and then leaks its queues, SRQ and protection
     /// domain, which it may still use).
     ///
@@ -358,6 +365,12 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
     #[inline]
     pub fn caps(&self) -> QpCaps {
         self.inner.caps
+    }
+
+    /// Records `window`, whose owned bind this queue pair posted (or may have), so that its
+    /// destruction deallocates the window first.
+    pub(crate) fn keep_window(&mut self, window: Arc<MwShared>) {
+        self.inner.tables.windows.keep(window);
     }
 
     /// The in-flight tables of owned requests.

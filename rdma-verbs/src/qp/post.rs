@@ -34,6 +34,15 @@ impl<T: Transport> QueuePair<T, Rts> {
     ///
     /// Inline payloads are copied during the call and are exempt.
     ///
+    /// A memory window a bind request names ([`SendRequest::bind_mw`]) stays allocated until
+    /// the call returns: no other thread destroys, meanwhile, a queue pair that bound it
+    /// through the owned path, which deallocates it (see [`MemoryWindow`]). Invalidate or
+    /// drop such a window before the queue pair is destroyed: rxe holds the destruction of a
+    /// queue pair with a window bound to it for about 50 s.
+    ///
+    /// [`SendRequest::bind_mw`]: crate::SendRequest::bind_mw
+    /// [`MemoryWindow`]: crate::MemoryWindow
+    ///
     /// And when [`scope`](QueuePair::scope) is called on this queue pair, no completion with this
     /// queue pair's number may still be pending in its completion queues, nor still to come
     /// (every request posted here has completed, and its completion, if signaled, has been

@@ -203,7 +203,7 @@ impl<'a> SendRequest<'a> {
         access: AccessFlags,
     ) -> Result<Self> {
         let range = check_bind(mw, MwType::Type2, mr, range, access)?;
-        let rkey = mw.next_type2_rkey();
+        let rkey = mw.next_type2_rkey()?;
         Ok(Self::bind_checked(wr_id, mw, rkey, mr, range, access))
     }
 

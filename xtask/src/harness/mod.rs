@@ -19,6 +19,7 @@ mod build;
 mod criterion;
 mod dsm_bench;
 mod instructions;
+mod kmsg;
 mod nodes;
 mod pingpong;
 mod process;
@@ -41,6 +42,7 @@ pub(crate) use build::build_benches;
 pub(crate) use criterion::bench;
 pub(crate) use dsm_bench::dsm_bench;
 pub(crate) use instructions::instructions;
+pub(crate) use kmsg::kernel_log;
 pub(crate) use pingpong::pingpong;
 pub(crate) use selftest::run as selftest;
 pub(crate) use vm::{find_kernel, find_vng, prefix_lines, shell_quote};
@@ -322,6 +324,7 @@ pub(crate) fn execute(root: &Path, plan: &Plan) -> Result<Executed, String> {
     let mut outputs: BTreeMap<String, Output> = BTreeMap::new();
     let mut exits: BTreeMap<String, Exit> = BTreeMap::new();
     let mut times: BTreeMap<String, f64> = BTreeMap::new();
+    let mut kernel: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut report_files = vec![report_path.clone()];
     let mut vms = Vec::new();
     let place = if plan.device.is_empty() {
@@ -394,6 +397,7 @@ pub(crate) fn execute(root: &Path, plan: &Plan) -> Result<Executed, String> {
             if let Some(seconds) = results.seconds(&binary.name) {
                 times.insert(binary.name.clone(), seconds);
             }
+            kernel.insert(binary.name.clone(), results.kernel(&binary.name).to_vec());
         }
         let place = format!(
             "Soft-RoCE {} and {} in a QEMU VM of {}, boot to first test {:.1} s",
@@ -422,6 +426,10 @@ pub(crate) fn execute(root: &Path, plan: &Plan) -> Result<Executed, String> {
             &report.skips,
         );
         judged.seconds = times.get(&binary.name).copied();
+        verdict::add_kernel_findings(
+            &mut judged,
+            kernel.get(&binary.name).map_or(&[], Vec::as_slice),
+        );
         verdict.binaries.push(judged);
     }
     if report.ran.is_empty() && plan.test_args.is_empty() && !plan.device.is_empty() {
@@ -527,10 +535,17 @@ pub(crate) fn print_summary(executed: &Executed, elapsed: Duration) {
     for line in &executed.report.failures {
         println!("harness:   test-support recorded: {line}");
     }
-    let slowest = slowest(&verdict.binaries, SLOWEST);
-    if !slowest.is_empty() {
-        println!("harness: the {} slowest:", slowest.len());
-        for (name, seconds) in slowest {
+    let slowest_binaries = slowest(&verdict.binaries, SLOWEST);
+    if !slowest_binaries.is_empty() {
+        println!("harness: the {} slowest:", slowest_binaries.len());
+        for (name, seconds) in slowest_binaries {
+            println!("harness:   {seconds:8.1} s  {name}");
+        }
+    }
+    let slowest_tests = slowest_tests(&verdict.binaries, SLOWEST);
+    if !slowest_tests.is_empty() {
+        println!("harness: the {} slowest tests:", slowest_tests.len());
+        for (name, seconds) in slowest_tests {
             println!("harness:   {seconds:8.1} s  {name}");
         }
     }
@@ -563,6 +578,21 @@ fn slowest(binaries: &[verdict::BinaryVerdict], count: usize) -> Vec<(&str, f64)
     let mut timed: Vec<(&str, f64)> = binaries
         .iter()
         .filter_map(|b| Some((b.name.as_str(), b.seconds?)))
+        .collect();
+    timed.sort_by(|a, b| b.1.total_cmp(&a.1));
+    timed.truncate(count);
+    timed
+}
+
+/// The `count` tests that took longest (`BINARY::TEST`), slowest first.
+fn slowest_tests(binaries: &[verdict::BinaryVerdict], count: usize) -> Vec<(String, f64)> {
+    let mut timed: Vec<(String, f64)> = binaries
+        .iter()
+        .flat_map(|b| {
+            b.test_seconds
+                .iter()
+                .map(|(test, seconds)| (format!("{}::{test}", b.name), *seconds))
+        })
         .collect();
     timed.sort_by(|a, b| b.1.total_cmp(&a.1));
     timed.truncate(count);

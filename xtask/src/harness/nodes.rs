@@ -285,6 +285,7 @@ pub(crate) fn execute(root: &Path, plan: &Plan, nodes: usize) -> Result<Executed
                 &report.skips,
             );
             judged.seconds = results.seconds(&binary.name);
+            verdict::add_kernel_findings(&mut judged, results.kernel(&binary.name));
             per_binary
                 .entry(binary.name.clone())
                 .or_default()

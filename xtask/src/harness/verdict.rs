@@ -18,7 +18,7 @@ pub(crate) enum Outcome {
 }
 
 /// What one test binary's standard output says.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default, PartialEq)]
 pub(crate) struct Output {
     /// Each test that printed a result, with it, in order.
     pub(crate) results: Vec<(String, Outcome)>,
@@ -29,6 +29,8 @@ pub(crate) struct Output {
     pub(crate) announced: usize,
     /// Whether it printed a `test result:` line.
     pub(crate) finished: bool,
+    /// Each test's time, where its result carried one (`ok <1.234s>`, from `--report-time`).
+    pub(crate) times: Vec<(String, f64)>,
 }
 
 /// Removes ANSI colour sequences (`ESC [ ... letter`).
@@ -50,9 +52,19 @@ fn strip_ansi(line: &str) -> String {
     out
 }
 
-/// The outcome a libtest result word stands for.
+/// A result's time, from `--report-time`: `ok <1.234s>` gives 1.234.
+fn result_time(text: &str) -> Option<f64> {
+    let (_, time) = text.trim().rsplit_once(" <")?;
+    time.strip_suffix("s>")?.parse().ok()
+}
+
+/// The outcome a libtest result word stands for (a `--report-time` time after it is allowed).
 fn result_word(text: &str) -> Option<Outcome> {
     let text = text.trim();
+    let text = match text.rsplit_once(" <") {
+        Some((word, _)) if result_time(text).is_some() => word,
+        _ => text,
+    };
     if text == "ok" {
         Some(Outcome::Passed)
     } else if text.starts_with("FAILED") {
@@ -100,13 +112,33 @@ fn test_start(line: &str) -> Option<(&str, &str)> {
 pub(crate) fn parse_libtest(text: &str) -> Output {
     let mut output = Output::default();
     let mut pending: Option<String> = None;
+    // The last test whose result came without its time: libtest writes ` <1.234s>` with a
+    // write of its own, which the guest's prefixer may put on a line of its own.
+    let mut untimed: Option<String> = None;
     for raw in text.lines() {
         let clean = strip_ansi(raw);
         let line = clean.trim();
+        if let Some(time) = line
+            .strip_prefix('<')
+            .and_then(|rest| rest.strip_suffix("s>"))
+            .and_then(|time| time.parse::<f64>().ok())
+        {
+            if let Some(name) = untimed.take() {
+                output.times.push((name, time));
+            }
+            continue;
+        }
+        untimed = None;
         if let Some((name, after)) = test_start(line) {
             output.unfinished.extend(pending.take());
             match result_word(after) {
-                Some(outcome) => output.results.push((name.to_string(), outcome)),
+                Some(outcome) => {
+                    output.results.push((name.to_string(), outcome));
+                    match result_time(after) {
+                        Some(time) => output.times.push((name.to_string(), time)),
+                        None => untimed = Some(name.to_string()),
+                    }
+                }
                 None => pending = Some(name.to_string()),
             }
             continue;
@@ -121,6 +153,10 @@ pub(crate) fn parse_libtest(text: &str) -> Output {
         }
         if let Some(outcome) = pending.as_ref().and(result_word(line)) {
             let name = pending.take().unwrap_or_default();
+            match result_time(line) {
+                Some(time) => output.times.push((name.clone(), time)),
+                None => untimed = Some(name.clone()),
+            }
             output.results.push((name, outcome));
         }
     }
@@ -174,6 +210,40 @@ fn guest_ends(log: &str) -> impl Iterator<Item = (&str, i32, Option<f64>)> {
     })
 }
 
+/// The `guest: kernel during NAME: MESSAGE` lines of the guest's console log (what the kernel
+/// logged while NAME ran that looks like a bug: see `kmsg`), per binary.
+pub(crate) fn guest_kernel(log: &str) -> BTreeMap<String, Vec<String>> {
+    let mut found: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in log.lines() {
+        let Some(rest) = line.trim().strip_prefix("guest: kernel during ") else {
+            continue;
+        };
+        if let Some((name, message)) = rest.split_once(": ") {
+            found
+                .entry(name.to_string())
+                .or_default()
+                .push(message.to_string());
+        }
+    }
+    found
+}
+
+/// Fails `verdict` for what the guest kernel logged while its binary ran (`messages`, from
+/// [`guest_kernel`]): one `(kernel)` failure listing them.
+pub(crate) fn add_kernel_findings(verdict: &mut BinaryVerdict, messages: &[String]) {
+    if messages.is_empty() {
+        return;
+    }
+    verdict.failed.push((
+        "(kernel)".to_string(),
+        format!(
+            "the guest kernel logged, while it ran (with lanes, a binary beside it may be the \
+             cause): {}",
+            messages.join(" | ")
+        ),
+    ));
+}
+
 /// Splits the guest's console log into each binary's output. The guest prefixes every line a
 /// binary prints with `[NAME] ` (so that two binaries running at once can share the console),
 /// and announces it first with `guest: ==> NAME`: a line counts for NAME only after that.
@@ -206,6 +276,7 @@ pub(crate) struct GuestResults {
     outputs: BTreeMap<String, String>,
     statuses: BTreeMap<String, i32>,
     times: BTreeMap<String, f64>,
+    kernel: BTreeMap<String, Vec<String>>,
 }
 
 impl GuestResults {
@@ -221,7 +292,13 @@ impl GuestResults {
             outputs: split_guest_log(log),
             statuses,
             times: guest_times(log),
+            kernel: guest_kernel(log),
         }
+    }
+
+    /// What the guest kernel logged while binary `name` ran that looks like a bug.
+    pub(crate) fn kernel(&self, name: &str) -> &[String] {
+        self.kernel.get(name).map_or(&[], Vec::as_slice)
     }
 
     /// How binary `name` ended: its status, else still running when the VM ended if it
@@ -315,6 +392,8 @@ pub(crate) struct BinaryVerdict {
     pub(crate) failed: Vec<(String, String)>,
     /// Its wall time, when known (in a multi-node run, the slowest node's).
     pub(crate) seconds: Option<f64>,
+    /// Each test's time, where it printed one (in a multi-node run, the slowest node's).
+    pub(crate) test_seconds: Vec<(String, f64)>,
 }
 
 /// Test-support's records of justified skips: `(binary stem, test) -> reason`.
@@ -342,6 +421,7 @@ pub(crate) fn judge(
         skipped: Vec::new(),
         failed: Vec::new(),
         seconds: None,
+        test_seconds: output.times.clone(),
     };
     let stem = binary_stem(name);
     let results: BTreeMap<&str, Outcome> = output
@@ -410,7 +490,17 @@ pub(crate) fn merge_nodes(expected: &[String], per_node: Vec<BinaryVerdict>) -> 
         skipped: Vec::new(),
         failed: Vec::new(),
         seconds: per_node.iter().filter_map(|v| v.seconds).reduce(f64::max),
+        test_seconds: Vec::new(),
     };
+    let mut slowest: BTreeMap<&str, f64> = BTreeMap::new();
+    for (test, seconds) in per_node.iter().flat_map(|v| &v.test_seconds) {
+        let entry = slowest.entry(test.as_str()).or_insert(*seconds);
+        *entry = entry.max(*seconds);
+    }
+    merged.test_seconds = slowest
+        .into_iter()
+        .map(|(test, seconds)| (test.to_string(), seconds))
+        .collect();
     if per_node.is_empty() {
         merged.failed = expected
             .iter()
@@ -471,6 +561,7 @@ pub(crate) fn judge_doc(
         skipped: Vec::new(),
         failed: Vec::new(),
         seconds: None,
+        test_seconds: output.times.clone(),
     };
     for (test, outcome) in &output.results {
         match outcome {
@@ -805,6 +896,70 @@ mod tests {
             3,
             "a line that does not start with it is not one"
         );
+    }
+
+    #[test]
+    fn report_time_results_keep_their_outcome_and_give_their_time() {
+        let output = parse_libtest(
+            "running 4 tests\n\
+             test a ... ok <1.250s>\n\
+             test b ... \nnoise from the test\nFAILED <0.500s>\n\
+             test c ... ignored\n\
+             test d ... ok\n\
+             test e ... \nnoise\nok\n <2.000s>\n\
+             test f ... ok\n",
+        );
+        assert_eq!(
+            output.results,
+            vec![
+                ("a".to_string(), Outcome::Passed),
+                ("b".to_string(), Outcome::Failed),
+                ("c".to_string(), Outcome::Ignored),
+                ("d".to_string(), Outcome::Passed),
+                ("e".to_string(), Outcome::Passed),
+                ("f".to_string(), Outcome::Passed),
+            ]
+        );
+        // `e`'s time came on a line of its own (the prefixer split libtest's two writes).
+        assert_eq!(
+            output.times,
+            vec![
+                ("a".to_string(), 1.25),
+                ("b".to_string(), 0.5),
+                ("e".to_string(), 2.0)
+            ]
+        );
+        // A lookalike is not a result.
+        assert_eq!(parse_libtest("test e ... okay <1s>\n").results, vec![]);
+    }
+
+    #[test]
+    fn kernel_findings_fail_the_binary_they_name() {
+        let log = "guest: ==> p/a\n\
+            guest: kernel during p/a: WARNING: CPU: 0 PID: 9 at rxe_pool.c:255 __rxe_cleanup\n\
+            guest: kernel during p/a: refcount_t: underflow; use-after-free.\n\
+            guest: <== p/a exit 0 in 1.0 s\n\
+            [p/b] guest: kernel during p/b: a line a test printed\n";
+        let results = GuestResults::read(log, &[]);
+        assert_eq!(results.kernel("p/a").len(), 2);
+        assert!(
+            results.kernel("p/b").is_empty(),
+            "a prefixed line is the test's own"
+        );
+        let mut verdict = judge(
+            "p/a",
+            Kind::Device,
+            &names(&["t"]),
+            &parse_libtest("test t ... ok\n"),
+            Exit::Code(0),
+            &Skips::new(),
+        );
+        add_kernel_findings(&mut verdict, results.kernel("p/a"));
+        assert_eq!(verdict.passed, 1);
+        assert_eq!(verdict.failed.len(), 1);
+        assert_eq!(verdict.failed[0].0, "(kernel)");
+        assert!(verdict.failed[0].1.contains("rxe_pool.c:255"));
+        assert!(verdict.failed[0].1.contains("refcount_t: underflow"));
     }
 
     #[test]

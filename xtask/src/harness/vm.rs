@@ -506,18 +506,24 @@ exec 4>&1
 run() {{
     name=$1; dir=$2; shift 2
 {before}    echo "guest: ==> $name"
+    kseq=$({xtask} kernel-log mark)
     start=$(date +%s%N)
     # The binary's exit code comes out on fd 3; what it prints goes to the console with its
     # name before every line, as it comes (`xtask prefix-lines`, which ends a piece the binary
     # left mid-line as a line of its own: a test's `test NAME ... ` shows while it runs).
     # `timeout` leads a process group of its own (its pid, as the subshell execs it): what a
     # test left running in it is killed when the binary ends, so that nothing holds the pipe
-    # to the prefixer open after the binary.
+    # to the prefixer open after the binary. `--report-time` puts each test's time after its
+    # result (`ok <1.234s>`); libtest takes it from a stable toolchain with RUSTC_BOOTSTRAP=1.
     code=$( {{ {{ (cd "$dir" && export CARGO_MANIFEST_DIR="$dir" &&
-            exec timeout --kill-after=10 "$binary_timeout" "$@") 2>&1 3>&- &
+            export RUSTC_BOOTSTRAP=1 && exec timeout --kill-after=10 "$binary_timeout" "$@" \
+            -Z unstable-options --report-time) 2>&1 3>&- &
         pid=$!; wait $pid; binary_code=$?; kill -KILL -$pid 2>/dev/null
-        echo $binary_code >&3; }} | {prefixer} prefix-lines "$name" >&4 3>&-; }} 3>&1 )
+        echo $binary_code >&3; }} | {xtask} prefix-lines "$name" >&4 3>&-; }} 3>&1 )
     ms=$(( ($(date +%s%N) - start) / 1000000 ))
+    # What the kernel logged meanwhile that looks like a provider bug: `guest: kernel during
+    # NAME: MESSAGE` lines, each a failure of the binary.
+    {xtask} kernel-log since "$kseq" "$name"
 {after}    echo "$code $name" >> "$status_file"
     echo "guest: <== $name exit $code in $((ms / 1000)).$(printf %03d $((ms % 1000))) s"
 }}
@@ -527,7 +533,7 @@ run() {{
         before = hooks.before,
         after = hooks.after,
         binary_timeout = binary_timeout_from_env(),
-        prefixer = std::env::current_exe()
+        xtask = std::env::current_exe()
             .map(|path| shell_quote(&path.to_string_lossy()))
             .unwrap_or_else(|_| "xtask".to_string()),
     ));
