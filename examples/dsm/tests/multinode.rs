@@ -276,8 +276,9 @@ fn multinode_dsm_a_host_that_vanishes_during_a_lock_wait_is_named() {
     for transport in ["rdma-read", "tcp"] {
         let key = format!("vanish-lock-{transport}");
         let rendezvous = rendezvous(&c, &key);
-        // Node 0 holds the lock far longer than node 1 takes to ask and the link to go down.
-        let app = ["hold", "--ms", "30000"];
+        // Node 0 holds the lock longer than node 1 takes to ask and the link to go down (the
+        // link comes back only after node 1's rank has ended, so a grant can never reach it).
+        let app = ["hold", "--ms", "15000"];
         let mut command =
             common::rank_command(&device, transport, c.node(), 2, &rendezvous, 10_000, &app);
         command.env("DSM_SYNC_TIMEOUT_MS", "3600000");
@@ -287,7 +288,7 @@ fn multinode_dsm_a_host_that_vanishes_during_a_lock_wait_is_named() {
         let out = if c.node() == 1 {
             let asked =
                 child.wait_for_line("dsm: node 1 asks for lock 0, which node 0 holds", BOUND);
-            // The request leaves right after the line (node 0 holds the lock for 30 s): 2 s
+            // The request leaves right after the line (node 0 holds the lock for 15 s): 2 s
             // later node 1 can only be waiting for the grant.
             std::thread::sleep(Duration::from_secs(2));
             let down = c.link_down();

@@ -608,24 +608,54 @@ pub(crate) fn prefix_lines(args: &[String]) -> Result<(), String> {
     let mut input = std::io::stdin().lock();
     let mut output = std::io::stdout().lock();
     let mut buffer = vec![0u8; 64 * 1024];
-    loop {
-        let read = match input.read(&mut buffer) {
-            Ok(0) => return Ok(()),
-            Ok(read) => read,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(format!("prefix-lines: reading: {e}")),
-        };
+    // What came after the last newline: held back while more may complete it (a line a test
+    // prints with several writes, as `eprintln!` of a formatted line does).
+    let mut pending: Vec<u8> = Vec::new();
+    let mut emit = |bytes: &[u8]| -> Result<(), String> {
         // One write per line: a line is short enough that no pipe or console splits it.
-        for line in prefixed(&prefix, &buffer[..read]).split_inclusive(|&b| b == b'\n') {
+        for line in prefixed(&prefix, bytes).split_inclusive(|&b| b == b'\n') {
             output
                 .write_all(line)
                 .and_then(|()| output.flush())
                 .map_err(|e| format!("prefix-lines: writing: {e}"))?;
         }
+        Ok(())
+    };
+    loop {
+        if !pending.is_empty() && !readable_within(PIECE_WAIT_MS) {
+            emit(&std::mem::take(&mut pending))?;
+        }
+        let read = match input.read(&mut buffer) {
+            Ok(0) => return emit(&pending),
+            Ok(read) => read,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(format!("prefix-lines: reading: {e}")),
+        };
+        pending.extend_from_slice(&buffer[..read]);
+        if let Some(end) = pending.iter().rposition(|&b| b == b'\n') {
+            let rest = pending.split_off(end + 1);
+            emit(&pending)?;
+            pending = rest;
+        }
     }
 }
 
-/// `bytes` with `prefix` before each line, every line ended (the last one too).
+/// How long `prefix-lines` waits for the rest of a line before it writes the piece it has as
+/// a line of its own (libtest's `test NAME ... ` of a test that hangs must still show).
+const PIECE_WAIT_MS: i32 = 200;
+
+/// Whether standard input has something to read (or has ended) within `ms` milliseconds.
+fn readable_within(ms: i32) -> bool {
+    let mut fd = libc::pollfd {
+        fd: 0,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid `pollfd`, for the duration of the call.
+    let n = unsafe { libc::poll(&mut fd, 1, ms) };
+    n != 0
+}
+
 fn prefixed(prefix: &str, bytes: &[u8]) -> Vec<u8> {
     let mut text = Vec::with_capacity(bytes.len() + 2 * prefix.len());
     for line in bytes.split_inclusive(|&b| b == b'\n') {
