@@ -85,13 +85,12 @@ impl MwType {
 /// pair's destruction for about 50 s while a window is bound to it, then frees the queue pair
 /// under the window; deallocating the window first ends the binding. Afterwards the window's
 /// key grants nothing, [`is_allocated`](Self::is_allocated) says `false`, and a bind of it is
-/// refused: allocate a new window. Only while an owned bind request of the window exists does
-/// a destruction leave the window alone (the request may be posted meanwhile).
+/// refused, when the request is made or when it is posted: allocate a new window.
 ///
 /// A window bound with [`SendRequest::bind_mw`] is not recorded by the queue pair: invalidate
 /// it (or drop it) before its queue pair is destroyed. Its `unsafe` post requires the window to
-/// stay allocated until the post returns, which a concurrent destruction of a queue pair that
-/// bound it through the owned path would break.
+/// stay allocated until the post returns, which the destruction (on any thread, before or
+/// during the post) of a queue pair that bound it through the owned path breaks.
 ///
 /// # Thread safety
 ///
@@ -99,11 +98,11 @@ impl MwType {
 /// thread. Through `&self` the crate only reads fields of `ibv_mw` that never change, and the
 /// provider only reads the key while posting a request that borrows the window. The key in
 /// `ibv_mw` is written only under `&mut self` (by the crate before a type 2 bind, by the
-/// provider in `ibv_bind_mw`), when no request borrows the window. A queue pair's destruction
-/// deallocates the window only under the window's lock, only while no owned bind request of it
-/// exists (a flag under the same lock, set when the request is made and cleared when it is
-/// dropped); every bind request checks under that lock that the window is allocated before it
-/// touches `ibv_mw`.
+/// provider in `ibv_bind_mw`), when no request borrows the window. Another thread may
+/// deallocate the window (the destruction of a queue pair that bound it through the owned
+/// path) while its owner holds it, even `&mut`: always under the window's lock, which an owned
+/// post of a bind holds from its check that the window is allocated until the post verb
+/// returns, and which a bind request's construction holds while it writes `ibv_mw`.
 ///
 /// [`OwnedSend::bind_mw`]: crate::OwnedSend::bind_mw
 /// [`SendRequest::bind_mw`]: crate::SendRequest::bind_mw
@@ -116,8 +115,7 @@ pub struct MemoryWindow {
 }
 
 /// What a window shares with the queue pairs it was bound through by the owned path: its
-/// `ibv_mw` and domain, whether it is still allocated, and whether an owned bind request of it
-/// exists.
+/// `ibv_mw` and domain, and whether it is still allocated.
 pub(crate) struct MwShared {
     raw: NonNull<ffi::ibv_mw>,
     /// Kept alive while anything may deallocate the window.
@@ -128,13 +126,16 @@ pub(crate) struct MwShared {
 struct MwState {
     /// Cleared once `ibv_dealloc_mw` succeeded.
     allocated: bool,
-    /// An owned bind request of the window exists (it may be posted, which reads `ibv_mw`).
-    requested: bool,
 }
 
+/// The window's lock, held by an owned post of a bind of it from the check that the window is
+/// allocated until the post verb returns: no queue pair's destruction deallocates it meanwhile.
+pub(crate) struct PostGuard<'a>(
+    #[allow(dead_code, reason = "held for its drop")] MutexGuard<'a, MwState>,
+);
+
 /// The type 2 windows a queue pair's owned binds handed to the provider: each is deallocated
-/// (where allowed: [`MwShared::release`]) before the queue pair's destruction, so that no
-/// binding holds it.
+/// before the queue pair's destruction, so that no binding holds it.
 #[derive(Default)]
 pub(crate) struct BoundWindows(Mutex<Vec<Arc<MwShared>>>);
 
@@ -153,11 +154,10 @@ impl BoundWindows {
         }
     }
 
-    /// Deallocates every recorded window (before the queue pair's destruction).
+    /// Deallocates every recorded window (before the queue pair's destruction); keeps those
+    /// whose deallocation failed, for the next try.
     pub(crate) fn release_all(&self) {
-        for window in std::mem::take(&mut *self.lock()) {
-            window.release();
-        }
+        self.lock().retain(|window| window.release());
     }
 }
 
@@ -196,20 +196,22 @@ impl MwShared {
     }
 
     /// Called by a queue pair that handed an owned bind of the window to the provider, before
-    /// it is destroyed: deallocates the window unless an owned bind request of it exists. A
-    /// failure leaves it allocated (the destroy may then wait on the binding, as without this).
-    pub(crate) fn release(&self) {
+    /// it is destroyed: deallocates the window. Whether it is allocated after (a failure leaves
+    /// it so; the destroy may then wait on the binding).
+    pub(crate) fn release(&self) -> bool {
         let mut state = self.lock();
-        if !state.allocated || state.requested {
-            return;
+        if !state.allocated {
+            return false;
         }
-        // SAFETY: allocated, checked under the lock; no owned bind request of the window exists
-        // (checked under the same lock), and a `SendRequest` bind's post requires the window
-        // to stay allocated only until it returns (its `unsafe` contract).
+        // SAFETY: allocated, checked under the lock every deallocation takes; no owned post of
+        // a bind of the window is running (it holds the lock from its own check to the end of
+        // the post verb), and a `SendRequest` bind's post requires the window to stay
+        // allocated until it returns (its `unsafe` contract).
         let ret = unsafe { ffi::ibv_dealloc_mw(self.raw.as_ptr()) };
         if ret == 0 {
             state.allocated = false;
         }
+        state.allocated
     }
 
     /// Whether the window is still allocated.
@@ -217,10 +219,28 @@ impl MwShared {
         self.lock().allocated
     }
 
-    /// An owned bind request of the window is gone (dropped, or posted and dropped).
-    pub(crate) fn end_request(&self) {
-        self.lock().requested = false;
+    /// Locks the window for an owned post of a bind of it, if it is still allocated.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] if it was deallocated (by the destruction of a queue pair
+    /// that bound it through the owned path).
+    pub(crate) fn lock_for_post(&self) -> Result<PostGuard<'_>> {
+        let state = self.lock();
+        if !state.allocated {
+            return Err(deallocated());
+        }
+        Ok(PostGuard(state))
     }
+}
+
+/// The refusal of a bind of a window a queue pair's destruction deallocated.
+fn deallocated() -> Error {
+    Error::InvalidArgument(
+        "the window was deallocated when a queue pair it was bound through was destroyed: \
+         allocate a new one"
+            .into(),
+    )
 }
 
 impl ProtectionDomain {
@@ -276,10 +296,7 @@ impl ProtectionDomain {
             shared: Arc::new(MwShared {
                 raw,
                 pd: self.clone(),
-                state: Mutex::new(MwState {
-                    allocated: true,
-                    requested: false,
-                }),
+                state: Mutex::new(MwState { allocated: true }),
             }),
             kind,
             rkey,
@@ -336,27 +353,21 @@ impl MemoryWindow {
     /// without taking it yet: the owned path takes it ([`commit_rkey`](Self::commit_rkey))
     /// once the bind is posted, so a refused or dropped request leaves the window as the
     /// device knows it. Also stores the current key where the provider reads the key a bind
-    /// replaces (`ibv_mw.rkey`). With `owned`, marks an owned bind request of the window as
-    /// existing ([`MwShared::end_request`] ends it): no queue pair's destruction deallocates the
-    /// window meanwhile.
+    /// replaces (`ibv_mw.rkey`).
     ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] if the window was deallocated by the destruction of a queue
     /// pair that bound it through the owned path.
-    pub(crate) fn preview_type2_rkey(&mut self, owned: bool) -> Result<u32> {
-        let mut state = self.shared.lock();
+    pub(crate) fn preview_type2_rkey(&mut self) -> Result<u32> {
+        let state = self.shared.lock();
         if !state.allocated {
-            return Err(Error::InvalidArgument(
-                "the window was deallocated when a queue pair it was bound through was \
-                 destroyed: allocate a new one"
-                    .into(),
-            ));
+            return Err(deallocated());
         }
-        state.requested |= owned;
-        // SAFETY: live window (allocated, checked under the lock every deallocation takes);
-        // `&mut self` means no request borrowing it is being posted.
+        // SAFETY: live window (allocated, checked under the lock every deallocation takes,
+        // held here); `&mut self` means no request borrowing it is being posted.
         unsafe { (*self.shared.raw.as_ptr()).rkey = self.rkey };
+        drop(state);
         // SAFETY: `ibv_inc_rkey` only computes on its argument.
         Ok(unsafe { ffi::ibv_inc_rkey(self.rkey) })
     }
@@ -373,7 +384,7 @@ impl MemoryWindow {
     ///
     /// [`SendRequest::bind_mw`]: crate::SendRequest::bind_mw
     pub(crate) fn next_type2_rkey(&mut self) -> Result<u32> {
-        let rkey = self.preview_type2_rkey(false)?;
+        let rkey = self.preview_type2_rkey()?;
         self.commit_rkey(rkey);
         Ok(rkey)
     }

@@ -780,8 +780,8 @@ fn mw_type2_owned_bind_in_flight_is_released_by_a_reset() {
 /// the queue pair back, and the window's key is dead: the window says it is no longer
 /// allocated and a bind of it is refused. A window the closed queue pair bound earlier and
 /// another queue pair bound since goes with it too (a window belongs with the queue pair that
-/// bound it): its key stops working on the other queue pair. A window with an owned bind
-/// request alive is left alone, and bound later.
+/// bound it): its key stops working on the other queue pair. A bind request of a recorded
+/// window made before the close is refused when it is posted after it, before the verb.
 #[test]
 fn mw_type2_owned_bind_is_ended_by_closing_its_queue_pair() {
     let Some(f) = fixture_with(MwType::Type2) else {
@@ -831,21 +831,33 @@ fn mw_type2_owned_bind_is_ended_by_closing_its_queue_pair() {
     p.b.post_recv_buf(pool.take().unwrap(), 7).unwrap();
     assert_eq!(pool.available(), 1);
 
-    // `pending`: bound through `p.b`, invalidated, and with a new bind request alive while
-    // `p.b` is closed.
+    // `pending` and `listed`: bound through `p.b`, invalidated, and each with a new bind
+    // request made before `p.b` is closed (`listed`'s pushed to a list).
     let mut pending = f.pd.alloc_mw(MwType::Type2).unwrap();
-    let bind = OwnedSend::bind_mw(&mut pending, &target, 2048..3072, AccessFlags::REMOTE_WRITE)
-        .unwrap()
-        .tag(8);
-    let third = bind.rkey();
-    p.b.post_send_owned(bind).unwrap();
-    reap_success(&mut p.cq_b, 8, WcOpcode::BindMw);
-    p.b.post_send_owned(OwnedSend::local_invalidate(third).tag(9))
-        .unwrap();
-    reap_success(&mut p.cq_b, 9, WcOpcode::LocalInv);
+    let mut listed = f.pd.alloc_mw(MwType::Type2).unwrap();
+    for (mw, tag) in [(&mut pending, 8), (&mut listed, 10)] {
+        let bind = OwnedSend::bind_mw(mw, &target, 2048..3072, AccessFlags::REMOTE_WRITE)
+            .unwrap()
+            .tag(tag);
+        let key = bind.rkey();
+        p.b.post_send_owned(bind).unwrap();
+        reap_success(&mut p.cq_b, tag, WcOpcode::BindMw);
+        p.b.post_send_owned(OwnedSend::local_invalidate(key).tag(tag + 1))
+            .unwrap();
+        reap_success(&mut p.cq_b, tag + 1, WcOpcode::LocalInv);
+    }
     let request = OwnedSend::bind_mw(&mut pending, &target, 2048..3072, AccessFlags::REMOTE_WRITE)
         .unwrap()
-        .tag(10);
+        .tag(12);
+    let mut list = OwnedSendList::with_capacity(2);
+    list.push(OwnedSend::send_inline(b"never sent").tag(13))
+        .unwrap();
+    list.push(
+        OwnedSend::bind_mw(&mut listed, &target, 2048..3072, AccessFlags::REMOTE_WRITE)
+            .unwrap()
+            .tag(14),
+    )
+    .unwrap();
 
     let Pair { a, b, cq_a, cq_b } = p;
     let started = std::time::Instant::now();
@@ -869,16 +881,25 @@ fn mw_type2_owned_bind_is_ended_by_closing_its_queue_pair() {
     assert_eq!(left.rkey(), rkey, "a refused bind takes no key");
     assert_eq!(&contents(&target)[1024..1152], &pattern(128, 81)[..]);
 
-    // `pending` was left alone: its request binds it through `q.b`, and its key works.
-    let fourth = request.rkey();
-    q.b.post_send_owned(request).unwrap();
-    reap_success(&mut q.cq_b, 10, WcOpcode::BindMw);
-    assert!(pending.is_allocated());
-    assert_eq!(
-        q.write(11, &src, 128, target.addr() + 2048, fourth),
-        WcStatus::Success
+    // `pending` and `listed` went with `p.b`: their requests are refused at the post, before
+    // the verb, and post nothing (a list: none of its requests).
+    let refused = q.b.post_send_owned(request).unwrap_err();
+    assert!(
+        matches!(refused.error(), Error::InvalidArgument(_)),
+        "{refused:?}"
     );
-    assert_eq!(&contents(&target)[2048..2176], &pattern(128, 81)[..]);
+    drop(refused);
+    let error = q.b.post_send_list(&mut list).unwrap_err();
+    assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
+    assert_eq!(list.len(), 2, "the list keeps both requests");
+    drop(list);
+    assert!(!pending.is_allocated() && !listed.is_allocated());
+    assert_eq!(q.b.owned_in_flight(), 0);
+    assert_no_completion_each(&mut q.cq_b);
+    assert!(
+        contents(&target)[2048..3072].iter().all(|&x| x == 0),
+        "nothing wrote through them"
+    );
 
     // `moved` went with `p.b`: its key no longer works through `q.b`.
     assert!(!moved.is_allocated());
@@ -892,9 +913,8 @@ fn mw_type2_owned_bind_is_ended_by_closing_its_queue_pair() {
     );
     drop((a, cq_a, cq_b));
     drop(q);
-    assert!(!pending.is_allocated(), "dropping q deallocated it");
     assert_eq!(Arc::strong_count(&target), 1);
-    drop((left, moved, pending));
+    drop((left, moved, pending, listed));
 }
 
 /// A READ by `qp` of `remote` into a fresh buffer of `pool`, tagged `tag`: every byte it

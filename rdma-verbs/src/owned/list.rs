@@ -83,6 +83,10 @@ trait Item {
     /// The provider may have the item's request (see `Prepared::hand_over`): the window of a
     /// bind, for the queue pair to record.
     fn hand_over(&mut self) -> Option<Arc<MwShared>>;
+    /// The window of a bind, locked while the post verb runs.
+    fn window(&self) -> Option<&Arc<MwShared>> {
+        None
+    }
 }
 
 impl Item for Prepared<'_> {
@@ -100,6 +104,9 @@ impl Item for Prepared<'_> {
     }
     fn hand_over(&mut self) -> Option<Arc<MwShared>> {
         Prepared::hand_over(self)
+    }
+    fn window(&self) -> Option<&Arc<MwShared>> {
+        Prepared::window(self)
     }
 }
 
@@ -397,7 +404,26 @@ fn post_list<Q: KeepWindow, Tb: Table, I: Item>(
     let result = if recorded == 0 {
         Ok(())
     } else {
-        post(queue, &items[..recorded], ids)
+        // Each bind holds its window's lock from the check that the window is allocated until
+        // the post verb returns (`mw.rs`); a list with no bind allocates nothing here. A
+        // window deallocated meanwhile refuses the whole chain before the verb.
+        let mut guards = Vec::new();
+        let mut refused_window = None;
+        for window in items[..recorded].iter().filter_map(Item::window) {
+            match window.lock_for_post() {
+                Ok(guard) => guards.push(guard),
+                Err(error) => {
+                    refused_window = Some(error);
+                    break;
+                }
+            }
+        }
+        let result = match refused_window {
+            Some(error) => Err(error),
+            None => post(queue, &items[..recorded], ids),
+        };
+        drop(guards);
+        result
     };
     let posted = match &result {
         Ok(()) => recorded,

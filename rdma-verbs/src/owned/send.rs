@@ -126,13 +126,6 @@ struct Bind<'a> {
     access: AccessFlags,
 }
 
-impl Drop for Bind<'_> {
-    /// The owned bind request is gone: queue pairs may deallocate the window again.
-    fn drop(&mut self) {
-        self.mw.shared().end_request();
-    }
-}
-
 impl<'a, K: OwnedOp> OwnedSend<'a, K> {
     fn new(kind: Kind<'a>) -> Self {
         Self {
@@ -301,7 +294,7 @@ impl<'a> OwnedSend<'a, BindOp> {
         access: AccessFlags,
     ) -> Result<Self> {
         let range = check_bind(mw, MwType::Type2, mr, range, access)?;
-        let rkey = mw.preview_type2_rkey(true)?;
+        let rkey = mw.preview_type2_rkey()?;
         Ok(Self::new(Kind::Bind(
             Bind {
                 mw,
@@ -572,6 +565,15 @@ impl Prepared<'_> {
         None
     }
 
+    /// The window of a bind.
+    #[inline]
+    pub(crate) fn window(&self) -> Option<&Arc<MwShared>> {
+        match &self.build {
+            Build::Bind(bind) => Some(bind.mw.shared()),
+            _ => None,
+        }
+    }
+
     /// What the in-flight entry keeps alive besides the buffer: the region of a bind or a
     /// range (a reference of its own, so that the request can be taken back whole), or a UD
     /// destination's handle (a UD send carries no range, and no bind).
@@ -685,6 +687,23 @@ impl<T: Transport> QueuePair<T, Rts> {
                 buf: prepared.buf,
             });
         }
+        // A bind holds its window's lock from the check that the window is allocated until the
+        // post verb returns, so that no queue pair's destruction deallocates it meanwhile
+        // (`mw.rs`).
+        let window = if K::BIND {
+            prepared.window().cloned()
+        } else {
+            None
+        };
+        let guard = match window.as_deref().map(MwShared::lock_for_post).transpose() {
+            Ok(guard) => guard,
+            Err(error) => {
+                return Err(PostRefused {
+                    error,
+                    buf: prepared.buf,
+                });
+            }
+        };
         let keep = prepared.keep();
         let buf = prepared.buf.take();
         let asked = prepared.asks_signal();
@@ -725,6 +744,7 @@ impl<T: Transport> QueuePair<T, Rts> {
                 result
             },
         );
+        drop(guard);
         // The provider may have the request: a bind keeps the window's new key.
         if K::BIND
             && result

@@ -341,7 +341,9 @@ unsafe fn build(
                 false,
             ),
             ffi::IBV_WR_BIND_MW => {
-                // The window and region are live: the request borrows them.
+                // The region is live (the request borrows it); the window is allocated: an owned
+                // bind holds its lock through the post (`mw.rs`), and a `SendRequest` bind's
+                // post promises it.
                 let bind = &raw.__bindgen_anon_2.bind_mw;
                 let ret = ffi::ibv_wr_bind_mw(qpx, bind.mw, bind.rkey, &bind.bind_info);
                 (ret, false)

@@ -35,8 +35,9 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// Inline payloads are copied during the call and are exempt.
     ///
     /// A memory window a bind request names ([`SendRequest::bind_mw`]) stays allocated until
-    /// the call returns: no other thread destroys, meanwhile, a queue pair that bound it
-    /// through the owned path, which deallocates it (see [`MemoryWindow`]). Invalidate or
+    /// the call returns: no queue pair that bound it through the owned path, whose destruction
+    /// deallocates it (see [`MemoryWindow`]), is destroyed after the request was made and
+    /// before the call returns, on any thread. Invalidate or
     /// drop such a window before the queue pair is destroyed: rxe holds the destruction of a
     /// queue pair with a window bound to it for about 50 s.
     ///
