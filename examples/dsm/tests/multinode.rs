@@ -234,29 +234,30 @@ fn multinode_dsm_a_host_that_vanishes_is_named_by_the_other() {
         let key = format!("vanish-{transport}");
         let rendezvous = rendezvous(&c, &key);
         // Far more increments than can finish before the link goes down.
-        let app = ["counter", "--increments", "1000000"];
-        let child =
-            common::rank_command(&device, transport, c.node(), 2, &rendezvous, 10_000, &app)
-                .spawn()
-                .expect("spawn a rank");
+        let app = ["--verbose", "counter", "--increments", "1000000"];
+        let mut command =
+            common::rank_command(&device, transport, c.node(), 2, &rendezvous, 10_000, &app);
+        let child = Watched::new(command.spawn().expect("spawn a rank"));
         let what = format!("{transport}: node {}", c.node());
         let started = Instant::now();
         let out = if c.node() == 1 {
-            // Mid-run: joined (a few seconds under emulation) and counting.
-            std::thread::sleep(Duration::from_secs(8));
+            // Mid-run: joined (however long that took under emulation) and counting for 2 s.
+            let joined = child.wait_for_line("dsm: node 1 of 2 joined", BOUND);
+            std::thread::sleep(Duration::from_secs(2));
             let down = c.link_down();
-            let out = finish(child, BOUND, &what);
+            let out = child.finish(BOUND, &what);
             down.restore();
+            assert!(joined, "{what}: it never joined:\n{}", text(&out.stderr));
             out
         } else {
-            finish(child, BOUND, &what)
+            child.finish(BOUND, &what)
         };
         let took = started.elapsed();
         let named = named_the_other(&c, &out, &what);
         // On the real stderr: libtest keeps a passing test's `eprintln!` to itself.
         let _ = writeln!(
             std::io::stderr(),
-            "NOTE: {what}: exit 1 after {:.1} s (link down at 8 s on node 1): {named}",
+            "NOTE: {what}: exit 1 after {:.1} s (link down 2 s after node 1 joined): {named}",
             took.as_secs_f64(),
         );
         c.barrier(&format!("{key}-done"));

@@ -114,7 +114,13 @@ fn hold_hands_the_lock_from_node_0_to_every_other_node() {
     let Some(device) = device() else { return };
     for transport in TRANSPORTS {
         let what = format!("hold on 3 nodes over {transport}");
-        let output = run(&device, 3, transport, &[], &["hold", "--ms", "300"]);
+        let output = run(
+            &device,
+            3,
+            transport,
+            &["--verbose"],
+            &["hold", "--ms", "300"],
+        );
         let err = text(&output.stderr);
         let out = ok(output, &what);
         assert_eq!(
@@ -122,6 +128,14 @@ fn hold_hands_the_lock_from_node_0_to_every_other_node() {
             "hold: lock 0 held 300 ms by node 0, then taken by each of the 2 others after its release",
             "{what}"
         );
+        // `--verbose` reaches every node `dsm run` starts: each says it joined.
+        for rank in 0..3 {
+            let line = format!("dsm: node {rank} of 3 joined");
+            assert!(
+                err.lines().any(|l| l == line),
+                "{what}: no {line:?} in:\n{err}"
+            );
+        }
         for rank in 1..3 {
             let line = format!("dsm: node {rank} asks for lock 0, which node 0 holds");
             assert!(
@@ -130,10 +144,10 @@ fn hold_hands_the_lock_from_node_0_to_every_other_node() {
             );
         }
     }
-    let out = ok(
-        run(&device, 1, "tcp", &[], &["hold", "--ms", "0"]),
-        "hold on 1 node",
-    );
+    let output = run(&device, 1, "tcp", &[], &["hold", "--ms", "0"]);
+    let err = text(&output.stderr);
+    assert!(!err.contains("joined"), "not verbose, yet: {err}");
+    let out = ok(output, "hold on 1 node");
     assert_eq!(
         out.trim(),
         "hold: lock 0 held 0 ms by node 0 (no other node)"

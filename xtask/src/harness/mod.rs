@@ -549,6 +549,23 @@ pub(crate) fn print_summary(executed: &Executed, elapsed: Duration) {
             println!("harness:   {seconds:8.1} s  {name}");
         }
     }
+    // Again, last, where a log cut in the middle (CI's record keeps the head and the tail)
+    // still shows them.
+    let failed: Vec<String> = verdict
+        .binaries
+        .iter()
+        .flat_map(|b| {
+            b.failed
+                .iter()
+                .map(move |(test, why)| format!("{}::{test}: {why}", b.name))
+        })
+        .collect();
+    if !failed.is_empty() {
+        println!("harness: the {} failed tests:", failed.len());
+        for line in failed {
+            println!("harness:   {line}");
+        }
+    }
     for kind in [Kind::Device, Kind::Host, Kind::Doc] {
         if kind == Kind::Doc && !executed.doc_ran {
             println!("harness: {}: not run (--no-doc, or --nodes)", kind.label());

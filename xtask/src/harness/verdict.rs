@@ -31,6 +31,9 @@ pub(crate) struct Output {
     pub(crate) finished: bool,
     /// Each test's time, where its result carried one (`ok <1.234s>`, from `--report-time`).
     pub(crate) times: Vec<(String, f64)>,
+    /// Each failed test's first panic, from its `---- NAME stdout ----` section: the
+    /// `panicked at FILE:LINE:COL:` line and the message's first lines, joined by ` / `.
+    pub(crate) panics: BTreeMap<String, String>,
 }
 
 /// Removes ANSI colour sequences (`ESC [ ... letter`).
@@ -115,9 +118,43 @@ pub(crate) fn parse_libtest(text: &str) -> Output {
     // The last test whose result came without its time: libtest writes ` <1.234s>` with a
     // write of its own, which the guest's prefixer may put on a line of its own.
     let mut untimed: Option<String> = None;
+    // The test whose failure section is being read, and the panic lines kept of it so far.
+    let mut section: Option<String> = None;
+    let mut panic: Option<Vec<String>> = None;
     for raw in text.lines() {
         let clean = strip_ansi(raw);
         let line = clean.trim();
+        if let Some(name) = line
+            .strip_prefix("---- ")
+            .and_then(|rest| rest.strip_suffix(" stdout ----"))
+        {
+            section = Some(name.to_string());
+            panic = None;
+            continue;
+        }
+        if let Some(name) = section.as_ref() {
+            match panic.as_mut() {
+                None if line.contains(" panicked at ") => panic = Some(vec![line.to_string()]),
+                Some(lines)
+                    if lines.len() < PANIC_LINES
+                        && !line.is_empty()
+                        && !line.starts_with("note: ")
+                        && !line.starts_with("stack backtrace:")
+                        && !is_boundary(line) =>
+                {
+                    lines.push(line.to_string());
+                }
+                Some(lines) => {
+                    output
+                        .panics
+                        .entry(name.clone())
+                        .or_insert_with(|| clip(&lines.join(" / "), PANIC_CHARS));
+                    section = None;
+                    panic = None;
+                }
+                None => {}
+            }
+        }
         if let Some(time) = line
             .strip_prefix('<')
             .and_then(|rest| rest.strip_suffix("s>"))
@@ -161,7 +198,26 @@ pub(crate) fn parse_libtest(text: &str) -> Output {
         }
     }
     output.unfinished.extend(pending);
+    if let (Some(name), Some(lines)) = (section, panic) {
+        output
+            .panics
+            .entry(name)
+            .or_insert_with(|| clip(&lines.join(" / "), PANIC_CHARS));
+    }
     output
+}
+
+/// How many lines of a panic (its `panicked at` line included) a failure's reason keeps.
+const PANIC_LINES: usize = 4;
+/// How many characters of them it keeps.
+const PANIC_CHARS: usize = 400;
+
+/// `text` cut to at most `max` characters (on a character boundary), `...` marking a cut.
+fn clip(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}...", &text[..at]),
+        None => text.to_string(),
+    }
 }
 
 /// The test names of a `--list` output (`NAME: test` lines; benchmarks are not run).
@@ -404,6 +460,14 @@ pub(crate) fn binary_stem(name: &str) -> String {
     name.rsplit('/').next().unwrap_or(name).replace('-', "_")
 }
 
+/// A failed test's reason: `FAILED`, and its panic where its output showed one.
+fn failed_reason(output: &Output, test: &str) -> String {
+    match output.panics.get(test) {
+        Some(panic) => format!("FAILED: {panic}"),
+        None => "FAILED".to_string(),
+    }
+}
+
 /// Judges one test binary: every expected test must have printed `ok`.
 pub(crate) fn judge(
     name: &str,
@@ -435,7 +499,9 @@ pub(crate) fn judge(
                 Some(reason) => verdict.skipped.push((test.clone(), reason.clone())),
                 None => verdict.passed += 1,
             },
-            Some(Outcome::Failed) => verdict.failed.push((test.clone(), "FAILED".to_string())),
+            Some(Outcome::Failed) => verdict
+                .failed
+                .push((test.clone(), failed_reason(output, test))),
             Some(Outcome::Ignored) => verdict.failed.push((
                 test.clone(),
                 "ignored (the harness runs every test; #[ignore] is not allowed)".to_string(),
@@ -566,7 +632,9 @@ pub(crate) fn judge_doc(
     for (test, outcome) in &output.results {
         match outcome {
             Outcome::Passed => verdict.passed += 1,
-            Outcome::Failed => verdict.failed.push((test.clone(), "FAILED".to_string())),
+            Outcome::Failed => verdict
+                .failed
+                .push((test.clone(), failed_reason(output, test))),
             Outcome::Ignored => verdict.failed.push((
                 test.clone(),
                 "ignored (use no_run or compile_fail, not ignore)".to_string(),
@@ -751,6 +819,69 @@ mod tests {
         assert!(output.unfinished.is_empty());
         assert_eq!(output.announced, 4);
         assert!(output.finished);
+    }
+
+    #[test]
+    fn a_failed_tests_reason_carries_its_panic() {
+        let text = "running 3 tests\n\
+            test a ... FAILED <1.000s>\n\
+            test b ... FAILED\n\
+            test c ... FAILED\n\
+            \n\
+            failures:\n\
+            \n\
+            ---- a stdout ----\n\
+            NOTE: before the panic\n\
+            \n\
+            thread 'a' (271) panicked at tests/x.rs:32:7:\n\
+            node 1 ended\n\
+            while node 0 waited\n\
+            note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n\
+            \n\
+            ---- b stdout ----\n\
+            thread 'b' panicked at tests/x.rs:40:5:\n\
+            one\n\
+            two\n\
+            three\n\
+            four\n\
+            ---- c stdout ----\n\
+            thread 'c' panicked at tests/x.rs:50:5:\n\
+            last\n\
+            \n\
+            failures:\n\
+                a\n\
+            \n\
+            test result: FAILED. 0 passed; 3 failed; 0 ignored; 0 measured; 0 filtered out\n";
+        let output = parse_libtest(text);
+        assert_eq!(
+            output.panics.get("a").map(String::as_str),
+            Some(
+                "thread 'a' (271) panicked at tests/x.rs:32:7: / node 1 ended / while node 0 waited"
+            )
+        );
+        assert_eq!(
+            output.panics.get("b").map(String::as_str),
+            Some("thread 'b' panicked at tests/x.rs:40:5: / one / two / three")
+        );
+        assert_eq!(
+            output.panics.get("c").map(String::as_str),
+            Some("thread 'c' panicked at tests/x.rs:50:5: / last")
+        );
+        let verdict = judge(
+            "p/x",
+            Kind::Device,
+            &names(&["a", "b", "c"]),
+            &output,
+            Exit::Code(101),
+            &Skips::new(),
+        );
+        assert!(
+            verdict.failed[0]
+                .1
+                .starts_with("FAILED: thread 'a' (271) panicked at")
+        );
+        assert_eq!(clip("abcdef", 3), "abc...");
+        assert_eq!(clip("abc", 3), "abc");
     }
 
     #[test]

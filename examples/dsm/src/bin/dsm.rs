@@ -15,6 +15,9 @@ use dsm::{Config, FaultMechanism, Node, Placement, TransportKind, apps};
     about = "Software distributed shared memory over RDMA: launcher and applications"
 )]
 struct Cli {
+    /// Each node says on stderr when it has joined the job: `dsm: node R of N joined`.
+    #[arg(short, long, global = true)]
+    verbose: bool,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -161,8 +164,8 @@ fn parse_hex(text: &str) -> Result<usize, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Cmd::Run(args) => run(args),
-        app => node_main(app),
+        Cmd::Run(args) => run(args, cli.verbose),
+        app => node_main(app, cli.verbose),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -174,9 +177,12 @@ fn main() -> ExitCode {
 }
 
 /// Runs one application as this process's node.
-fn node_main(app: Cmd) -> Result<(), String> {
+fn node_main(app: Cmd, verbose: bool) -> Result<(), String> {
     let node = Node::from_env().map_err(|e| e.to_string())?;
     let rank = node.rank();
+    if verbose {
+        dsm::say!("dsm: node {rank} of {} joined", node.nodes());
+    }
     let mut compute = None;
     let report = match app {
         Cmd::Counter { increments, report } => {
@@ -434,7 +440,7 @@ fn touch_past_window(end: usize) -> Result<(), String> {
 
 /// Starts `nodes` copies of this program running `app`, waits for them, and fails if any
 /// failed (the others are given the configured timeout to notice and stop, then killed).
-fn run(args: RunArgs) -> Result<(), String> {
+fn run(args: RunArgs, verbose: bool) -> Result<(), String> {
     if args.nodes == 0 {
         return Err("-n must be at least 1".into());
     }
@@ -465,6 +471,7 @@ fn run(args: RunArgs) -> Result<(), String> {
     for rank in 0..args.nodes {
         let mut command = Command::new(&exe);
         command
+            .args(verbose.then_some("--verbose"))
             .args(&args.app)
             .env("DSM_RANK", rank.to_string())
             .env("DSM_SIZE", args.nodes.to_string())
