@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use rdma_verbs::{Init, QpStateKind, QueuePair, Rc, Reset, Rts};
 
+use crate::c_enum::EventKind;
 use crate::error::{Error, Result};
-use crate::event::{Event, EventKind};
+use crate::event::Event;
 use crate::id::CmId;
 use crate::param::ConnParam;
 

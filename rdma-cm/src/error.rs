@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use rdma_verbs::Errno;
 
-use crate::event::EventKind;
+use crate::c_enum::EventKind;
 
 /// What went wrong in a connection-manager call.
 #[derive(Debug, thiserror::Error)]

@@ -13,7 +13,7 @@ use rdma_verbs_sys as ffi;
 use crate::addr;
 use crate::channel::EventChannel;
 use crate::error::{Error, Result};
-use crate::multicast::Groups;
+use crate::group::Groups;
 use crate::param::ConnParam;
 
 /// The port space of an identifier: what kind of service it connects to.

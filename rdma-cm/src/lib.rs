@@ -53,9 +53,11 @@
 mod addr;
 mod addrinfo;
 mod blocking;
+mod c_enum;
 mod channel;
 mod error;
 mod event;
+mod group;
 mod id;
 mod multicast;
 mod param;
@@ -65,9 +67,10 @@ mod tokio_io;
 mod ud;
 
 pub use addrinfo::{AddrHints, AddrInfo, getaddrinfo};
+pub use c_enum::EventKind;
 pub use channel::EventChannel;
 pub use error::{Error, Result};
-pub use event::{Event, EventKind};
+pub use event::Event;
 pub use id::{CmId, PortSpace};
 pub use multicast::JoinKind;
 pub use param::{ConnParam, PeerParam};

@@ -9,8 +9,9 @@ use rdma_verbs::{QpState, QueuePair, Ud};
 use rdma_verbs_sys as ffi;
 
 use crate::addr;
+use crate::c_enum::EventKind;
 use crate::error::{Error, Result};
-use crate::event::{Event, EventKind};
+use crate::event::Event;
 use crate::id::{CmId, check};
 use crate::ud::UdParam;
 
@@ -32,55 +33,6 @@ impl JoinKind {
         match self {
             JoinKind::FullMember => ffi::RDMA_MC_JOIN_FLAG_FULLMEMBER,
             JoinKind::SendOnly => ffi::RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER,
-        }
-    }
-}
-
-/// One group an identifier joined.
-#[derive(Debug)]
-struct Group {
-    /// What librdmacm hands back as the context of the group's events.
-    token: usize,
-    addr: SocketAddr,
-    /// Events about the group read and not acknowledged yet: `rdma_leave_multicast` waits
-    /// until they are.
-    held: usize,
-}
-
-/// The multicast groups of an identifier (locked after its channel, never before).
-#[derive(Debug, Default)]
-pub(crate) struct Groups {
-    last_token: usize,
-    list: Vec<Group>,
-}
-
-impl Groups {
-    /// Counts an event about the group of `token` as held; its address.
-    pub(crate) fn event_read(&mut self, token: usize) -> Option<IpAddr> {
-        let group = self.list.iter_mut().find(|g| g.token == token)?;
-        group.held += 1;
-        Some(group.addr.ip())
-    }
-
-    /// An event about the group of `token` was acknowledged.
-    pub(crate) fn event_done(&mut self, token: usize) {
-        if let Some(group) = self.list.iter_mut().find(|g| g.token == token) {
-            group.held = group.held.saturating_sub(1);
-        }
-    }
-
-    /// Leaves every group (errors ignored: the identifier is being destroyed, and librdmacm
-    /// frees its record of a group whatever the kernel answers).
-    ///
-    /// # Safety
-    ///
-    /// `raw` is the live identifier these groups belong to, its channel's lock is held, and no
-    /// event about a group is held (else the leave would wait for it).
-    pub(crate) unsafe fn leave_all(&mut self, raw: *mut ffi::rdma_cm_id) {
-        for group in self.list.drain(..) {
-            let mut storage = addr::to_storage(group.addr);
-            // SAFETY: the caller's contract; the address is read during the call.
-            unsafe { ffi::rdma_leave_multicast(raw, (&raw mut storage).cast()) };
         }
     }
 }
@@ -119,12 +71,12 @@ impl CmId {
         let addr = SocketAddr::new(group, 0);
         self.0.with_device(|raw| {
             let mut groups = self.0.groups.lock().unwrap_or_else(|e| e.into_inner());
-            if groups.list.iter().any(|g| g.addr == addr) {
+            if groups.held(addr).is_some() {
                 return Err(Error::InvalidArgument(
                     "this identifier joined that group already",
                 ));
             }
-            let token = groups.last_token.wrapping_add(1).max(1);
+            let token = groups.next_token();
             let mut storage = addr::to_storage(addr);
             let mut attr = ffi::rdma_cm_join_mc_attr_ex {
                 comp_mask: ffi::RDMA_CM_JOIN_MC_ATTR_ADDRESS | ffi::RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS,
@@ -141,12 +93,7 @@ impl CmId {
                     std::ptr::without_provenance_mut(token),
                 )
             })?;
-            groups.last_token = token;
-            groups.list.push(Group {
-                token,
-                addr,
-                held: 0,
-            });
+            groups.add(token, addr);
             Ok(())
         })
     }
@@ -169,22 +116,16 @@ impl CmId {
         let addr = SocketAddr::new(group, 0);
         self.0.with(|raw| {
             let mut groups = self.0.groups.lock().unwrap_or_else(|e| e.into_inner());
-            let index =
-                groups
-                    .list
-                    .iter()
-                    .position(|g| g.addr == addr)
-                    .ok_or(Error::InvalidArgument(
-                        "this identifier did not join that group",
-                    ))?;
-            let held = groups.list[index].held;
+            let held = groups.held(addr).ok_or(Error::InvalidArgument(
+                "this identifier did not join that group",
+            ))?;
             if held > 0 {
                 return Err(Error::EventsHeld {
                     call: "rdma_leave_multicast",
                     count: held,
                 });
             }
-            groups.list.remove(index);
+            groups.remove(addr);
             drop(groups);
             let mut storage = addr::to_storage(addr);
             // SAFETY: a live identifier that joined `addr`, under its channel's lock: no event
@@ -199,7 +140,7 @@ impl CmId {
     /// The multicast groups this identifier joined and has not left, oldest first.
     pub fn multicast_groups(&self) -> Vec<IpAddr> {
         let groups = self.0.groups.lock().unwrap_or_else(|e| e.into_inner());
-        groups.list.iter().map(|g| g.addr.ip()).collect()
+        groups.addrs()
     }
 
     /// Joins `group` ([`join_multicast`](Self::join_multicast)) and waits at most `timeout`

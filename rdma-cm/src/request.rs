@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
+use crate::c_enum::EventKind;
 use crate::channel::EventChannel;
 use crate::error::{Error, Result};
-use crate::event::{Event, EventKind};
+use crate::event::Event;
 use crate::id::CmId;
 use crate::param::PeerParam;
 

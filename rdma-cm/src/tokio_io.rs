@@ -21,9 +21,10 @@ use rdma_verbs::{Errno, Init, QueuePair, Rc, Reset, Rts};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
+use crate::c_enum::EventKind;
 use crate::channel::EventChannel;
 use crate::error::{Error, Result};
-use crate::event::{Event, EventKind};
+use crate::event::Event;
 use crate::id::{CmId, PortSpace};
 use crate::multicast::{JoinKind, NO_UD_PARAM};
 use crate::param::ConnParam;

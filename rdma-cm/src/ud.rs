@@ -7,8 +7,9 @@ use std::time::Duration;
 use rdma_verbs::{AddressVector, QpStateKind, QueuePair, Reset, Rts, SqPsnRtsAttr, Ud, UdRtrAttr};
 use rdma_verbs_sys as ffi;
 
+use crate::c_enum::EventKind;
 use crate::error::{Error, Result};
-use crate::event::{Event, EventKind};
+use crate::event::Event;
 use crate::id::{CmId, PortSpace};
 use crate::param::ConnParam;
 

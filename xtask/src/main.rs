@@ -12,7 +12,8 @@
 //! - `bench`: the criterion benches (`cargo bench`) on the device.
 //! - `build-benches`: builds the benches, the benchmark tools and the C reference program.
 //! - `ci`: `.ci/run`, the tier of CI every change runs; `ci --full` adds the second tier.
-//! - `modules`: prints the module graph of `rdma-verbs` and fails on a cycle.
+//! - `modules`: prints the module graph of each library crate and fails where one breaks the
+//!   layers `docs/modules.md` declares for it (or has a cycle).
 //! - `bindgen`: regenerates the checked-in raw bindings of `rdma-verbs-sys`.
 
 #[cfg(feature = "bindgen")]
@@ -94,7 +95,8 @@ tasks:
                     perftest's 4 KiB read and send latency, and the applications on 1 and 2
                     nodes (Soft-RoCE VM if no device); options: --rounds N (3), --pages N
                     (200), --write (tables into examples/dsm/README.md, plot beside it)
-  modules           print rdma-verbs's module graph; fail if it has a cycle
+  modules           print each library crate's module graph; fail if it breaks
+                    the layers docs/modules.md declares (or has a cycle)
   bindgen           regenerate rdma-verbs-sys/src/bindings from the installed headers
 ";
 

@@ -1,5 +1,7 @@
-//! `cargo xtask modules`: the module graph of a crate (which top-level module names which), and
-//! the check that it has no cycle: every edge points down the layers `docs/modules.md` lists.
+//! `cargo xtask modules`: the module graph of each library crate (which top-level module names
+//! which), checked against the layers `docs/modules.md` declares for that crate: every module
+//! sits in exactly one layer, every edge points to the same layer or one below, and there is no
+//! cycle.
 //!
 //! An edge is a `crate::<module>` path outside comments, in `use` lists too
 //! (`use crate::{a::X, b}`); a module's submodules count as the module. Impl blocks for another
@@ -13,21 +15,141 @@ use std::path::Path;
 /// Top-level module → the modules it names, with one file that names each.
 pub(crate) type Graph = BTreeMap<String, BTreeMap<String, String>>;
 
-/// Runs the task: prints the graph of `rdma-verbs` and fails on a cycle.
+/// The library crates whose modules `docs/modules.md` lays out.
+pub(crate) const CRATES: [&str; 3] = ["rdma-verbs-sys", "rdma-verbs", "rdma-cm"];
+
+/// Runs the task: prints each crate's graph and fails if one breaks its declared layers.
 pub(crate) fn run(root: &Path) -> Result<(), String> {
-    let src = root.join("rdma-verbs/src");
-    let graph = graph_of(&src)?;
-    for (module, deps) in &graph {
-        let names: Vec<&str> = deps.keys().map(String::as_str).collect();
-        println!("{module} -> {}", names.join(", "));
-    }
-    match cycle(&graph) {
-        None => {
-            println!("no cycles ({} modules)", graph.len());
-            Ok(())
+    let doc = fs::read_to_string(root.join("docs/modules.md"))
+        .map_err(|e| format!("docs/modules.md: {e}"))?;
+    let mut problems = Vec::new();
+    for krate in CRATES {
+        let graph = graph_of(&root.join(krate).join("src"))?;
+        println!("{krate}:");
+        for (module, deps) in &graph {
+            let names: Vec<&str> = deps.keys().map(String::as_str).collect();
+            println!("  {module} -> {}", names.join(", "));
         }
-        Some(cycle) => Err(describe(&graph, &cycle)),
+        let found = check(krate, &graph, &doc);
+        if found.is_empty() {
+            println!(
+                "  follows its {} layers ({} modules, no cycle)",
+                layers(&doc, krate).map_or(0, |l| l.len()),
+                graph.len()
+            );
+        }
+        problems.extend(found);
     }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the module layers of docs/modules.md do not hold:\n{}",
+            problems.join("\n")
+        ))
+    }
+}
+
+/// The layers `doc` (the text of `docs/modules.md`) declares for `krate`, lowest first: the
+/// rows of the first table after the heading that names `` `krate` ``, each the modules
+/// written in backticks in its second column (a parenthesised list after a module names its
+/// files, not modules). `None` when there is no such heading.
+pub(crate) fn layers(doc: &str, krate: &str) -> Option<Vec<(String, Vec<String>)>> {
+    let heading = format!("`{krate}`");
+    let mut lines = doc
+        .lines()
+        .skip_while(|l| !(l.starts_with("## ") && l.contains(&heading)));
+    lines.next()?;
+    let rows = lines
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        // The header row and the separator row.
+        .skip(2);
+    let mut layers = Vec::new();
+    for row in rows {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let (Some(name), Some(modules)) = (cells.get(1), cells.get(2)) else {
+            continue;
+        };
+        layers.push((name.to_string(), backticked_outside_parentheses(modules)));
+    }
+    Some(layers)
+}
+
+/// The `` `names` `` of `text` that are not inside parentheses.
+fn backticked_outside_parentheses(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut depth = 0usize;
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            '`' => {
+                let Some(end) = rest[1..].find('`') else {
+                    break;
+                };
+                if depth == 0 {
+                    names.push(rest[1..=end].to_string());
+                }
+                rest = &rest[end + 2..];
+                continue;
+            }
+            _ => {}
+        }
+        rest = &rest[c.len_utf8()..];
+    }
+    names
+}
+
+/// What breaks `krate`'s declared layers in `graph` (empty when they hold): a module in no
+/// layer or in two, a declared module that does not exist, an edge to a higher layer, a cycle.
+pub(crate) fn check(krate: &str, graph: &Graph, doc: &str) -> Vec<String> {
+    let Some(layers) = layers(doc, krate) else {
+        return vec![format!(
+            "{krate}: docs/modules.md has no `## ... `{krate}`` section"
+        )];
+    };
+    let mut problems = Vec::new();
+    let mut layer_of: BTreeMap<&str, usize> = BTreeMap::new();
+    for (index, (name, modules)) in layers.iter().enumerate() {
+        for module in modules {
+            if !graph.contains_key(module) {
+                problems.push(format!(
+                    "{krate}: layer {name} lists `{module}`, which is no module of the crate"
+                ));
+            }
+            if layer_of.insert(module, index).is_some() {
+                problems.push(format!("{krate}: `{module}` is listed in two layers"));
+            }
+        }
+    }
+    for module in graph.keys() {
+        if !layer_of.contains_key(module.as_str()) {
+            problems.push(format!(
+                "{krate}: `{module}` is in no layer of docs/modules.md (add it to the table)"
+            ));
+        }
+    }
+    for (module, deps) in graph {
+        let Some(&from) = layer_of.get(module.as_str()) else {
+            continue;
+        };
+        for (named, file) in deps {
+            if let Some(&to) = layer_of.get(named.as_str())
+                && to > from
+            {
+                problems.push(format!(
+                    "{krate}: `{module}` ({}) names `{named}` ({}, a layer above it) in {file}",
+                    layers[from].0, layers[to].0
+                ));
+            }
+        }
+    }
+    if let Some(found) = cycle(graph) {
+        problems.push(format!("{krate}: {}", describe(graph, &found)));
+    }
+    problems
 }
 
 /// The graph of the crate whose sources are in `src` (`lib.rs` and the modules beside it).
@@ -216,15 +338,72 @@ mod tests {
         assert_eq!(cycle(&graph), None);
     }
 
-    /// The crate's own graph: no cycles (the rule of `docs/modules.md`).
     #[test]
-    fn rdma_verbs_has_no_module_cycles() {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../rdma-verbs/src");
-        let graph = graph_of(&src).unwrap();
-        assert!(graph.len() >= 15, "modules found: {:?}", graph.keys());
-        assert!(graph["qp"].contains_key("cq"), "edges are read: {graph:?}");
-        if let Some(found) = cycle(&graph) {
-            panic!("{}", describe(&graph, &found));
+    fn layers_are_read_from_the_table_after_the_crates_heading() {
+        let doc = "# Modules\n\n## `other`\n\n| Layer | Modules | What |\n|---|---|---|\n\
+                   | x | `zz` | z |\n\n## `demo`\n\ntext\n\n| Layer | Modules | What |\n\
+                   |---|---|---|\n| values | `error`, `flags` | e |\n\
+                   | queues | `qp` (`mod`, `attr`), `cq` | q |\n\nafter\n";
+        let declared = layers(doc, "demo").expect("the section");
+        assert_eq!(
+            declared,
+            [
+                (
+                    "values".to_string(),
+                    vec!["error".to_string(), "flags".to_string()]
+                ),
+                (
+                    "queues".to_string(),
+                    vec!["qp".to_string(), "cq".to_string()]
+                ),
+            ]
+        );
+        assert_eq!(layers(doc, "missing"), None);
+        let mut graph = Graph::new();
+        for (from, to) in [
+            ("qp", "cq"),
+            ("cq", "error"),
+            ("error", "qp"),
+            ("flags", "extra"),
+        ] {
+            graph
+                .entry(from.into())
+                .or_default()
+                .insert(to.into(), format!("{from}.rs"));
         }
+        graph.entry("extra".into()).or_default();
+        let problems = check("demo", &graph, doc);
+        assert_eq!(
+            problems[..2],
+            [
+                "demo: `extra` is in no layer of docs/modules.md (add it to the table)".to_string(),
+                "demo: `error` (values) names `qp` (queues, a layer above it) in error.rs"
+                    .to_string(),
+            ]
+        );
+        assert!(
+            problems[2].starts_with("demo: module cycle "),
+            "{problems:?}"
+        );
+        assert_eq!(problems.len(), 3, "{problems:?}");
+    }
+
+    /// Each library crate's own graph follows the layers `docs/modules.md` declares for it.
+    #[test]
+    fn library_crates_follow_their_declared_layers() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let doc = fs::read_to_string(root.join("docs/modules.md")).unwrap();
+        for krate in CRATES {
+            let graph = graph_of(&root.join(krate).join("src")).unwrap();
+            assert!(
+                graph.len() >= 2,
+                "{krate}: modules found: {:?}",
+                graph.keys()
+            );
+            let problems = check(krate, &graph, &doc);
+            assert!(problems.is_empty(), "{}", problems.join("\n"));
+        }
+        let verbs = graph_of(&root.join("rdma-verbs/src")).unwrap();
+        assert!(verbs["qp"].contains_key("cq"), "edges are read: {verbs:?}");
     }
 }

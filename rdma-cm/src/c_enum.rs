@@ -1,0 +1,84 @@
+//! C enums that several modules name: the kind of a connection-manager event (the error type
+//! names it as well as the events).
+
+use rdma_verbs_sys as ffi;
+
+/// The kind of a connection-manager event (`enum rdma_cm_event_type`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum EventKind {
+    /// `RDMA_CM_EVENT_ADDR_RESOLVED`
+    AddrResolved,
+    /// `RDMA_CM_EVENT_ADDR_ERROR`
+    AddrError,
+    /// `RDMA_CM_EVENT_ROUTE_RESOLVED`
+    RouteResolved,
+    /// `RDMA_CM_EVENT_ROUTE_ERROR`
+    RouteError,
+    /// `RDMA_CM_EVENT_CONNECT_REQUEST`: carries a new identifier ([`Event::take_id`](crate::Event::take_id)).
+    ConnectRequest,
+    /// `RDMA_CM_EVENT_CONNECT_RESPONSE`: the peer accepted a connect whose queue pair the
+    /// caller manages.
+    ConnectResponse,
+    /// `RDMA_CM_EVENT_CONNECT_ERROR`
+    ConnectError,
+    /// `RDMA_CM_EVENT_UNREACHABLE`: the peer did not answer.
+    Unreachable,
+    /// `RDMA_CM_EVENT_REJECTED`: the peer (or its connection manager) refused.
+    Rejected,
+    /// `RDMA_CM_EVENT_ESTABLISHED`
+    Established,
+    /// `RDMA_CM_EVENT_DISCONNECTED`
+    Disconnected,
+    /// `RDMA_CM_EVENT_DEVICE_REMOVAL`
+    DeviceRemoval,
+    /// `RDMA_CM_EVENT_MULTICAST_JOIN`
+    MulticastJoin,
+    /// `RDMA_CM_EVENT_MULTICAST_ERROR`
+    MulticastError,
+    /// `RDMA_CM_EVENT_ADDR_CHANGE`
+    AddrChange,
+    /// `RDMA_CM_EVENT_TIMEWAIT_EXIT`
+    TimewaitExit,
+    /// A kind this crate does not know (a newer librdmacm).
+    Unknown(u32),
+}
+
+impl EventKind {
+    /// The kind of C value `raw`.
+    pub fn from_raw(raw: ffi::rdma_cm_event_type) -> Self {
+        match raw {
+            ffi::RDMA_CM_EVENT_ADDR_RESOLVED => Self::AddrResolved,
+            ffi::RDMA_CM_EVENT_ADDR_ERROR => Self::AddrError,
+            ffi::RDMA_CM_EVENT_ROUTE_RESOLVED => Self::RouteResolved,
+            ffi::RDMA_CM_EVENT_ROUTE_ERROR => Self::RouteError,
+            ffi::RDMA_CM_EVENT_CONNECT_REQUEST => Self::ConnectRequest,
+            ffi::RDMA_CM_EVENT_CONNECT_RESPONSE => Self::ConnectResponse,
+            ffi::RDMA_CM_EVENT_CONNECT_ERROR => Self::ConnectError,
+            ffi::RDMA_CM_EVENT_UNREACHABLE => Self::Unreachable,
+            ffi::RDMA_CM_EVENT_REJECTED => Self::Rejected,
+            ffi::RDMA_CM_EVENT_ESTABLISHED => Self::Established,
+            ffi::RDMA_CM_EVENT_DISCONNECTED => Self::Disconnected,
+            ffi::RDMA_CM_EVENT_DEVICE_REMOVAL => Self::DeviceRemoval,
+            ffi::RDMA_CM_EVENT_MULTICAST_JOIN => Self::MulticastJoin,
+            ffi::RDMA_CM_EVENT_MULTICAST_ERROR => Self::MulticastError,
+            ffi::RDMA_CM_EVENT_ADDR_CHANGE => Self::AddrChange,
+            ffi::RDMA_CM_EVENT_TIMEWAIT_EXIT => Self::TimewaitExit,
+            other => Self::Unknown(other),
+        }
+    }
+
+    /// Whether events of this kind carry connection parameters (and private data) in their
+    /// `conn` or `ud` part.
+    pub(crate) fn has_param(self) -> bool {
+        matches!(
+            self,
+            Self::ConnectRequest
+                | Self::ConnectResponse
+                | Self::Established
+                | Self::Rejected
+                | Self::Unreachable
+                | Self::ConnectError
+        )
+    }
+}
