@@ -3,21 +3,26 @@
 //! # Quick start
 //!
 //! ```no_run
-//! use rdma_verbs::{AccessFlags, Context, Rc, WorkCompletion};
+//! use rdma_verbs::{AccessFlags, ConnectionRecord, Context, Rc, WorkCompletion};
+//! # fn exchange(me: [u8; ConnectionRecord::LEN]) -> Vec<u8> { me.to_vec() }
 //!
-//! let devices = rdma_verbs::devices()?;
-//! let device = devices.iter().next().expect("an RDMA device");
-//! let context = device.open()?;
+//! let context = Context::open("rxe0")?;
 //! let pd = context.alloc_pd()?;
 //! let mut cq = context.create_cq(64)?;
-//! let mr = pd.register(4096, AccessFlags::LOCAL_WRITE)?;
 //! let qp = pd.qp_builder::<Rc>(&cq, &cq).build()?;
-//! // Exchange qp.qp_num(), a PSN and the GID with the peer, then:
-//! // let qp = qp.into_init(..)?.into_rtr(..)?.into_rts(..)?;
+//! let me = qp.record(1, 1)?; // port 1, GID index 1
+//! // Send `me.to_bytes()` to the peer (over TCP, say) and read its record back:
+//! let peer = ConnectionRecord::from_bytes(&exchange(me.to_bytes()))?;
+//! let qp = qp.connect(&me, &peer, AccessFlags::empty())?; // RESET to RTS
 //! let mut completions = [WorkCompletion::default(); 8];
 //! let done = cq.poll(&mut completions)?;
+//! # drop(qp);
 //! # Ok::<(), rdma_verbs::Error>(())
 //! ```
+//!
+//! Two queue pairs of one device connect to each other with
+//! [`QueuePair::connect_loopback`]; to choose each transition's attributes, use
+//! `into_init`, `into_rtr` and `into_rts` one by one.
 //!
 //! # The model
 //!
@@ -126,10 +131,10 @@ pub use owned::{
 };
 pub use pd::ProtectionDomain;
 pub use qp::{
-    AddressVector, CanPostRecv, ConnectedInitAttr, ErrorState, GlobalRoute, Init, QpBuilder,
-    QpCaps, QpState, QpStateKind, QueuePair, RawModifyAttr, Rc, RcRtrAttr, RcRtsAttr, Reset, Rtr,
-    Rts, SendPath, SqPsnRtsAttr, TransitionError, Transport, Uc, UcRtrAttr, Ud, UdInitAttr,
-    UdRtrAttr,
+    AddressVector, CanPostRecv, Connected, ConnectedInitAttr, ConnectionRecord, ErrorState,
+    GlobalRoute, Init, QpBuilder, QpCaps, QpState, QpStateKind, QueuePair, RawModifyAttr, Rc,
+    RcRtrAttr, RcRtsAttr, Reset, Rtr, Rts, SendPath, SqPsnRtsAttr, TransitionError, Transport, Uc,
+    UcRtrAttr, Ud, UdInitAttr, UdRtrAttr,
 };
 pub use ring::{MAX_RING_SLOTS, RecvRing, RingSend, SendRing};
 pub use scope::{PostScope, ScopeCqs};

@@ -587,3 +587,92 @@ fn routable_gid_and_device_listing() {
     assert!(table.contains(&entry));
     assert!(f.context.query_port(0).is_err() || f.context.query_port(99).is_err());
 }
+
+/// Connecting in one call: each side's record (with the memory it lets the peer write) goes
+/// through its byte form, `connect` takes each queue pair from RESET to RTS, and the peer
+/// writes to the advertised memory and sends a message longer than the path MTU; a record of
+/// another queue pair and a port the device lacks are refused with the exact error.
+#[test]
+fn queue_pairs_connect_from_records_exchanged_as_bytes() {
+    let Some(f) = fixture() else { return };
+    let (port, gid_index) = (f.device.port, f.device.gid_index as u8);
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let a = f.pd.qp_builder::<Rc>(&cq_a, &cq_a).build().unwrap();
+    let b = f.pd.qp_builder::<Rc>(&cq_b, &cq_b).build().unwrap();
+    let target =
+        f.pd.register(8192, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+            .unwrap();
+    let a_me = a
+        .record(port, gid_index)
+        .unwrap()
+        .with_memory(target.remote(..).unwrap());
+    let b_me = b.record(port, gid_index).unwrap();
+    let active_mtu = f.context.query_port(port).unwrap().active_mtu;
+    assert_eq!(
+        (a_me.qp_num, a_me.lid, a_me.gid, a_me.mtu, a_me.port),
+        (
+            a.qp_num(),
+            f.device.lid,
+            Gid(f.device.gid),
+            active_mtu,
+            port
+        )
+    );
+    assert!(a_me.psn <= 0xff_ffff && b_me.psn <= 0xff_ffff);
+    // What each side reads from the wire.
+    let a_peer = ConnectionRecord::from_bytes(&b_me.to_bytes()).unwrap();
+    let b_peer = ConnectionRecord::from_bytes(&a_me.to_bytes()).unwrap();
+    assert_eq!((a_peer, b_peer), (b_me, a_me));
+
+    // A record of another queue pair: refused before any transition.
+    let stray = f.pd.qp_builder::<Rc>(&cq_a, &cq_a).build().unwrap();
+    match stray.connect(&a_me, &a_peer, AccessFlags::empty()) {
+        Err(Error::InvalidArgument(message)) => assert!(
+            message.starts_with(&format!("the record is of queue pair {:#x}", a.qp_num())),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    // A port the device lacks: ibv_query_port's EINVAL.
+    match b.record(port + 1, gid_index) {
+        Err(Error::Verb { verb, errno }) => {
+            assert_eq!((verb, errno), ("ibv_query_port", Errno::INVAL));
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let mut a = a
+        .connect(&a_me, &a_peer, AccessFlags::REMOTE_WRITE)
+        .unwrap();
+    let mut b = b.connect(&b_me, &b_peer, AccessFlags::empty()).unwrap();
+    assert_eq!(a.query_state().unwrap(), QpStateKind::Rts);
+    assert_eq!(b.query_state().unwrap(), QpStateKind::Rts);
+
+    let mut src = f.pd.register(8192, LOCAL).unwrap();
+    let data = pattern(8192, 41);
+    src.as_mut_slice().unwrap().copy_from_slice(&data);
+    let dst = f.pd.register(4096, LOCAL).unwrap();
+    let remote = b_peer.memory.expect("a advertised its memory");
+    // SAFETY: the buffers live until the completions are polled below and are not touched.
+    unsafe {
+        a.post_recv_one(&RecvRequest::new(5, dst.slice(..).unwrap()))
+            .unwrap();
+        b.post_send_one(
+            &SendRequest::write(6, src.slice(..).unwrap(), remote.slice(0, 8192).unwrap())
+                .signaled(),
+        )
+        .unwrap();
+        b.post_send_one(&SendRequest::send(7, src.slice(..4096).unwrap()).signaled())
+            .unwrap();
+    }
+    let sent = wait_for(&mut cq_b, 2);
+    assert_ok(&sent[0], 6, WcOpcode::RdmaWrite);
+    assert_ok(&sent[1], 7, WcOpcode::Send);
+    let received = wait_for(&mut cq_a, 1);
+    assert_ok(&received[0], 5, WcOpcode::Recv);
+    assert_eq!(received[0].byte_len(), 4096);
+    assert_eq!(dst.as_slice().unwrap(), &data[..4096]);
+    let mut written = vec![0; 8192];
+    target.read_at(0, &mut written).unwrap();
+    assert_eq!(written, data);
+}

@@ -183,3 +183,37 @@ fn uc_rdma_read_and_atomics_are_refused() {
     assert_ok(&wait_for(&mut cq_a, 1)[0], 5, WcOpcode::Send);
     assert_cq_empty(&mut cq_a);
 }
+
+/// `connect_loopback`: two UC queue pairs of the device connected in one call, a message
+/// longer than the path MTU sent across; both in RTS.
+#[test]
+fn uc_connect_loopback_connects_two_queue_pairs_in_one_call() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = QueuePair::<Uc, Reset>::connect_loopback(
+        f.pd.qp_builder(&cq_a, &cq_a).build().unwrap(),
+        f.pd.qp_builder(&cq_b, &cq_b).build().unwrap(),
+        f.device.port,
+        f.device.gid_index as u8,
+        AccessFlags::empty(),
+    )
+    .unwrap();
+    assert_eq!(a.query_state().unwrap(), QpStateKind::Rts);
+    assert_eq!(b.query_state().unwrap(), QpStateKind::Rts);
+    let mut src = f.pd.register(3000, LOCAL).unwrap();
+    let data = pattern(3000, 23);
+    src.as_mut_slice().unwrap().copy_from_slice(&data);
+    let dst = f.pd.register(4096, LOCAL).unwrap();
+    // SAFETY: the buffers live until the completions are polled below and are not touched.
+    unsafe {
+        b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
+            .unwrap();
+        a.post_send_one(&SendRequest::send(2, src.slice(..).unwrap()).signaled())
+            .unwrap();
+    }
+    assert_ok(&wait_for(&mut cq_a, 1)[0], 2, WcOpcode::Send);
+    let wc = wait_for(&mut cq_b, 1)[0];
+    assert_ok(&wc, 1, WcOpcode::Recv);
+    assert_eq!(wc.byte_len(), 3000);
+    assert_eq!(&dst.as_slice().unwrap()[..3000], &data[..]);
+}

@@ -136,9 +136,8 @@ pub(crate) fn check(krate: &str, graph: &Graph, doc: &str) -> Vec<String> {
             continue;
         };
         for (named, file) in deps {
-            if let Some(&to) = layer_of.get(named.as_str())
-                && to > from
-            {
+            let to = layer_of.get(named.as_str()).copied().unwrap_or(from);
+            if to > from {
                 problems.push(format!(
                     "{krate}: `{module}` ({}) names `{named}` ({}, a layer above it) in {file}",
                     layers[from].0, layers[to].0

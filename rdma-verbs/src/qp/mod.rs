@@ -23,6 +23,7 @@
 mod attr;
 mod bind;
 mod builder;
+mod connect;
 mod extended;
 mod mcast;
 mod post;
@@ -39,6 +40,7 @@ pub use attr::{
     UdInitAttr, UdRtrAttr,
 };
 pub use builder::QpBuilder;
+pub use connect::{Connected, ConnectionRecord};
 pub use extended::SendPath;
 pub(crate) use post::{EXTENDED_POST_VERB, check_ops, may_have_posted};
 pub use state::{CanPostRecv, ErrorState, Init, QpState, QpStateKind, Reset, Rtr, Rts};
