@@ -74,10 +74,15 @@ const MULTINODE: Expected = Expected {
     binary: "fixture/multinode",
     passed: 1,
     failed: &[
+        // No panic in this reason: node 1's binary dies in the next test, before libtest
+        // prints its failures section, where the panics are.
         ("b_fails_on_node_1_only", "node 1: FAILED"),
+        // Node 0's reason carries its panic.
         (
             "c_node_1_dies_while_node_0_waits",
-            "node 0: FAILED; node 1: started but never finished: the binary was killed by signal 6",
+            "node 1's test binary ended (exit 134) while node 0 waited for barrier `never reached \
+             by node 1` of node 1; node 1: started but never finished: the binary was killed by \
+             signal 6",
         ),
         ("d_never_runs_on_node_1", "node 1: did not run"),
     ],
