@@ -19,6 +19,7 @@
 #[cfg(feature = "bindgen")]
 mod bindgen;
 mod ci;
+mod coverage;
 mod harness;
 mod modules;
 mod setup;
@@ -36,6 +37,7 @@ fn main() -> ExitCode {
         Some("pingpong") => harness::pingpong(&root, &args[1..]),
         Some("harness-selftest") => harness::selftest(&root, &args[1..]),
         Some("modules") => modules::run(&root),
+        Some("coverage") => coverage::run(&root, &args[1..]),
         Some("instructions") => harness::instructions(&root, &args[1..]),
         Some("bench-compare") => harness::bench_compare(&root, &args[1..]),
         Some("bench") => harness::bench(&root, &args[1..]),
@@ -95,6 +97,8 @@ tasks:
                     perftest's 4 KiB read and send latency, and the applications on 1 and 2
                     nodes (Soft-RoCE VM if no device); options: --rounds N (3), --pages N
                     (200), --write (tables into examples/dsm/README.md, plot beside it)
+  coverage          how many of the installed rdma-core's public functions the library
+                    crates call, by area; --check (against docs/coverage.md), --write (into it)
   modules           print each library crate's module graph; fail if it breaks
                     the layers docs/modules.md declares (or has a cycle)
   bindgen           regenerate rdma-verbs-sys/src/bindings from the installed headers
