@@ -16,6 +16,8 @@ impl Errno {
     pub const PERM: Self = Self(libc::EPERM);
     /// `ENOENT`: no such entry.
     pub const NOENT: Self = Self(libc::ENOENT);
+    /// `EIO`: input/output error.
+    pub const IO: Self = Self(libc::EIO);
     /// `EAGAIN`: try again (nothing ready on a non-blocking descriptor).
     pub const AGAIN: Self = Self(libc::EAGAIN);
     /// `ENOMEM`: out of memory, or a work queue is full.

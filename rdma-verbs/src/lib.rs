@@ -118,12 +118,12 @@ pub use buf::{Buf, BufferPool};
 pub use channel::{CompletionChannel, CqEvent};
 pub use cq::{CompletionQueue, CqBuilder, WcOpcode, WcStatus, WorkCompletion};
 pub use device::{
-    AtomicCap, Context, Device, DeviceAttr, DeviceList, DeviceTransport, Gid, GidEntry, GidType,
-    LinkLayer, Mtu, NodeType, PortAttr, PortState, devices,
+    AtomicCap, Context, Device, DeviceAttr, DeviceList, DeviceTransport, ForkStatus, Gid, GidEntry,
+    GidType, LinkLayer, Mtu, NodeType, PortAttr, PortState, devices, fork_init, fork_status,
 };
 pub use error::{Errno, Error, Result};
 pub use flags::{AccessFlags, SendFlags, WcFlags};
-pub use mr::{MemoryRegion, MrSlice, MrSliceMut, RemoteMemory};
+pub use mr::{DmabufRegion, MemoryRegion, MrSlice, MrSliceMut, RemoteMemory};
 pub use mw::{MemoryWindow, MwType};
 pub use owned::{
     AtomicOp, BindOp, Completion, ImmOp, InvalidateOp, OwnedOp, OwnedRecv, OwnedRecvList,

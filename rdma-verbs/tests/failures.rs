@@ -2,7 +2,8 @@
 //! state each queue pair is left in: a SEND longer than the receive, RDMA writes the responder
 //! must refuse (no right, a stale key, outside the region), a bad local key, a receive into
 //! memory without local write, a misaligned atomic, receiver-not-ready retries that recover, full
-//! receive queues, and a region dropped while a window is still bound to it.
+//! receive queues, a region dropped while a window is still bound to it, and a dmabuf
+//! registration the provider refuses.
 //!
 //! In the InfiniBand specification every completion in error moves its queue pair to ERR, and
 //! an RC responder that refuses a request (a "Class C" error: invalid request, remote access or
@@ -812,4 +813,35 @@ fn fail_region_dropped_with_a_window_bound_is_leaked() {
     );
     assert_failed(&wc, 5, WcStatus::RemAccessErr, p.a.qp_num());
     assert_eq!(p.a.query_state().unwrap(), QpStateKind::Error);
+}
+
+/// `ibv_reg_dmabuf_mr` on Soft-RoCE: its provider cannot register dmabufs and refuses with
+/// `EOPNOTSUPP` (whatever the descriptor: here one that is not a dmabuf, as the test kernel
+/// can make none); a length of 0 and remote rights without local write are refused before the
+/// verb, as for any region.
+#[test]
+fn fail_dmabuf_registration_is_refused_by_rxe() {
+    let Some(f) = fixture() else { return };
+    use std::os::fd::AsFd;
+    let not_a_dmabuf = std::fs::File::open("/dev/zero").unwrap();
+    let fd = not_a_dmabuf.as_fd();
+    // SAFETY: nothing is registered (every call below fails); no Rust reference points into
+    // the descriptor's memory.
+    unsafe {
+        match f.pd.register_dmabuf(fd, 0, 4096, 0x10000, REMOTE_WRITABLE) {
+            Err(error @ Error::Unsupported(verb)) => {
+                assert_eq!(verb, "ibv_reg_dmabuf_mr");
+                assert_eq!(error.errno(), Some(Errno::OPNOTSUPP));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            f.pd.register_dmabuf(fd, 0, 0, 0, LOCAL),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            f.pd.register_dmabuf(fd, 0, 4096, 0, AccessFlags::REMOTE_WRITE),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
 }

@@ -588,6 +588,30 @@ fn routable_gid_and_device_listing() {
     assert!(f.context.query_port(0).is_err() || f.context.query_port(99).is_err());
 }
 
+/// The P_Key table (`ibv_query_pkey`, `ibv_get_pkey_index`): the default P_Key at index 0,
+/// which is what a queue pair's `pkey_index` 0 names; past the table, a P_Key it lacks and a
+/// port the device lacks are `ENOENT` (libibverbs reads sysfs). And fork support: the test
+/// kernel copies registered pages on fork, so libibverbs has nothing to do.
+#[test]
+fn the_pkey_table_and_fork_support() {
+    let Some(f) = fixture() else { return };
+    let port = f.device.port;
+    let len = f.context.query_port(port).unwrap().pkey_tbl_len;
+    assert!(len >= 1);
+    assert_eq!(f.context.query_pkey(port, 0).unwrap(), 0xffff);
+    assert_eq!(f.context.pkey_index(port, 0xffff).unwrap(), 0);
+    let enoent = |result: Result<u16>, want: &str| match result {
+        Err(Error::Verb { verb, errno }) => assert_eq!((verb, errno), (want, Errno::NOENT)),
+        other => panic!("{want}: {other:?}"),
+    };
+    enoent(f.context.query_pkey(port, len), "ibv_query_pkey");
+    enoent(f.context.pkey_index(port, 0x1234), "ibv_get_pkey_index");
+    enoent(f.context.query_pkey(port + 1, 0), "ibv_query_pkey");
+    assert_eq!(fork_status(), ForkStatus::Unneeded);
+    fork_init().unwrap();
+    assert_eq!(fork_status(), ForkStatus::Unneeded);
+}
+
 /// Connecting in one call: each side's record (with the memory it lets the peer write) goes
 /// through its byte form, `connect` takes each queue pair from RESET to RTS, and the peer
 /// writes to the advertised memory and sends a message longer than the path MTU; a record of

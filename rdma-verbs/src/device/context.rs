@@ -228,6 +228,51 @@ impl Context {
         Ok(PortAttr::from_raw(&attr))
     }
 
+    /// `ibv_query_pkey`: entry `index` of port `port`'s P_Key table, in host byte order (the C
+    /// call gives it in network byte order). RoCE ports have one entry, the default P_Key
+    /// `0xffff`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`]: `ENOENT` for an index past the table or a port the device lacks
+    /// (libibverbs reads the entry from sysfs).
+    ///
+    /// # References
+    ///
+    /// [`ibv_query_pkey(3)`](https://man7.org/linux/man-pages/man3/ibv_query_pkey.3.html)
+    #[doc(alias = "ibv_query_pkey")]
+    pub fn query_pkey(&self, port: u8, index: u16) -> Result<u16> {
+        let mut pkey: ffi::__be16 = 0;
+        // SAFETY: live context; `pkey` is writable.
+        let ret = unsafe { ffi::ibv_query_pkey(self.as_raw(), port, i32::from(index), &mut pkey) };
+        if ret != 0 {
+            return Err(sysfs_error("ibv_query_pkey"));
+        }
+        Ok(u16::from_be(pkey))
+    }
+
+    /// `ibv_get_pkey_index`: the index of P_Key `pkey` (host byte order) in port `port`'s
+    /// table, as a queue pair's `pkey_index` names it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`]: `ENOENT` when the table has no such P_Key (libibverbs read every entry)
+    /// or the device has no such port.
+    ///
+    /// # References
+    ///
+    /// [`ibv_get_pkey_index(3)`](https://man7.org/linux/man-pages/man3/ibv_get_pkey_index.3.html)
+    #[doc(alias = "ibv_get_pkey_index")]
+    pub fn pkey_index(&self, port: u8, pkey: u16) -> Result<u16> {
+        // SAFETY: live context.
+        let ret = unsafe { ffi::ibv_get_pkey_index(self.as_raw(), port, pkey.to_be()) };
+        if ret < 0 {
+            return Err(sysfs_error("ibv_get_pkey_index"));
+        }
+        u16::try_from(ret)
+            .map_err(|_| Error::InvalidArgument(format!("ibv_get_pkey_index returned index {ret}")))
+    }
+
     /// `ibv_query_gid_ex`: GID table entry `index` of port `port`, with its type.
     ///
     /// # Errors
@@ -324,4 +369,12 @@ impl AsFd for Context {
         // SAFETY: `async_fd` is open for the life of the context, which `self` borrows.
         unsafe { BorrowedFd::borrow_raw((*self.as_raw()).async_fd) }
     }
+}
+
+/// The error of a libibverbs call that read sysfs and returned -1: `errno`, or `EIO` where the
+/// read failed without setting it (an entry that is not a number).
+fn sysfs_error(verb: &'static str) -> Error {
+    let errno = Errno::last();
+    let errno = if errno.raw() == 0 { Errno::IO } else { errno };
+    Error::Verb { verb, errno }
 }

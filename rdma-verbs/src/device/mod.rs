@@ -1,8 +1,10 @@
 //! Devices and device contexts: listing, opening, and querying device, port and GID table.
-//! The context is in `context`, the attribute types in `attr`, GIDs in `gid`.
+//! The context is in `context`, the attribute types in `attr`, GIDs in `gid`, fork support in
+//! `fork`.
 
 mod attr;
 mod context;
+mod fork;
 mod gid;
 
 use std::fmt;
@@ -12,6 +14,7 @@ pub use attr::{
     AtomicCap, DeviceAttr, DeviceTransport, GidType, LinkLayer, Mtu, NodeType, PortAttr, PortState,
 };
 pub use context::Context;
+pub use fork::{ForkStatus, fork_init, fork_status};
 pub use gid::{Gid, GidEntry};
 
 use crate::error::{Error, Result};

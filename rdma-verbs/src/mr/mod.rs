@@ -2,7 +2,9 @@
 //!
 //! - here: [`MemoryRegion`], its registration (`ibv_reg_mr`), its bytes and deregistration;
 //! - `slice.rs`: [`MrSlice`] and [`MrSliceMut`], its byte ranges for the `unsafe` posts;
-//! - `remote.rs`: [`RemoteMemory`], a peer's memory as it advertises it.
+//! - `remote.rs`: [`RemoteMemory`], a peer's memory as it advertises it;
+//! - `dmabuf.rs`: [`DmabufRegion`], memory another driver exports as a dmabuf (GPU memory),
+//!   registered by its file descriptor (`ibv_reg_dmabuf_mr`).
 
 use std::alloc::Layout;
 use std::fmt;
@@ -16,9 +18,11 @@ use crate::flags::AccessFlags;
 use crate::pd::ProtectionDomain;
 use crate::shared::{copy_from_shared, copy_to_shared};
 
+mod dmabuf;
 mod remote;
 mod slice;
 
+pub use dmabuf::DmabufRegion;
 pub use remote::RemoteMemory;
 pub use slice::{MrSlice, MrSliceMut};
 
@@ -198,7 +202,7 @@ impl ProtectionDomain {
     }
 }
 
-fn check_access(access: AccessFlags) -> Result<()> {
+pub(super) fn check_access(access: AccessFlags) -> Result<()> {
     if access.remotely_writable() && !access.contains(AccessFlags::LOCAL_WRITE) {
         return Err(Error::InvalidArgument(
             "remote write and remote atomic access need LOCAL_WRITE too".into(),
@@ -415,25 +419,7 @@ impl MemoryRegion {
     /// [`Error::InvalidArgument`] if the range is outside the region or longer than 4 GiB - 1
     /// (an SGE length is 32 bits).
     pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<MrSlice<'_>> {
-        let start = match range.start_bound() {
-            Bound::Included(&s) => s,
-            Bound::Excluded(&s) => s.saturating_add(1),
-            Bound::Unbounded => 0,
-        };
-        let end = match range.end_bound() {
-            Bound::Included(&e) => e.saturating_add(1),
-            Bound::Excluded(&e) => e,
-            Bound::Unbounded => self.len,
-        };
-        if start > end {
-            return Err(reversed_range(start, end));
-        }
-        self.check_range(start, end - start)?;
-        let Ok(length) = u32::try_from(end - start) else {
-            return Err(Error::invalid(
-                "a scatter/gather entry is at most 4 GiB - 1",
-            ));
-        };
+        let (start, length) = sge_range(range, self.len)?;
         Ok(MrSlice {
             addr: self.addr() + start as u64,
             length,
@@ -505,6 +491,34 @@ impl MemoryRegion {
             _ => Err(outside_region(offset, len, self.len)),
         }
     }
+}
+
+/// `range` of a region of `len` bytes as a scatter/gather entry's start and length: not
+/// reversed, inside the region, at most 4 GiB - 1 (an SGE length is 32 bits).
+#[inline]
+pub(crate) fn sge_range(range: impl RangeBounds<usize>, len: usize) -> Result<(usize, u32)> {
+    let start = match range.start_bound() {
+        Bound::Included(&s) => s,
+        Bound::Excluded(&s) => s.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&e) => e.saturating_add(1),
+        Bound::Excluded(&e) => e,
+        Bound::Unbounded => len,
+    };
+    if start > end {
+        return Err(reversed_range(start, end));
+    }
+    if end > len {
+        return Err(outside_region(start, end - start, len));
+    }
+    let Ok(length) = u32::try_from(end - start) else {
+        return Err(Error::invalid(
+            "a scatter/gather entry is at most 4 GiB - 1",
+        ));
+    };
+    Ok((start, length))
 }
 
 // The errors of `slice` and `check_range`, built out of line so that the checks inline into

@@ -1,0 +1,55 @@
+//! Fork support: whether memory registered before a `fork()` stays safe for the parent
+//! (`ibv_fork_init`, `ibv_is_fork_initialized`).
+//!
+//! Kernels since 5.13 copy registered pages for the child on fork, so libibverbs has nothing to
+//! do ([`ForkStatus::Unneeded`]). On older kernels `fork_init` must run before any memory is
+//! registered: it then marks every registered range `MADV_DONTFORK`, so that the child does not
+//! share (and the parent does not lose) pages the device uses.
+
+use crate::c_enum::c_enum;
+use crate::error::{Error, Result};
+use crate::ffi;
+
+c_enum! {
+    /// Whether libibverbs protects registered memory across `fork()` (`enum ibv_fork_status`).
+    ForkStatus: u32 {
+        /// Not protected: `fork_init` was not called, and the kernel does not copy registered
+        /// pages on fork. A child may then break the parent's registrations.
+        Disabled = ffi::IBV_FORK_DISABLED,
+        /// Protected: `fork_init` ran, and registered ranges are `MADV_DONTFORK`.
+        Enabled = ffi::IBV_FORK_ENABLED,
+        /// Nothing needed: the kernel copies registered pages on fork.
+        Unneeded = ffi::IBV_FORK_UNNEEDED,
+    }
+}
+
+/// `ibv_fork_init`: makes registered memory safe across `fork()` where the kernel needs
+/// libibverbs' help; does nothing where it does not ([`ForkStatus::Unneeded`]) or once done.
+/// Call it before opening a device. The environment variables `RDMAV_FORK_SAFE` and
+/// `IBV_FORK_SAFE` do the same when a device is opened.
+///
+/// # Errors
+///
+/// [`Error::Verb`]: `EINVAL` when it is too late (memory was registered first), `ENOMEM`;
+/// [`Error::Unsupported`] when the kernel lacks `MADV_DONTFORK` (`ENOSYS`).
+///
+/// # References
+///
+/// [`ibv_fork_init(3)`](https://man7.org/linux/man-pages/man3/ibv_fork_init.3.html)
+#[doc(alias = "ibv_fork_init")]
+pub fn fork_init() -> Result<()> {
+    // SAFETY: no arguments; libibverbs serialises its own state.
+    Error::check("ibv_fork_init", unsafe { ffi::ibv_fork_init() })
+}
+
+/// `ibv_is_fork_initialized`: whether registered memory is protected across `fork()`.
+///
+/// # References
+///
+/// [`ibv_is_fork_initialized(3)`](https://man7.org/linux/man-pages/man3/ibv_is_fork_initialized.3.html)
+#[doc(alias = "ibv_is_fork_initialized")]
+pub fn fork_status() -> ForkStatus {
+    // SAFETY: no arguments; it only reads libibverbs' state (and asks the kernel over
+    // netlink whether it copies registered pages on fork).
+    ForkStatus::from_raw(unsafe { ffi::ibv_is_fork_initialized() })
+}
