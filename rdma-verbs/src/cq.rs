@@ -412,6 +412,37 @@ impl CompletionQueue {
         self.capacity
     }
 
+    /// `ibv_resize_cq`: makes the queue hold at least `entries` completions (the provider may
+    /// round up: [`capacity`](Self::capacity) says how many it holds after). The completions
+    /// in it stay, in order.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for 0 or more than `i32::MAX` entries; [`Error::Verb`] with
+    /// `ibv_resize_cq`'s errno, the queue unchanged: `EINVAL` for fewer entries than the
+    /// completions it holds now, or more than the device allows; [`Error::Unsupported`] where
+    /// the provider cannot resize.
+    ///
+    /// # References
+    ///
+    /// [`ibv_resize_cq(3)`](https://man7.org/linux/man-pages/man3/ibv_resize_cq.3.html)
+    #[doc(alias = "ibv_resize_cq")]
+    pub fn resize(&mut self, entries: u32) -> Result<()> {
+        let cqe = i32::try_from(entries)
+            .ok()
+            .filter(|cqe| *cqe > 0)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("a CQ needs 1..=i32::MAX entries, not {entries}"))
+            })?;
+        // SAFETY: a live CQ, and `&mut self`: no poll through this handle runs meanwhile (the
+        // provider also takes the queue's lock).
+        let ret = unsafe { ffi::ibv_resize_cq(self.as_raw(), cqe) };
+        Error::check("ibv_resize_cq", ret)?;
+        // SAFETY: live CQ; `cqe` holds the new capacity.
+        self.capacity = u32::try_from(unsafe { (*self.raw.as_ptr()).cqe }).unwrap_or(0);
+        Ok(())
+    }
+
     /// The raw `ibv_cq`, valid while this queue lives.
     #[inline]
     pub fn as_raw(&self) -> *mut ffi::ibv_cq {

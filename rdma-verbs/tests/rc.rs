@@ -700,3 +700,51 @@ fn queue_pairs_connect_from_records_exchanged_as_bytes() {
     target.read_at(0, &mut written).unwrap();
     assert_eq!(written, data);
 }
+
+/// `ibv_resize_cq`: a queue holding five completions refuses to shrink below them (`EINVAL`,
+/// unchanged), grows with them kept in order, and then reports its new capacity.
+#[test]
+fn a_completion_queue_resizes_and_keeps_its_completions() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(8), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let before = cq_a.capacity();
+    assert!(before >= 8);
+    let mut src = f.pd.register(64, LOCAL).unwrap();
+    src.as_mut_slice().unwrap().copy_from_slice(&pattern(64, 5));
+    let dst = f.pd.register(5 * 64, LOCAL).unwrap();
+    // SAFETY: the buffers live until the completions are polled below and are not touched.
+    unsafe {
+        for i in 0..5u64 {
+            let at = i as usize * 64;
+            b.post_recv_one(&RecvRequest::new(100 + i, dst.slice(at..at + 64).unwrap()))
+                .unwrap();
+        }
+        for i in 0..5u64 {
+            a.post_send_one(&SendRequest::send(i, src.slice(..).unwrap()).signaled())
+                .unwrap();
+        }
+    }
+    // Every receive arrived, so all five sends have completed into `cq_a`.
+    let received = wait_for(&mut cq_b, 5);
+    assert!(received.iter().all(|wc| wc.is_success()));
+    match cq_a.resize(2) {
+        Err(Error::Verb { verb, errno }) => {
+            assert_eq!((verb, errno), ("ibv_resize_cq", Errno::INVAL));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(cq_a.capacity(), before);
+    assert!(matches!(cq_a.resize(0), Err(Error::InvalidArgument(_))));
+    cq_a.resize(100).unwrap();
+    assert!(cq_a.capacity() >= 100, "{}", cq_a.capacity());
+    let sent = wait_for(&mut cq_a, 5);
+    for (i, wc) in sent.iter().enumerate() {
+        assert_ok(wc, i as u64, WcOpcode::Send);
+    }
+    assert_cq_empty(&mut cq_a);
+}
