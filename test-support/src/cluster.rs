@@ -316,6 +316,30 @@ impl Cluster {
         guard
     }
 
+    /// Silences this node: every packet it would send on its RDMA interface, RoCE and TCP
+    /// alike, is dropped (`tc netem loss 100%` at the root), while what it receives is still
+    /// delivered. To its peers it vanished (no FIN, no RST, no acknowledgement); unlike
+    /// [`link_down`](Self::link_down) the link stays up, so the packets its programs still
+    /// send are freed as they are dropped rather than held in a downed interface's queues
+    /// (Soft-RoCE cannot destroy a queue pair whose packets are held: its destroy waits about
+    /// 50 s and the kernel warns, `rxe_pool.c:255 __rxe_cleanup`). The returned guard removes
+    /// the qdisc; [`Netem::dropped`] counts what it dropped.
+    ///
+    /// # Panics
+    ///
+    /// When [`ENV_NETDEV`] is not set or `tc` fails (it needs root and the `sch_netem` module).
+    #[track_caller]
+    pub fn silence(&self) -> Netem {
+        let netdev = self.netdev();
+        run(
+            "tc",
+            &[
+                "qdisc", "add", "dev", &netdev, "root", "handle", "30:", "netem", "loss", "100%",
+            ],
+        );
+        Netem { netdev }
+    }
+
     /// Takes this node's interface down (`ip link set DEV down`). The returned guard brings it
     /// up again and waits (bounded) until the RDMA port on it is active.
     ///
