@@ -817,8 +817,8 @@ fn fail_region_dropped_with_a_window_bound_is_leaked() {
 
 /// `ibv_reg_dmabuf_mr` on Soft-RoCE: its provider cannot register dmabufs and refuses with
 /// `EOPNOTSUPP` (whatever the descriptor: here one that is not a dmabuf, as the test kernel
-/// can make none); a length of 0 and remote rights without local write are refused before the
-/// verb, as for any region.
+/// can make none); a length of 0, remote rights without local write and a range past the end
+/// of the address space are refused before the verb.
 #[test]
 fn fail_dmabuf_registration_is_refused_by_rxe() {
     let Some(f) = fixture() else { return };
@@ -841,6 +841,11 @@ fn fail_dmabuf_registration_is_refused_by_rxe() {
         ));
         assert!(matches!(
             f.pd.register_dmabuf(fd, 0, 4096, 0, AccessFlags::REMOTE_WRITE),
+            Err(Error::InvalidArgument(_))
+        ));
+        // A range past the end of the address space, which slices would overflow.
+        assert!(matches!(
+            f.pd.register_dmabuf(fd, 0, 8192, u64::MAX - 4095, LOCAL),
             Err(Error::InvalidArgument(_))
         ));
     }

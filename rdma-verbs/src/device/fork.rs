@@ -25,8 +25,18 @@ c_enum! {
 
 /// `ibv_fork_init`: makes registered memory safe across `fork()` where the kernel needs
 /// libibverbs' help; does nothing where it does not ([`ForkStatus::Unneeded`]) or once done.
-/// Call it before opening a device. The environment variables `RDMAV_FORK_SAFE` and
-/// `IBV_FORK_SAFE` do the same when a device is opened.
+/// Call it first thing in `main`, before opening a device. The environment variables
+/// `RDMAV_FORK_SAFE` and `IBV_FORK_SAFE` do the same when a device is opened.
+///
+/// Protection is by page: registering memory marks every page it touches `MADV_DONTFORK`, so
+/// a child also lacks whatever else shares those pages (other heap allocations beside a
+/// region that does not fill its last page).
+///
+/// # Safety
+///
+/// No other thread uses libibverbs, librdmacm or a provider during the call (registering or
+/// deregistering memory, creating queues, [`fork_status`]): libibverbs updates the state this
+/// sets up without a lock, and those calls read it.
 ///
 /// # Errors
 ///
@@ -37,19 +47,23 @@ c_enum! {
 ///
 /// [`ibv_fork_init(3)`](https://man7.org/linux/man-pages/man3/ibv_fork_init.3.html)
 #[doc(alias = "ibv_fork_init")]
-pub fn fork_init() -> Result<()> {
-    // SAFETY: no arguments; libibverbs serialises its own state.
+pub unsafe fn fork_init() -> Result<()> {
+    // SAFETY: no arguments; the caller keeps every other libibverbs call out of the way.
     Error::check("ibv_fork_init", unsafe { ffi::ibv_fork_init() })
 }
 
-/// `ibv_is_fork_initialized`: whether registered memory is protected across `fork()`.
+/// `ibv_is_fork_initialized`: whether registered memory is protected across `fork()`. It
+/// reads the state [`fork_init`] sets up, which is why that one is `unsafe` to call beside
+/// it.
 ///
 /// # References
 ///
 /// [`ibv_is_fork_initialized(3)`](https://man7.org/linux/man-pages/man3/ibv_is_fork_initialized.3.html)
 #[doc(alias = "ibv_is_fork_initialized")]
 pub fn fork_status() -> ForkStatus {
-    // SAFETY: no arguments; it only reads libibverbs' state (and asks the kernel over
-    // netlink whether it copies registered pages on fork).
+    // SAFETY: no arguments; it reads libibverbs' state, which only `fork_init` (whose
+    // contract excludes this call running beside it) and libibverbs' own first
+    // initialisation write, and asks the kernel over netlink whether it copies registered
+    // pages on fork.
     ForkStatus::from_raw(unsafe { ffi::ibv_is_fork_initialized() })
 }

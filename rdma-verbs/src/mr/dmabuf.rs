@@ -1,8 +1,8 @@
 //! [`DmabufRegion`]: memory another driver exports as a dmabuf (a GPU's memory, through
 //! CUDA's `cuMemGetHandleForAddressRange` or ROCm's `hsa_amd_portable_export_dmabuf`),
 //! registered by its file descriptor (`ibv_reg_dmabuf_mr`). The CPU never reaches it through
-//! the region: it has keys, an I/O virtual address and slices for scatter/gather entries, and
-//! no bytes.
+//! the region: it has keys, an I/O virtual address and slices for scatter/gather entries (whose
+//! addresses are I/O virtual addresses, not host ones: never sent inline), and no bytes.
 
 use std::fmt;
 use std::ops::RangeBounds;
@@ -61,8 +61,9 @@ impl ProtectionDomain {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a length of 0 or access rights the crate refuses for any
-    /// region (remote rights without local write); [`Error::Unsupported`] where the provider
+    /// [`Error::InvalidArgument`] for a length of 0, a range `iova..iova + len` past the end
+    /// of the address space, or access rights the crate refuses for any region (remote rights
+    /// without local write); [`Error::Unsupported`] where the provider
     /// or device cannot register dmabufs (`EOPNOTSUPP`, Soft-RoCE's answer); [`Error::Verb`]
     /// with `ibv_reg_dmabuf_mr`'s errno otherwise (`EBADF` or `EINVAL` for a descriptor that is
     /// not a dmabuf or a range outside it).
@@ -81,6 +82,12 @@ impl ProtectionDomain {
     ) -> Result<DmabufRegion> {
         if len == 0 {
             return Err(Error::invalid("a dmabuf region of 0 bytes"));
+        }
+        // Every address a slice or remote handle computes stays below `iova + len`.
+        if u64::try_from(len).map_or(true, |len| iova.checked_add(len).is_none()) {
+            return Err(Error::InvalidArgument(format!(
+                "{len} bytes from iova {iova:#x} pass the end of the 64-bit address space"
+            )));
         }
         super::check_access(access)?;
         let access_raw = i32::try_from(access.bits())
@@ -144,10 +151,17 @@ impl DmabufRegion {
     /// The bytes `range` of the region, for a scatter/gather entry (addresses from
     /// [`iova`](Self::iova)).
     ///
+    /// # Safety
+    ///
+    /// The slice is never sent with [`SendFlags::INLINE`](crate::SendFlags::INLINE): an inline
+    /// send makes the provider copy the entry's bytes on the CPU, from its address taken as a
+    /// host address, and an I/O virtual address is not one. (Every other use has the device
+    /// reach the memory through the registration.)
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] if the range is outside the region or longer than 4 GiB - 1.
-    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<MrSlice<'_>> {
+    pub unsafe fn slice(&self, range: impl RangeBounds<usize>) -> Result<MrSlice<'_>> {
         let (start, length) = sge_range(range, self.len)?;
         Ok(MrSlice {
             addr: self.iova + start as u64,
@@ -161,12 +175,12 @@ impl DmabufRegion {
     ///
     /// # Errors
     ///
-    /// As [`slice`](Self::slice).
+    /// [`Error::InvalidArgument`] if the range is outside the region or longer than 4 GiB - 1.
     pub fn remote(&self, range: impl RangeBounds<usize>) -> Result<RemoteMemory> {
-        let slice = self.slice(range)?;
+        let (start, len) = sge_range(range, self.len)?;
         Ok(RemoteMemory {
-            addr: slice.addr,
-            len: slice.length,
+            addr: self.iova + start as u64,
+            len,
             rkey: self.rkey(),
         })
     }

@@ -123,8 +123,12 @@ impl ConnectionRecord {
         out[6..8].copy_from_slice(&self.lid.to_be_bytes());
         out[8..12].copy_from_slice(&self.qp_num.to_be_bytes());
         out[12..16].copy_from_slice(&self.psn.to_be_bytes());
-        // An `Unknown` MTU cannot come from `record` or `from_bytes`; its low byte is written.
-        out[16] = self.mtu.as_raw().to_le_bytes()[0];
+        // An MTU `from_bytes` would refuse (`Unknown`, set by hand) goes out as code 0, which
+        // the peer refuses too, rather than as another MTU.
+        out[16] = match self.mtu.bytes() {
+            Some(_) => u8::try_from(self.mtu.as_raw()).unwrap_or(0),
+            None => 0,
+        };
         out[17] = self.port;
         out[18] = self.gid_index;
         out[20..36].copy_from_slice(&self.gid.0);
@@ -215,8 +219,9 @@ impl<T: Connected> QueuePair<T, Reset> {
     ///
     /// # Errors
     ///
-    /// [`Error::Verb`] from `ibv_query_port` or `ibv_query_gid` (a port or GID index the
-    /// device lacks).
+    /// [`Error::Verb`] from `ibv_query_port` or `ibv_query_gid_ex` (a port or GID index the
+    /// device lacks); [`Error::InvalidArgument`] if the port reports an MTU this crate does not
+    /// know.
     ///
     /// # References
     ///
@@ -227,6 +232,12 @@ impl<T: Connected> QueuePair<T, Reset> {
     pub fn record(&self, port: u8, gid_index: u8) -> Result<ConnectionRecord> {
         let context = self.pd().context();
         let attr = context.query_port(port)?;
+        if attr.active_mtu.bytes().is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "port {port} reports MTU code {}, which no record can carry",
+                attr.active_mtu.as_raw()
+            )));
+        }
         let gid = context.query_gid(port, u32::from(gid_index))?.gid;
         Ok(ConnectionRecord {
             qp_num: self.qp_num(),
@@ -342,6 +353,11 @@ mod tests {
         let bytes = with.to_bytes();
         assert_eq!(bytes[5], 1);
         assert_eq!(ConnectionRecord::from_bytes(&bytes).unwrap(), with);
+        // An MTU set by hand that no peer could read goes out as code 0, which is refused.
+        let mut odd = plain;
+        odd.mtu = Mtu::Unknown(0x105);
+        assert_eq!(odd.to_bytes()[16], 0);
+        assert!(ConnectionRecord::from_bytes(&odd.to_bytes()).is_err());
     }
 
     #[test]
