@@ -591,7 +591,8 @@ fn routable_gid_and_device_listing() {
 /// The P_Key table (`ibv_query_pkey`, `ibv_get_pkey_index`): the default P_Key at index 0,
 /// which is what a queue pair's `pkey_index` 0 names; past the table, a P_Key it lacks and a
 /// port the device lacks are `ENOENT` (libibverbs reads sysfs). And fork support: the test
-/// kernel copies registered pages on fork, so libibverbs has nothing to do.
+/// kernel copies registered pages on fork, so the status is `Unneeded`, and `fork_init` after a
+/// registration is refused as too late (`EINVAL`).
 #[test]
 fn the_pkey_table_and_fork_support() {
     let Some(f) = fixture() else { return };
@@ -608,9 +609,17 @@ fn the_pkey_table_and_fork_support() {
     enoent(f.context.pkey_index(port, 0x1234), "ibv_get_pkey_index");
     enoent(f.context.query_pkey(port + 1, 0), "ibv_query_pkey");
     assert_eq!(fork_status(), ForkStatus::Unneeded);
+    // Once memory is registered (here, and in any test before this one) it is too late:
+    // libibverbs refuses with EINVAL, even where the kernel makes it unneeded.
+    let _region = f.pd.register(4096, AccessFlags::LOCAL_WRITE).unwrap();
     // SAFETY: the harness (the README's test command) runs this binary's tests one at a time
     // (`--test-threads=1`), so no other thread uses libibverbs during the call.
-    unsafe { fork_init() }.unwrap();
+    match unsafe { fork_init() } {
+        Err(Error::Verb { verb, errno }) => {
+            assert_eq!((verb, errno), ("ibv_fork_init", Errno::INVAL));
+        }
+        other => panic!("{other:?}"),
+    }
     assert_eq!(fork_status(), ForkStatus::Unneeded);
 }
 

@@ -24,8 +24,10 @@ c_enum! {
 }
 
 /// `ibv_fork_init`: makes registered memory safe across `fork()` where the kernel needs
-/// libibverbs' help; does nothing where it does not ([`ForkStatus::Unneeded`]) or once done.
-/// Call it first thing in `main`, before opening a device. The environment variables
+/// libibverbs' help; does nothing once done, or (before any registration) where the kernel
+/// does not need it ([`ForkStatus::Unneeded`]). Call it first thing in `main`, before opening
+/// a device: after memory was registered it is refused (`EINVAL`), even where unneeded
+/// (rdma-core 44 checks that first). The environment variables
 /// `RDMAV_FORK_SAFE` and `IBV_FORK_SAFE` do the same when a device is opened.
 ///
 /// Protection is by page: registering memory marks every page it touches `MADV_DONTFORK`, so
@@ -40,7 +42,8 @@ c_enum! {
 ///
 /// # Errors
 ///
-/// [`Error::Verb`]: `EINVAL` when it is too late (memory was registered first), `ENOMEM`;
+/// [`Error::Verb`]: `EINVAL` when it is too late (memory was registered first, whatever the
+/// kernel), `ENOMEM`;
 /// [`Error::Unsupported`] when the kernel lacks `MADV_DONTFORK` (`ENOSYS`).
 ///
 /// # References
