@@ -22,14 +22,14 @@
 //! [`SendRequest::send_with_invalidate`]: crate::SendRequest::send_with_invalidate
 
 use std::fmt;
-use std::ops::{Bound, RangeBounds};
+use std::ops::RangeBounds;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::error::{Errno, Error, Result};
 use crate::ffi;
 use crate::flags::AccessFlags;
-use crate::mr::MemoryRegion;
+use crate::mr::{MemoryRegion, range_bounds};
 use crate::pd::ProtectionDomain;
 
 /// The type of a memory window (`enum ibv_mw_type`).
@@ -465,16 +465,7 @@ pub(crate) fn check_bind(
                 .into(),
         ));
     }
-    let start = match range.start_bound() {
-        Bound::Included(&s) => s,
-        Bound::Excluded(&s) => s.saturating_add(1),
-        Bound::Unbounded => 0,
-    };
-    let end = match range.end_bound() {
-        Bound::Included(&e) => e.saturating_add(1),
-        Bound::Excluded(&e) => e,
-        Bound::Unbounded => mr.len(),
-    };
+    let (start, end) = range_bounds(range, mr.len());
     if start > end || end > mr.len() {
         return Err(Error::InvalidArgument(format!(
             "window range {start}..{end} is not inside the {}-byte region",

@@ -64,9 +64,18 @@ pub unsafe fn fork_init() -> Result<()> {
 /// [`ibv_is_fork_initialized(3)`](https://man7.org/linux/man-pages/man3/ibv_is_fork_initialized.3.html)
 #[doc(alias = "ibv_is_fork_initialized")]
 pub fn fork_status() -> ForkStatus {
-    // SAFETY: no arguments; it reads libibverbs' state, which only `fork_init` (whose
-    // contract excludes this call running beside it) and libibverbs' own first
-    // initialisation write, and asks the kernel over netlink whether it copies registered
-    // pages on fork.
+    // libibverbs' first initialisation calls `ibv_fork_init` itself when `RDMAV_FORK_SAFE` or
+    // `IBV_FORK_SAFE` is set, under the device-list lock: taking the list once first orders
+    // that write before the read below, whichever thread listed devices first.
+    // SAFETY: a null count pointer is allowed; the list, if any, is freed once, unused.
+    unsafe {
+        let list = ffi::ibv_get_device_list(std::ptr::null_mut());
+        if !list.is_null() {
+            ffi::ibv_free_device_list(list);
+        }
+    }
+    // SAFETY: no arguments; it reads the state libibverbs' initialisation (ordered above) and
+    // `fork_init` (whose contract excludes this call running beside it) write, and asks the
+    // kernel over netlink whether it copies registered pages on fork.
     ForkStatus::from_raw(unsafe { ffi::ibv_is_fork_initialized() })
 }

@@ -493,10 +493,10 @@ impl MemoryRegion {
     }
 }
 
-/// `range` of a region of `len` bytes as a scatter/gather entry's start and length: not
-/// reversed, inside the region, at most 4 GiB - 1 (an SGE length is 32 bits).
+/// `range`'s start and end (exclusive) in a region of `len` bytes, unchecked: an unbounded end
+/// is `len`, and inclusive or exclusive bounds saturate rather than overflow.
 #[inline]
-pub(crate) fn sge_range(range: impl RangeBounds<usize>, len: usize) -> Result<(usize, u32)> {
+pub(crate) fn range_bounds(range: impl RangeBounds<usize>, len: usize) -> (usize, usize) {
     let start = match range.start_bound() {
         Bound::Included(&s) => s,
         Bound::Excluded(&s) => s.saturating_add(1),
@@ -507,6 +507,14 @@ pub(crate) fn sge_range(range: impl RangeBounds<usize>, len: usize) -> Result<(u
         Bound::Excluded(&e) => e,
         Bound::Unbounded => len,
     };
+    (start, end)
+}
+
+/// `range` of a region of `len` bytes as a scatter/gather entry's start and length: not
+/// reversed, inside the region, at most 4 GiB - 1 (an SGE length is 32 bits).
+#[inline]
+pub(crate) fn sge_range(range: impl RangeBounds<usize>, len: usize) -> Result<(usize, u32)> {
+    let (start, end) = range_bounds(range, len);
     if start > end {
         return Err(reversed_range(start, end));
     }
