@@ -123,7 +123,10 @@ fn udaddy_refuses_bad_input() {
             &["-s", &addr, "-p", "0x106"],
             "udaddy: port space 0x106: only 0x111 (UDP) is supported",
         ),
-        (&["-s", &addr], "udaddy: event: Unreachable, error: 1"),
+        (
+            &["-s", &addr],
+            "udaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: 1",
+        ),
     ];
     for (args, want) in cases {
         assert_refused(program(Side::Rust), args, want, BOUND);

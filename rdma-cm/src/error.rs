@@ -26,7 +26,7 @@ pub enum Error {
     /// rejection, an unreachable peer, an address or route error. `status` is the event's
     /// status (a negative errno for errors; for [`EventKind::Rejected`] the reject reason, 28
     /// when the peer's application rejected), `private_data` what the peer sent with it.
-    #[error("waited for {expected:?}, the connection manager reported {event:?} (status {status})")]
+    #[error("waited for {expected}, the connection manager reported {event} (status {status})")]
     Event {
         /// The event the call waited for.
         expected: EventKind,
@@ -38,7 +38,7 @@ pub enum Error {
         private_data: Vec<u8>,
     },
     /// No event came within the bound.
-    #[error("no {expected:?} event within {waited:?}")]
+    #[error("no {expected} event within {waited:?}")]
     Timeout {
         /// The event waited for.
         expected: EventKind,
@@ -48,7 +48,7 @@ pub enum Error {
     /// An event came for another identifier of the same channel while a blocking call waited
     /// for one of its own; the event was acknowledged. The blocking helpers are for an
     /// identifier alone on its channel.
-    #[error("an event ({event:?}) for another identifier came while waiting for {expected:?}")]
+    #[error("an event ({event}) for another identifier came while waiting for {expected}")]
     OtherIdentifier {
         /// The event waited for.
         expected: EventKind,

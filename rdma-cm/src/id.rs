@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use rdma_verbs::qp::Ece;
 use rdma_verbs::{Context, QpStateKind, RawModifyAttr};
 use rdma_verbs_sys as ffi;
 
@@ -230,6 +231,20 @@ fn millis(timeout: Duration) -> i32 {
 }
 
 /// Maps a librdmacm return value (0, or -1 with errno) to a result.
+/// `private_data` as a reject call takes it: a pointer (null when empty) and a length that
+/// fits in a byte.
+fn private_data_arg(private_data: &[u8]) -> Result<(*const std::ffi::c_void, u8)> {
+    let len = u8::try_from(private_data.len()).map_err(|_| Error::PrivateDataTooLong {
+        len: private_data.len(),
+    })?;
+    let data = if private_data.is_empty() {
+        std::ptr::null()
+    } else {
+        private_data.as_ptr().cast()
+    };
+    Ok((data, len))
+}
+
 pub(crate) fn check(call: &'static str, ret: i32) -> Result<()> {
     if ret == 0 {
         Ok(())
@@ -419,18 +434,82 @@ impl CmId {
     /// [`rdma_reject(3)`](https://man7.org/linux/man-pages/man3/rdma_reject.3.html)
     #[doc(alias = "rdma_reject")]
     pub fn reject(&self, private_data: &[u8]) -> Result<()> {
-        let len = u8::try_from(private_data.len()).map_err(|_| Error::PrivateDataTooLong {
-            len: private_data.len(),
-        })?;
-        let data = if private_data.is_empty() {
-            std::ptr::null()
-        } else {
-            private_data.as_ptr().cast()
-        };
+        let (data, len) = private_data_arg(private_data)?;
         self.0.with(|raw| {
             // SAFETY: a live identifier; the private data is read during the call.
             check("rdma_reject", unsafe { ffi::rdma_reject(raw, data, len) })
         })
+    }
+
+    /// `rdma_reject_ece`: refuses the connect request this identifier came with because its
+    /// enhanced connection establishment options ([`remote_ece`](Self::remote_ece)) are not
+    /// acceptable; the peer gets a `Rejected` event with status 35 (the InfiniBand reject
+    /// reason "vendor option not supported") and `private_data`.
+    ///
+    /// # Errors
+    ///
+    /// As [`reject`](Self::reject), with `rdma_reject_ece`.
+    ///
+    /// # References
+    ///
+    /// [`rdma_reject_ece(3)`](https://man7.org/linux/man-pages/man3/rdma_reject_ece.3.html)
+    #[doc(alias = "rdma_reject_ece")]
+    pub fn reject_ece(&self, private_data: &[u8]) -> Result<()> {
+        let (data, len) = private_data_arg(private_data)?;
+        self.0.with(|raw| {
+            // SAFETY: a live identifier; the private data is read during the call.
+            check("rdma_reject_ece", unsafe {
+                ffi::rdma_reject_ece(raw, data, len)
+            })
+        })
+    }
+
+    /// `rdma_set_local_ece`: the enhanced connection establishment options this side offers,
+    /// set before [`connect`](Self::connect) (sent in the request) or
+    /// [`accept`](Self::accept) (the options accepted, sent back under the requester's
+    /// vendor). The queue pair is the caller's, so the caller also sets them on it
+    /// ([`QueuePair::set_ece`](rdma_verbs::QueuePair::set_ece)) where its device has ECE.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Call`] with `rdma_set_local_ece` and `EINVAL` for vendor 0. InfiniBand and
+    /// RoCE carry 24 bits of vendor identifier.
+    ///
+    /// # References
+    ///
+    /// [`rdma_set_local_ece(3)`](https://man7.org/linux/man-pages/man3/rdma_set_local_ece.3.html)
+    #[doc(alias = "rdma_set_local_ece")]
+    pub fn set_local_ece(&self, ece: Ece) -> Result<()> {
+        let mut raw_ece = ece.to_raw();
+        self.0.with(|raw| {
+            // SAFETY: a live identifier; the structure is read during the call.
+            check("rdma_set_local_ece", unsafe {
+                ffi::rdma_set_local_ece(raw, &mut raw_ece)
+            })
+        })
+    }
+
+    /// `rdma_get_remote_ece`: the enhanced connection establishment options the peer sent:
+    /// on a passive identifier, those of its connect request; on an active one, once the
+    /// connection is accepted, those of the reply. Zero where the peer sent none.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Call`] with `rdma_get_remote_ece`.
+    ///
+    /// # References
+    ///
+    /// [`rdma_get_remote_ece(3)`](https://man7.org/linux/man-pages/man3/rdma_get_remote_ece.3.html)
+    #[doc(alias = "rdma_get_remote_ece")]
+    pub fn remote_ece(&self) -> Result<Ece> {
+        let mut raw_ece = ffi::ibv_ece::default();
+        self.0.with(|raw| {
+            // SAFETY: a live identifier; the structure is writable.
+            check("rdma_get_remote_ece", unsafe {
+                ffi::rdma_get_remote_ece(raw, &mut raw_ece)
+            })
+        })?;
+        Ok(Ece::from_raw(&raw_ece))
     }
 
     /// `rdma_establish`: completes an active connection whose queue pair the caller moved to
@@ -613,11 +692,7 @@ impl CmId {
             .with(|raw| {
                 // SAFETY: a live identifier, read under its channel's lock; the storage is large
                 // enough for any family.
-                unsafe {
-                    addr::from_raw(std::ptr::addr_of!(
-                        (*raw).route.addr.__bindgen_anon_1.src_addr
-                    ))
-                }
+                unsafe { addr::from_raw(ffi::rdma_get_local_addr(raw).cast()) }
             })
             .filter(|a| !a.ip().is_unspecified() || a.port() != 0)
     }
@@ -628,11 +703,7 @@ impl CmId {
         self.0
             .with(|raw| {
                 // SAFETY: as in `local_addr`.
-                unsafe {
-                    addr::from_raw(std::ptr::addr_of!(
-                        (*raw).route.addr.__bindgen_anon_2.dst_addr
-                    ))
-                }
+                unsafe { addr::from_raw(ffi::rdma_get_peer_addr(raw).cast()) }
             })
             .filter(|a| !a.ip().is_unspecified() || a.port() != 0)
     }

@@ -1,5 +1,6 @@
 //! The connection manager on the device: connect, exchange, disconnect; reject with private
-//! data; nothing listening; an address that does not resolve; migrating an identifier; drop
+//! data; enhanced connection establishment options both ways and their reject; nothing
+//! listening; an address that does not resolve; migrating an identifier; drop
 //! orders. The server and the client run in two threads of one process, each with its own
 //! event channel, connecting through the test device's address (`RDMA_TEST_ADDR`, from its
 //! GID otherwise).
@@ -12,6 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::*;
+use rdma_cm::rdma_verbs::qp::Ece;
 use rdma_cm::rdma_verbs::{BufferPool, CompletionQueue, QpStateKind, QueuePair, Rc, Rts};
 use rdma_cm::{CmId, ConnParam, Error, Event, EventChannel, EventKind, PortSpace};
 
@@ -161,6 +163,97 @@ fn reject_carries_private_data_to_the_client() {
         ConnParam::new().private_data(&[0; 256]),
         Err(Error::PrivateDataTooLong { len: 256 })
     ));
+}
+
+/// Enhanced connection establishment options cross the wire in the connect request and in
+/// the reply (the requester's vendor, the acceptor's options); a reject for them arrives with
+/// reason 35. `rdma_get_devices` lists the identifiers' device, and events name their kind as
+/// librdmacm does.
+#[test]
+fn ece_options_cross_the_wire_and_an_ece_reject_says_why() {
+    let Some(addr) = device_addr() else { return };
+    let offered = Ece {
+        vendor_id: 0x00_abcd,
+        options: 0b1011,
+    };
+    let (_channel, listen_id, local) = listener(addr);
+    let server = thread::spawn(move || {
+        let mut request = next_request(&listen_id);
+        let id = request.take_id().unwrap();
+        assert_eq!(id.remote_ece().unwrap(), offered, "the request's options");
+        id.set_local_ece(Ece {
+            vendor_id: offered.vendor_id,
+            options: 0b0011,
+        })
+        .unwrap();
+        let (qp, cq, pool) = endpoint(&id);
+        let qp = id.accept_qp(qp, &ConnParam::new(), WAIT).expect("accept");
+        drop(
+            id.wait_event(EventKind::Disconnected, WAIT)
+                .expect("disconnect"),
+        );
+        // Destroying the identifier answers the client's disconnect request.
+        drop((qp, cq, pool, id));
+        // The second request is rejected for its options.
+        let mut request = next_request(&listen_id);
+        let id = request.take_id().unwrap();
+        id.reject_ece(b"no such option").expect("rdma_reject_ece");
+    });
+    let channel = EventChannel::new().unwrap();
+    let id = CmId::new(&channel, PortSpace::Tcp).unwrap();
+    id.resolve(local, WAIT).unwrap();
+    assert!(matches!(
+        id.set_local_ece(Ece::default()),
+        Err(Error::Call { call: "rdma_set_local_ece", errno }) if errno.raw() == libc::EINVAL
+    ));
+    id.set_local_ece(offered).unwrap();
+    let context = id.context().unwrap();
+    let listed = rdma_cm::devices().expect("rdma_get_devices");
+    assert!(
+        listed.iter().any(|c| c.as_raw() == context.as_raw()),
+        "the identifier's context is one of librdmacm's"
+    );
+    let (qp, _cq, _pool) = endpoint(&id);
+    let (qp, _) = id.connect_qp(qp, &ConnParam::new(), WAIT).expect("connect");
+    assert_eq!(
+        id.remote_ece().unwrap(),
+        Ece {
+            vendor_id: offered.vendor_id,
+            options: 0b0011
+        },
+        "the reply's options, under the requester's vendor"
+    );
+    id.disconnect().unwrap();
+    drop(id.wait_event(EventKind::Disconnected, WAIT).unwrap());
+    drop((qp, id, channel));
+
+    let channel = EventChannel::new().unwrap();
+    let id = CmId::new(&channel, PortSpace::Tcp).unwrap();
+    id.resolve(local, WAIT).unwrap();
+    id.set_local_ece(offered).unwrap();
+    let (qp, _cq, _pool) = endpoint(&id);
+    let error = id
+        .connect_qp(qp, &ConnParam::new(), WAIT)
+        .expect_err("rejected");
+    match &error {
+        Error::Event {
+            event,
+            status,
+            private_data,
+            ..
+        } => {
+            assert_eq!((*event, *status), (EventKind::Rejected, 35), "{error}");
+            assert_private(private_data, b"no such option", "ECE reject");
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    assert!(
+        error
+            .to_string()
+            .contains("reported RDMA_CM_EVENT_REJECTED (status 35)"),
+        "{error}"
+    );
+    server.join().unwrap();
 }
 
 /// A connect to a port nobody listens on is refused by the peer's connection manager, within

@@ -1902,3 +1902,29 @@ pub unsafe fn ibv_flow_label_to_udp_sport(fl: u32) -> u16 {
     let fl_low = (fl & 0x03FFF) ^ (fl_high >> 14);
     (fl_low | VALID_PORT_MIN) as u16
 }
+
+// ---------------------------------------------------------------------------------------------
+// Connection manager (`rdma/rdma_cma.h`)
+// ---------------------------------------------------------------------------------------------
+
+/// Port of `rdma_get_local_addr`: the identifier's local address (its route's source).
+///
+/// # Safety
+///
+/// `id` must be a live identifier; the result points into it.
+#[inline]
+pub unsafe fn rdma_get_local_addr(id: *mut rdma_cm_id) -> *mut sockaddr {
+    // SAFETY: `id` is live (the caller's guarantee); only the field's address is taken.
+    unsafe { std::ptr::addr_of_mut!((*id).route.addr.__bindgen_anon_1.src_addr) }
+}
+
+/// Port of `rdma_get_peer_addr`: the identifier's peer address (its route's destination).
+///
+/// # Safety
+///
+/// `id` must be a live identifier; the result points into it.
+#[inline]
+pub unsafe fn rdma_get_peer_addr(id: *mut rdma_cm_id) -> *mut sockaddr {
+    // SAFETY: `id` is live (the caller's guarantee); only the field's address is taken.
+    unsafe { std::ptr::addr_of_mut!((*id).route.addr.__bindgen_anon_2.dst_addr) }
+}

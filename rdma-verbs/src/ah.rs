@@ -5,7 +5,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use crate::cq::WorkCompletion;
-use crate::device::Gid;
+use crate::device::{Context, Gid};
 use crate::error::{Errno, Error, Result};
 use crate::ffi;
 use crate::pd::ProtectionDomain;
@@ -113,12 +113,10 @@ impl ProtectionDomain {
         &self,
         port: u8,
         wc: &WorkCompletion,
-        grh: &[u8; 40],
+        grh: &[u8; GRH_LEN],
     ) -> Result<AddressHandle> {
         let mut wc_raw = *wc.as_raw();
-        // SAFETY: `grh` is 40 readable bytes, the size of `ibv_grh` (plain integers, any bit
-        // pattern valid); read unaligned because a byte array has no alignment.
-        let mut grh_raw = unsafe { grh.as_ptr().cast::<ffi::ibv_grh>().read_unaligned() };
+        let mut grh_raw = read_grh(grh);
         // SAFETY: live PD; both structures are local copies the call only reads.
         let raw =
             unsafe { ffi::ibv_create_ah_from_wc(self.as_raw(), &mut wc_raw, &mut grh_raw, port) };
@@ -193,8 +191,8 @@ pub struct AddressVector {
     pub sl: u8,
     /// Source path bits.
     pub src_path_bits: u8,
-    /// Static rate (0: port's rate).
-    pub static_rate: u8,
+    /// The rate the sender limits the path to ([`StaticRate::PORT`]: the port's rate).
+    pub static_rate: StaticRate,
     /// Local port number (1-based).
     pub port: u8,
     /// Global routing header: required on RoCE and across subnets.
@@ -208,7 +206,7 @@ impl AddressVector {
             dlid: 0,
             sl: 0,
             src_path_bits: 0,
-            static_rate: 0,
+            static_rate: StaticRate::PORT,
             port,
             grh: None,
         }
@@ -233,7 +231,7 @@ impl AddressVector {
             dlid: raw.dlid,
             sl: raw.sl,
             src_path_bits: raw.src_path_bits,
-            static_rate: raw.static_rate,
+            static_rate: StaticRate(raw.static_rate),
             port: raw.port_num,
             grh: (raw.is_global != 0).then(|| GlobalRoute {
                 dgid: Gid::from_raw(&raw.grh.dgid),
@@ -245,12 +243,48 @@ impl AddressVector {
         }
     }
 
+    /// `ibv_init_ah_from_wc`: the path back to the sender of a UD receive completion on
+    /// `port` of `context`, with its GRH (the first [`GRH_LEN`] bytes of the receive buffer)
+    /// turned around: what [`ProtectionDomain::create_ah_from_wc`] creates a handle for, as a
+    /// vector to change first (a rate, a service level) or to connect a queue pair with.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] with the errno of `ibv_init_ah_from_wc`: on RoCE, `EINVAL` for a
+    /// multicast destination or a header that is neither IPv4 nor IPv6, `EPROTONOSUPPORT` for
+    /// an IPv6 header of another protocol, and an error when no local GID matches the
+    /// datagram's destination GID.
+    ///
+    /// # References
+    ///
+    /// [`ibv_init_ah_from_wc(3)`](https://man7.org/linux/man-pages/man3/ibv_init_ah_from_wc.3.html)
+    #[doc(alias = "ibv_init_ah_from_wc")]
+    pub fn from_completion(
+        context: &Context,
+        port: u8,
+        wc: &WorkCompletion,
+        grh: &[u8; GRH_LEN],
+    ) -> Result<Self> {
+        let mut wc_raw = *wc.as_raw();
+        let mut grh_raw = read_grh(grh);
+        let mut attr = ffi::ibv_ah_attr::default();
+        Errno::clear();
+        // SAFETY: live context; the three structures are local and the call writes only `attr`.
+        let ret = unsafe {
+            ffi::ibv_init_ah_from_wc(context.as_raw(), port, &mut wc_raw, &mut grh_raw, &mut attr)
+        };
+        if ret != 0 {
+            return Err(Error::last_or("ibv_init_ah_from_wc", Errno::INVAL));
+        }
+        Ok(Self::from_raw(&attr))
+    }
+
     pub(crate) fn to_raw(self) -> ffi::ibv_ah_attr {
         let mut raw = ffi::ibv_ah_attr {
             dlid: self.dlid,
             sl: self.sl,
             src_path_bits: self.src_path_bits,
-            static_rate: self.static_rate,
+            static_rate: self.static_rate.0,
             port_num: self.port,
             ..Default::default()
         };
@@ -266,6 +300,93 @@ impl AddressVector {
         }
         raw
     }
+}
+
+/// A static rate (`enum ibv_rate`): the injection rate a sender limits a path to, set in an
+/// [`AddressVector`]. [`PORT`](Self::PORT), the default, is the port's own rate.
+///
+/// Rates are named by their link speed; the conversions are libibverbs' own tables, so a rate
+/// converts exactly as the C tools convert it.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct StaticRate(u8);
+
+impl StaticRate {
+    /// `IBV_RATE_MAX`: no limit below the port's rate.
+    pub const PORT: Self = Self(0);
+
+    /// `mbps_to_ibv_rate`: the rate of exactly `mbps` megabits per second as libibverbs lists
+    /// it (for example 10000, 25781 or 103125); `None` for a speed that has no rate.
+    ///
+    /// # References
+    ///
+    /// [`mbps_to_ibv_rate(3)`](https://man7.org/linux/man-pages/man3/mbps_to_ibv_rate.3.html)
+    #[doc(alias = "mbps_to_ibv_rate")]
+    pub fn from_mbps(mbps: u32) -> Option<Self> {
+        let mbps = i32::try_from(mbps).ok()?;
+        // SAFETY: a pure function of its argument.
+        Self::listed(unsafe { ffi::mbps_to_ibv_rate(mbps) })
+    }
+
+    /// `mult_to_ibv_rate`: the rate `multiplier` times 2.5 Gb/s (1, 2, 4, 8, 12, 16, 24, 32,
+    /// 48, and the multipliers of 28, 50, 400, 600, 800 and 1200 Gb/s); `None` for another.
+    ///
+    /// # References
+    ///
+    /// [`mult_to_ibv_rate(3)`](https://man7.org/linux/man-pages/man3/mult_to_ibv_rate.3.html)
+    #[doc(alias = "mult_to_ibv_rate")]
+    pub fn from_multiplier(multiplier: u32) -> Option<Self> {
+        let multiplier = i32::try_from(multiplier).ok()?;
+        // SAFETY: a pure function of its argument.
+        Self::listed(unsafe { ffi::mult_to_ibv_rate(multiplier) })
+    }
+
+    /// `ibv_rate_to_mbps`: the rate in megabits per second; `None` for
+    /// [`PORT`](Self::PORT) and for a value libibverbs does not list.
+    ///
+    /// # References
+    ///
+    /// [`ibv_rate_to_mbps(3)`](https://man7.org/linux/man-pages/man3/ibv_rate_to_mbps.3.html)
+    #[doc(alias = "ibv_rate_to_mbps")]
+    pub fn mbps(self) -> Option<u32> {
+        // SAFETY: a pure function of its argument.
+        u32::try_from(unsafe { ffi::ibv_rate_to_mbps(self.as_raw()) }).ok()
+    }
+
+    /// `ibv_rate_to_mult`: the rate as a multiple of 2.5 Gb/s; `None` for
+    /// [`PORT`](Self::PORT) and for a rate that is not a whole multiple (14, 25, 56, 100, 112,
+    /// 168, 200, 300 Gb/s).
+    ///
+    /// # References
+    ///
+    /// [`ibv_rate_to_mult(3)`](https://man7.org/linux/man-pages/man3/ibv_rate_to_mult.3.html)
+    #[doc(alias = "ibv_rate_to_mult")]
+    pub fn multiplier(self) -> Option<u32> {
+        // SAFETY: a pure function of its argument.
+        u32::try_from(unsafe { ffi::ibv_rate_to_mult(self.as_raw()) }).ok()
+    }
+
+    /// The rate of C value `raw` (`enum ibv_rate`), as an [`AddressVector`] carries it.
+    pub fn from_raw(raw: u8) -> Self {
+        Self(raw)
+    }
+
+    /// The C value.
+    pub fn as_raw(self) -> ffi::ibv_rate {
+        ffi::ibv_rate::from(self.0)
+    }
+
+    /// A rate the conversions returned: `IBV_RATE_MAX` means "none listed" there.
+    fn listed(raw: ffi::ibv_rate) -> Option<Self> {
+        u8::try_from(raw).ok().filter(|&r| r != 0).map(Self)
+    }
+}
+
+/// The `ibv_grh` in the first [`GRH_LEN`] bytes of a UD receive buffer.
+fn read_grh(grh: &[u8; GRH_LEN]) -> ffi::ibv_grh {
+    const _: () = assert!(std::mem::size_of::<ffi::ibv_grh>() == GRH_LEN);
+    // SAFETY: `grh` is GRH_LEN readable bytes, the size of `ibv_grh` (checked above; plain
+    // integers, any bit pattern valid); read unaligned because a byte array has no alignment.
+    unsafe { grh.as_ptr().cast::<ffi::ibv_grh>().read_unaligned() }
 }
 
 /// Bytes in front of every UD receive, where the device writes the datagram's global routing

@@ -3,6 +3,7 @@
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
+use crate::c_enum::static_name;
 use crate::channel::{is_nonblocking, poll_readable, set_nonblocking};
 use crate::cq::CompletionQueue;
 use crate::device::Context;
@@ -117,7 +118,8 @@ pub enum AsyncEvent {
 }
 
 impl AsyncEvent {
-    /// `ibv_event_type_str`-style name of the C event type, for example `IBV_EVENT_PORT_ACTIVE`.
+    /// The name of the C event type's constant, for example `IBV_EVENT_PORT_ACTIVE`
+    /// ([`description`](Self::description) is libibverbs' text for it).
     pub fn type_name(&self) -> &'static str {
         match self {
             Self::CqError { .. } => "IBV_EVENT_CQ_ERR",
@@ -142,6 +144,19 @@ impl AsyncEvent {
             Self::WqFatal => "IBV_EVENT_WQ_FATAL",
             Self::Unknown(_) => "unknown",
         }
+    }
+
+    /// `ibv_event_type_str`: libibverbs' description of the event type, for example
+    /// `port active` or `local work queue catastrophic error`; `unknown` for a type it does
+    /// not know.
+    ///
+    /// # References
+    ///
+    /// [`ibv_event_type_str(3)`](https://man7.org/linux/man-pages/man3/ibv_event_type_str.3.html)
+    #[doc(alias = "ibv_event_type_str")]
+    pub fn description(&self) -> &'static str {
+        // SAFETY: the call takes any value and returns a static string.
+        unsafe { static_name(ffi::ibv_event_type_str(self.raw_type())) }
     }
 
     /// The C event type value.

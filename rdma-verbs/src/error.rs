@@ -56,6 +56,12 @@ impl Errno {
         Self(io::Error::last_os_error().raw_os_error().unwrap_or(0))
     }
 
+    /// Sets the calling thread's `errno` to 0, before a call that may fail without setting it.
+    pub(crate) fn clear() {
+        // SAFETY: `__errno_location` returns this thread's `errno`, valid for the thread's life.
+        unsafe { *libc::__errno_location() = 0 };
+    }
+
     /// Interprets a verb's return value: 0 is success, anything else the errno (negative values,
     /// as some providers return, are negated). A value that has no positive counterpart
     /// (`i32::MIN`) is kept as it is rather than overflowing: it is a provider's bug, and still
@@ -228,6 +234,13 @@ impl Error {
     /// An error of `verb` with the calling thread's `errno`.
     pub(crate) fn last(verb: &'static str) -> Self {
         Self::verb(verb, Errno::last())
+    }
+
+    /// An error of `verb` with the calling thread's `errno`, or with `fallback` where the call
+    /// failed without setting it (`errno` was [cleared](Errno::clear) before the call).
+    pub(crate) fn last_or(verb: &'static str, fallback: Errno) -> Self {
+        let errno = Errno::last();
+        Self::verb(verb, if errno.raw() == 0 { fallback } else { errno })
     }
 
     /// Turns a verb's int return value into a result.

@@ -108,6 +108,7 @@ pub mod shared;
 mod slot;
 mod spin;
 mod srq;
+mod td;
 #[cfg(feature = "tokio")]
 mod tokio_io;
 mod wr;
@@ -116,14 +117,16 @@ pub use ah::{AddressHandle, GRH_LEN};
 pub use async_event::AsyncEvent;
 pub use buf::{Buf, BufferPool};
 pub use channel::{CompletionChannel, CqEvent};
-pub use cq::{CompletionQueue, CqBuilder, WcOpcode, WcStatus, WorkCompletion};
+pub use cq::{
+    CompletionQueue, CqBuilder, CqPoll, RawClock, WcFields, WcOpcode, WcStatus, WorkCompletion,
+};
 pub use device::{
     AtomicCap, Context, Device, DeviceAttr, DeviceList, DeviceTransport, ForkStatus, Gid, GidEntry,
     GidType, LinkLayer, Mtu, NodeType, PortAttr, PortState, devices, fork_init, fork_status,
 };
 pub use error::{Errno, Error, Result};
 pub use flags::{AccessFlags, SendFlags, WcFlags};
-pub use mr::{DmabufRegion, MemoryRegion, MrSlice, MrSliceMut, RemoteMemory};
+pub use mr::{Advice, DmabufRegion, MemoryRegion, MrSlice, MrSliceMut, NullRegion, RemoteMemory};
 pub use mw::{MemoryWindow, MwType};
 pub use owned::{
     AtomicOp, BindOp, Completion, ImmOp, InvalidateOp, OwnedOp, OwnedRecv, OwnedRecvList,
@@ -140,6 +143,7 @@ pub use ring::{MAX_RING_SLOTS, RecvRing, RingSend, SendRing};
 pub use scope::{PostScope, ScopeCqs};
 pub use slot::{MAX_SLOTS, MAX_SRQ_SLOTS, Slot, SlotRefused, SlotRing, SlotSend, SrqSlotRing};
 pub use srq::{SharedReceiveQueue, SrqBuilder};
+pub use td::ThreadDomain;
 #[cfg(feature = "tokio")]
 pub use tokio_io::{AsyncCompletionChannel, AsyncContextEvents};
 pub use wr::{Payload, PostList, RecvList, RecvRequest, SendList, SendRequest, Sge, WorkRequest};

@@ -7,12 +7,16 @@ use std::sync::Arc;
 use crate::device::Context;
 use crate::error::{Errno, Error, Result};
 use crate::ffi;
+use crate::td::ThreadDomain;
 
 pub(crate) struct PdInner {
     pub(crate) context: Context,
     raw: NonNull<ffi::ibv_pd>,
     /// Set once `ibv_dealloc_pd` succeeded.
     freed: bool,
+    /// For a parent domain: the protection domain and thread domain it was made of, kept
+    /// until it is freed.
+    _parent: Option<(ProtectionDomain, Option<ThreadDomain>)>,
 }
 
 // SAFETY: a protection domain is an immutable kernel handle; verbs on it are thread-safe.
@@ -78,6 +82,7 @@ impl Context {
             context: self.clone(),
             raw,
             freed: false,
+            _parent: None,
         })))
     }
 }
@@ -103,6 +108,56 @@ impl ProtectionDomain {
             None => Err(Error::verb("ibv_dealloc_pd", Errno::BUSY)),
         };
         result.map_err(|error| (self, error))
+    }
+
+    /// `ibv_alloc_parent_domain`: a parent domain of this protection domain, with thread
+    /// domain `td` where given. It is a protection domain itself: the completion queues,
+    /// queue pairs and SRQs created in it use the thread domain's single-thread resources
+    /// (and no locks). It keeps `self` and `td` alive.
+    ///
+    /// Create the objects its queue pairs use (regions, address handles, windows) in the
+    /// parent domain too: this crate matches protection domains by identity, so it refuses a
+    /// base domain's object on a parent domain's queue pair, though the device would take it.
+    ///
+    /// A thread domain removes the provider's locks from the queue pairs and SRQs made in the
+    /// domain. That is sound here because every post to them takes `&mut` (one thread at a
+    /// time, as the thread domain requires); completion queues are made from the context, not
+    /// a domain, and keep their locks.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidArgument`] when `td` belongs to another device context.
+    /// - [`Error::Unsupported`] where the provider has no parent domains (Soft-RoCE); else
+    ///   [`Error::Verb`] with the call's errno.
+    ///
+    /// # References
+    ///
+    /// [`ibv_alloc_parent_domain(3)`](https://man7.org/linux/man-pages/man3/ibv_alloc_parent_domain.3.html)
+    #[doc(alias = "ibv_alloc_parent_domain")]
+    pub fn parent_domain(&self, td: Option<&ThreadDomain>) -> Result<ProtectionDomain> {
+        if let Some(td) = td {
+            if td.context().as_raw() != self.context().as_raw() {
+                return Err(Error::InvalidArgument(
+                    "ibv_alloc_parent_domain: the thread domain belongs to another device context"
+                        .into(),
+                ));
+            }
+        }
+        let mut attr = ffi::ibv_parent_domain_init_attr {
+            pd: self.as_raw(),
+            td: td.map_or(std::ptr::null_mut(), ThreadDomain::as_raw),
+            ..Default::default()
+        };
+        // SAFETY: live context, protection domain and thread domain (all of one context,
+        // checked above); no allocator callbacks (comp_mask 0).
+        let raw = unsafe { ffi::ibv_alloc_parent_domain(self.context().as_raw(), &mut attr) };
+        let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_alloc_parent_domain"))?;
+        Ok(ProtectionDomain(Arc::new(PdInner {
+            context: self.context().clone(),
+            raw,
+            freed: false,
+            _parent: Some((self.clone(), td.cloned())),
+        })))
     }
 
     /// The context the domain belongs to.

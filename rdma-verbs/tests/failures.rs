@@ -2,8 +2,8 @@
 //! state each queue pair is left in: a SEND longer than the receive, RDMA writes the responder
 //! must refuse (no right, a stale key, outside the region), a bad local key, a receive into
 //! memory without local write, a misaligned atomic, receiver-not-ready retries that recover, full
-//! receive queues, a region dropped while a window is still bound to it, and a dmabuf
-//! registration the provider refuses.
+//! receive queues, a region dropped while a window is still bound to it, a dmabuf
+//! registration the provider refuses, and the verbs Soft-RoCE has no operation for.
 //!
 //! In the InfiniBand specification every completion in error moves its queue pair to ERR, and
 //! an RC responder that refuses a request (a "Class C" error: invalid request, remote access or
@@ -849,4 +849,90 @@ fn fail_dmabuf_registration_is_refused_by_rxe() {
             Err(Error::InvalidArgument(_))
         ));
     }
+}
+
+/// The error of a call the provider refused, as (verb, errno).
+fn refusal<T: std::fmt::Debug>(result: Result<T>) -> (&'static str, i32) {
+    match result {
+        Err(error @ Error::Unsupported(verb)) => {
+            (verb, error.errno().map_or(0, |errno| errno.raw()))
+        }
+        Err(Error::Verb { verb, errno }) => (verb, errno.raw()),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// The verbs Soft-RoCE has no provider operation for: each is refused with `EOPNOTSUPP`,
+/// named, and leaves what it was called on as it was. Thread and parent domains, null
+/// regions, re-registration, prefetch advice, ECE and rate limits; data placement is not
+/// promised in order. Arguments the crate can judge are refused before the call. (On another
+/// device these calls may work: there the test only requires a typed result, and says so.)
+#[test]
+fn fail_the_verbs_soft_roce_lacks_are_refused_exactly() {
+    let Some(f) = fixture() else { return };
+    let rxe = f.is_rxe();
+    if !rxe {
+        note("not Soft-RoCE: the calls below are checked for a typed result only");
+    }
+    let refused = |result: Result<()>, verb: &'static str| {
+        if rxe {
+            assert_eq!(refusal(result), (verb, libc::EOPNOTSUPP));
+        } else {
+            note(&format!("{verb}: {result:?}"));
+        }
+    };
+    refused(f.context.alloc_td().map(drop), "ibv_alloc_td");
+    refused(
+        f.pd.parent_domain(None).map(drop),
+        "ibv_alloc_parent_domain",
+    );
+    refused(f.pd.alloc_null_mr().map(drop), "ibv_alloc_null_mr");
+
+    // Re-registration is refused and changes nothing: same keys, rights and bytes.
+    let mut region = f.pd.register(4096, LOCAL).unwrap();
+    let data = pattern(4096, 41);
+    region.as_mut_slice().unwrap().copy_from_slice(&data);
+    let keys = (region.lkey(), region.rkey());
+    refused(region.set_access(REMOTE_WRITABLE), "ibv_rereg_mr");
+    if rxe {
+        assert_eq!((region.lkey(), region.rkey()), keys);
+        assert_eq!(region.access(), LOCAL);
+        assert!(!region.is_shared());
+        assert_eq!(region.as_slice().unwrap(), &data[..]);
+    } else {
+        // Granted or not, the region is never less careful than its rights.
+        assert_eq!(region.is_shared(), region.access().remotely_writable());
+    }
+    refused(
+        region.advise(Advice::PrefetchWrite, 0..4096, true),
+        "ibv_advise_mr",
+    );
+    assert!(matches!(
+        region.advise(Advice::Prefetch, 4000..4097, false),
+        Err(Error::InvalidArgument(_))
+    ));
+
+    // A connected queue pair: no ECE, no pacing, no in-order promise; still RTS after.
+    let cq = f.cq(4);
+    let (mut a, _b) = f.rc_pair(f.pd.qp_builder(&cq, &cq), f.pd.qp_builder(&cq, &cq), LOCAL);
+    refused(a.ece().map(drop), "ibv_query_ece");
+    let ece = qp::Ece {
+        vendor_id: 0x00_1234,
+        options: 0b101,
+    };
+    refused(a.set_ece(ece), "ibv_set_ece");
+    assert!(matches!(
+        a.set_ece(qp::Ece::default()),
+        Err(Error::InvalidArgument(_))
+    ));
+    refused(
+        a.set_rate_limit(qp::RateLimit::kbps(100_000)),
+        "ibv_modify_qp_rate_limit",
+    );
+    if rxe {
+        for op in [qp::SendOpcode::Write, qp::SendOpcode::Send] {
+            assert!(!a.data_in_order(op), "{op:?}");
+        }
+    }
+    assert_eq!(a.query_state().unwrap(), QpStateKind::Rts);
 }

@@ -3,6 +3,7 @@
 mod common;
 
 use common::*;
+use rdma_verbs::qp::StaticRate;
 use rdma_verbs::*;
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;
@@ -621,6 +622,54 @@ fn the_pkey_table_and_fork_support() {
         other => panic!("{other:?}"),
     }
     assert_eq!(fork_status(), ForkStatus::Unneeded);
+}
+
+/// The device's kernel index is the one iproute2's `rdma dev` lists it under; its node type
+/// and port state have libibverbs' names; static rates convert by libibverbs' tables.
+#[test]
+fn device_index_names_and_rates() {
+    let Some(f) = fixture() else { return };
+    let list = devices().unwrap();
+    let device = list
+        .find(&f.device.name)
+        .expect("the test device is listed");
+    let index = device
+        .index()
+        .expect("a kernel index (Linux 5.4 and later)");
+    let listed = std::process::Command::new("rdma")
+        .args(["dev", "show", &f.device.name])
+        .output()
+        .expect("iproute2's rdma tool");
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.starts_with(&format!("{index}: {}:", f.device.name)),
+        "index {index}, rdma dev show: {listed}"
+    );
+    assert_eq!(device.node_type(), NodeType::Ca);
+    assert_eq!(device.node_type().name(), "InfiniBand channel adapter");
+    let port = f.context.query_port(f.device.port).unwrap();
+    assert_eq!(
+        (port.state, port.state.name()),
+        (PortState::Active, "active")
+    );
+    assert_eq!(PortState::Unknown(77).name(), "unknown");
+
+    // 25 Gb/s is listed by its signalling rate and is no whole multiple of 2.5 Gb/s.
+    let rate = StaticRate::from_mbps(25_781).expect("a listed rate");
+    assert_eq!((rate.mbps(), rate.multiplier()), (Some(25_781), None));
+    let rate = StaticRate::from_multiplier(4).expect("4 x 2.5 Gb/s");
+    assert_eq!((rate.mbps(), rate.multiplier()), (Some(10_000), Some(4)));
+    assert_eq!(StaticRate::from_mbps(25_000), None);
+    assert_eq!(StaticRate::from_multiplier(3), None);
+    assert_eq!(StaticRate::from_mbps(u32::MAX), None);
+    assert_eq!(
+        (StaticRate::PORT.mbps(), StaticRate::PORT.multiplier()),
+        (None, None)
+    );
+    assert_eq!(
+        AsyncEvent::PortActive { port: 1 }.description(),
+        "port active"
+    );
 }
 
 /// Connecting in one call: each side's record (with the memory it lets the peer write) goes

@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+use rdma_verbs::qp::StaticRate;
 use rdma_verbs::*;
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;
@@ -45,6 +46,40 @@ fn ud_send_with_grh_and_reply_through_ah_from_wc() {
     assert_eq!(&received[GRH_LEN..], &data[..], "payload after the GRH");
     let grh: [u8; GRH_LEN] = received[..GRH_LEN].try_into().unwrap();
     assert_grh(&grh, Gid(f.device.gid));
+
+    // The path back, as a vector: the sender's GID (this port's own, looped back) from the
+    // local GID entry that matches the datagram's destination, on this port.
+    let path = AddressVector::from_completion(&f.context, f.device.port, &wc, &grh)
+        .expect("ibv_init_ah_from_wc");
+    assert_eq!(path.port, f.device.port, "{path:?}");
+    assert_eq!(path.static_rate, StaticRate::PORT, "{path:?}");
+    if f.device.is_ethernet {
+        let route = path.grh.expect("a RoCE path is global");
+        assert_eq!(route.dgid, Gid(f.device.gid), "{path:?}");
+        assert_eq!(u32::from(route.sgid_index), f.device.gid_index, "{path:?}");
+    }
+    // What has no path back is refused with libibverbs' errno: a multicast destination
+    // (IPv4 class D, or an IPv6-style GID starting 0xff), and a header of no IP version.
+    if f.device.is_ethernet {
+        let mut multicast = grh;
+        match Gid(f.device.gid).ipv4() {
+            Some(_) => multicast[36] = 224,
+            None => multicast[24] = 0xff,
+        }
+        let refused = |grh: &[u8; GRH_LEN]| {
+            AddressVector::from_completion(&f.context, f.device.port, &wc, grh).map(|_| ())
+        };
+        let refusal = |result: Result<()>| match result {
+            Err(Error::Verb { verb, errno }) => (verb, errno.raw()),
+            other => panic!("{other:?}"),
+        };
+        let verb = "ibv_init_ah_from_wc";
+        assert_eq!(refusal(refused(&multicast)), (verb, libc::EINVAL));
+        assert_eq!(
+            refusal(refused(&[0; GRH_LEN])),
+            (verb, libc::EPROTONOSUPPORT)
+        );
+    }
 
     // Reply to whoever sent that, knowing nothing but the completion and the GRH.
     let back =

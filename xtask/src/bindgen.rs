@@ -17,8 +17,12 @@ pub(crate) fn generate(root: &Path) -> Result<(), String> {
     let mut builder = bindgen::Builder::default()
         .header(sys.join("wrapper.h").to_string_lossy())
         .rust_target(bindgen::RustTarget::stable(85, 0).map_err(|e| e.to_string())?)
-        .allowlist_function("ibv_.*|_ibv_.*|rdma_.*|ibv_qp_to_qp_ex")
-        .allowlist_type("ibv_.*|_ibv_.*|rdma_.*|verbs_.*|_compat_ibv_port_attr")
+        .allowlist_function(
+            "ibv_.*|_ibv_.*|rdma_.*|ibv_qp_to_qp_ex|mbps_to_ibv_rate|mult_to_ibv_rate",
+        )
+        .allowlist_type(
+            "ibv_.*|_ibv_.*|rdma_.*|verbs_.*|_compat_ibv_port_attr|ib_uverbs_advise_mr_flag",
+        )
         .allowlist_var("IBV_.*|RDMA_.*|RAI_.*|VERBS_.*|_VERBS_.*|__VERBS_.*")
         // A C enum read back from the library may hold a value a newer rdma-core added:
         // plain integer constants keep that well defined (a Rust enum would make it UB).

@@ -188,7 +188,7 @@ fn run(args: &Args) -> Result<(), String> {
             }
             EventKind::AddrError | EventKind::RouteError | EventKind::MulticastError => {
                 return Err(format!(
-                    "event: {:?}, error: {}",
+                    "event: {}, error: {}",
                     event.kind(),
                     event.status()
                 ));

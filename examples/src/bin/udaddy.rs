@@ -109,7 +109,7 @@ fn failed(event: &Event) -> Option<String> {
         | EventKind::ConnectError
         | EventKind::Unreachable
         | EventKind::Rejected => Some(format!(
-            "event: {:?}, error: {}",
+            "event: {}, error: {}",
             event.kind(),
             event.status()
         )),

@@ -16,6 +16,7 @@ pub type __be64 = __u64;
 pub type ib_uverbs_flow_action_esp_keymat = ::std::os::raw::c_uint;
 pub type ib_uverbs_flow_action_esp_replay = ::std::os::raw::c_uint;
 pub type ib_uverbs_advise_mr_advice = ::std::os::raw::c_uint;
+pub type ib_uverbs_advise_mr_flag = ::std::os::raw::c_uint;
 pub type rdma_driver_id = ::std::os::raw::c_uint;
 pub type ibv_gid_type = ::std::os::raw::c_uint;
 pub type ibv_node_type = ::std::os::raw::c_int;
@@ -1992,6 +1993,7 @@ const _: () = {
 pub const IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH: ib_uverbs_advise_mr_advice = 0;
 pub const IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE: ib_uverbs_advise_mr_advice = 1;
 pub const IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT: ib_uverbs_advise_mr_advice = 2;
+pub const IB_UVERBS_ADVISE_MR_FLAG_FLUSH: ib_uverbs_advise_mr_flag = 1;
 pub const RDMA_DRIVER_UNKNOWN: rdma_driver_id = 0;
 pub const RDMA_DRIVER_MLX5: rdma_driver_id = 1;
 pub const RDMA_DRIVER_MLX4: rdma_driver_id = 2;
@@ -5881,7 +5883,9 @@ impl Default for rdma_cm_join_mc_attr_ex {
 unsafe extern "C" {
     pub fn ibv_wc_status_str(status: ibv_wc_status) -> *const ::std::os::raw::c_char;
     pub fn ibv_rate_to_mult(rate: ibv_rate) -> ::std::os::raw::c_int;
+    pub fn mult_to_ibv_rate(mult: ::std::os::raw::c_int) -> ibv_rate;
     pub fn ibv_rate_to_mbps(rate: ibv_rate) -> ::std::os::raw::c_int;
+    pub fn mbps_to_ibv_rate(mbps: ::std::os::raw::c_int) -> ibv_rate;
     pub fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex;
     pub fn ibv_get_device_list(num_devices: *mut ::std::os::raw::c_int) -> *mut *mut ibv_device;
     pub fn ibv_free_device_list(list: *mut *mut ibv_device);

@@ -2,7 +2,7 @@
 //! C enums they use.
 
 use super::fixed_c_str;
-use crate::c_enum::c_enum;
+use crate::c_enum::{c_enum, static_name};
 use crate::ffi;
 
 c_enum! {
@@ -56,6 +56,34 @@ c_enum! {
         Active = ffi::IBV_PORT_ACTIVE,
         /// `IBV_PORT_ACTIVE_DEFER`.
         ActiveDefer = ffi::IBV_PORT_ACTIVE_DEFER,
+    }
+}
+
+impl NodeType {
+    /// `ibv_node_type_str`: libibverbs' name of the node type, for example
+    /// `InfiniBand channel adapter`; `unknown` for a value it does not know.
+    ///
+    /// # References
+    ///
+    /// [`ibv_node_type_str(3)`](https://man7.org/linux/man-pages/man3/ibv_node_type_str.3.html)
+    #[doc(alias = "ibv_node_type_str")]
+    pub fn name(self) -> &'static str {
+        // SAFETY: the call takes any value and returns a static string.
+        unsafe { static_name(ffi::ibv_node_type_str(self.as_raw())) }
+    }
+}
+
+impl PortState {
+    /// `ibv_port_state_str`: libibverbs' name of the state, for example `active`; `unknown`
+    /// for a value it does not know. (`ibv_devinfo` prints its own names, `PORT_ACTIVE`.)
+    ///
+    /// # References
+    ///
+    /// [`ibv_port_state_str(3)`](https://man7.org/linux/man-pages/man3/ibv_port_state_str.3.html)
+    #[doc(alias = "ibv_port_state_str")]
+    pub fn name(self) -> &'static str {
+        // SAFETY: the call takes any value and returns a static string.
+        unsafe { static_name(ffi::ibv_port_state_str(self.as_raw())) }
     }
 }
 

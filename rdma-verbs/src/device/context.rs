@@ -243,11 +243,11 @@ impl Context {
     #[doc(alias = "ibv_query_pkey")]
     pub fn query_pkey(&self, port: u8, index: u16) -> Result<u16> {
         let mut pkey: ffi::__be16 = 0;
-        clear_errno();
+        Errno::clear();
         // SAFETY: live context; `pkey` is writable.
         let ret = unsafe { ffi::ibv_query_pkey(self.as_raw(), port, i32::from(index), &mut pkey) };
         if ret != 0 {
-            return Err(sysfs_error("ibv_query_pkey"));
+            return Err(Error::last_or("ibv_query_pkey", Errno::IO));
         }
         Ok(u16::from_be(pkey))
     }
@@ -265,11 +265,11 @@ impl Context {
     /// [`ibv_get_pkey_index(3)`](https://man7.org/linux/man-pages/man3/ibv_get_pkey_index.3.html)
     #[doc(alias = "ibv_get_pkey_index")]
     pub fn pkey_index(&self, port: u8, pkey: u16) -> Result<u16> {
-        clear_errno();
+        Errno::clear();
         // SAFETY: live context.
         let ret = unsafe { ffi::ibv_get_pkey_index(self.as_raw(), port, pkey.to_be()) };
         if ret < 0 {
-            return Err(sysfs_error("ibv_get_pkey_index"));
+            return Err(Error::last_or("ibv_get_pkey_index", Errno::IO));
         }
         u16::try_from(ret)
             .map_err(|_| Error::InvalidArgument(format!("ibv_get_pkey_index returned index {ret}")))
@@ -371,19 +371,4 @@ impl AsFd for Context {
         // SAFETY: `async_fd` is open for the life of the context, which `self` borrows.
         unsafe { BorrowedFd::borrow_raw((*self.as_raw()).async_fd) }
     }
-}
-
-/// Sets this thread's `errno` to 0, before a call that may fail without setting it.
-fn clear_errno() {
-    // SAFETY: `__errno_location` returns this thread's `errno`, valid for the thread's life.
-    unsafe { *libc::__errno_location() = 0 };
-}
-
-/// The error of a libibverbs call that read sysfs and returned -1: `errno`, or `EIO` where the
-/// read failed without setting it (an entry that is not a number; `errno` was cleared
-/// before the call).
-fn sysfs_error(verb: &'static str) -> Error {
-    let errno = Errno::last();
-    let errno = if errno.raw() == 0 { Errno::IO } else { errno };
-    Error::Verb { verb, errno }
 }

@@ -153,6 +153,19 @@ impl Device {
         self.guid
     }
 
+    /// `ibv_get_device_index`: the kernel's index of the device (what `rdma dev` and netlink
+    /// name it by), or `None` where the kernel does not report one (kernels before 5.4).
+    ///
+    /// # References
+    ///
+    /// [`ibv_get_device_index(3)`](https://man7.org/linux/man-pages/man3/ibv_get_device_index.3.html)
+    #[doc(alias = "ibv_get_device_index")]
+    pub fn index(&self) -> Option<u32> {
+        // SAFETY: `raw` is a device of a live list (it borrows `self`).
+        let index = unsafe { ffi::ibv_get_device_index(self.raw.as_ptr()) };
+        u32::try_from(index).ok()
+    }
+
     /// The node type (channel adapter, RNIC, ...).
     pub fn node_type(&self) -> NodeType {
         self.node_type

@@ -9,8 +9,8 @@ use std::ops::RangeBounds;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 
-use super::{MrSlice, RemoteMemory, sge_range};
-use crate::error::{Errno, Error, Result};
+use super::{MrSlice, Registration, RemoteMemory, sge_range};
+use crate::error::{Error, Result};
 use crate::ffi;
 use crate::flags::AccessFlags;
 use crate::pd::ProtectionDomain;
@@ -23,13 +23,11 @@ use crate::pd::ProtectionDomain;
 /// Not `Clone`: the one owner of its registration. It keeps its protection domain alive. `Send`
 /// and `Sync`: it only holds numbers and the registration handle.
 pub struct DmabufRegion {
-    raw: NonNull<ffi::ibv_mr>,
+    reg: Registration,
     iova: u64,
     len: usize,
     access: AccessFlags,
     pd: ProtectionDomain,
-    /// Set once `ibv_dereg_mr` succeeded (by [`close`](DmabufRegion::close) or `Drop`).
-    deregistered: bool,
 }
 
 // SAFETY: the registration handle may be used and deregistered from any thread; the region
@@ -99,12 +97,11 @@ impl ProtectionDomain {
         };
         let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_reg_dmabuf_mr"))?;
         Ok(DmabufRegion {
-            raw,
+            reg: Registration::new(raw),
             iova,
             len,
             access,
             pd: self.clone(),
-            deregistered: false,
         })
     }
 }
@@ -112,14 +109,12 @@ impl ProtectionDomain {
 impl DmabufRegion {
     /// The local key, for scatter/gather entries.
     pub fn lkey(&self) -> u32 {
-        // SAFETY: live registration.
-        unsafe { (*self.raw.as_ptr()).lkey }
+        self.reg.lkey()
     }
 
     /// The remote key, which a peer needs for RDMA reads, writes and atomics.
     pub fn rkey(&self) -> u32 {
-        // SAFETY: live registration.
-        unsafe { (*self.raw.as_ptr()).rkey }
+        self.reg.rkey()
     }
 
     /// The I/O virtual address of the first byte: requests and peers address the region from
@@ -197,21 +192,10 @@ impl DmabufRegion {
     /// [`ibv_dereg_mr(3)`](https://man7.org/linux/man-pages/man3/ibv_reg_mr.3.html)
     #[doc(alias = "ibv_dereg_mr")]
     pub fn close(mut self) -> std::result::Result<(), (Self, Error)> {
-        match self.deregister() {
+        match self.reg.deregister() {
             Ok(()) => Ok(()),
             Err(error) => Err((self, error)),
         }
-    }
-
-    fn deregister(&mut self) -> Result<()> {
-        if self.deregistered {
-            return Ok(());
-        }
-        // SAFETY: the registration is live and deregistered once.
-        let ret = unsafe { ffi::ibv_dereg_mr(self.raw.as_ptr()) };
-        Errno::result(ret).map_err(|errno| Error::verb("ibv_dereg_mr", errno))?;
-        self.deregistered = true;
-        Ok(())
     }
 }
 
@@ -219,7 +203,7 @@ impl Drop for DmabufRegion {
     fn drop(&mut self) {
         // Cannot report; never panics. A failed deregistration leaves the registration (and
         // the kernel's hold on the dmabuf) in place until the context closes.
-        let _ = self.deregister();
+        let _ = self.reg.deregister();
     }
 }
 

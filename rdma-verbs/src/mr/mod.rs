@@ -19,10 +19,12 @@ use crate::pd::ProtectionDomain;
 use crate::shared::{copy_from_shared, copy_to_shared};
 
 mod dmabuf;
+mod null;
 mod remote;
 mod slice;
 
 pub use dmabuf::DmabufRegion;
+pub use null::NullRegion;
 pub use remote::RemoteMemory;
 pub use slice::{MrSlice, MrSliceMut};
 
@@ -35,6 +37,50 @@ enum Storage {
     Owned(Layout),
     /// Memory the caller registered with [`ProtectionDomain::register_raw`].
     External,
+}
+
+/// A registration (`struct ibv_mr`), deregistered at most once: what every region type holds.
+pub(crate) struct Registration {
+    raw: NonNull<ffi::ibv_mr>,
+    /// Set once `ibv_dereg_mr` succeeded.
+    deregistered: bool,
+}
+
+impl Registration {
+    /// A registration the provider just returned.
+    fn new(raw: NonNull<ffi::ibv_mr>) -> Self {
+        Self {
+            raw,
+            deregistered: false,
+        }
+    }
+
+    fn as_ptr(&self) -> *mut ffi::ibv_mr {
+        self.raw.as_ptr()
+    }
+
+    fn lkey(&self) -> u32 {
+        // SAFETY: live registration (deregistration happens only when its owner ends).
+        unsafe { (*self.raw.as_ptr()).lkey }
+    }
+
+    fn rkey(&self) -> u32 {
+        // SAFETY: as in `lkey`.
+        unsafe { (*self.raw.as_ptr()).rkey }
+    }
+
+    /// `ibv_dereg_mr`, once: later calls after a success do nothing.
+    fn deregister(&mut self) -> Result<()> {
+        if self.deregistered {
+            return Ok(());
+        }
+        // SAFETY: the registration is live (not yet deregistered) and deregistered once; its
+        // owner frees any memory behind it only after this succeeds.
+        let ret = unsafe { ffi::ibv_dereg_mr(self.raw.as_ptr()) };
+        Errno::result(ret).map_err(|errno| Error::verb("ibv_dereg_mr", errno))?;
+        self.deregistered = true;
+        Ok(())
+    }
 }
 
 /// A registered memory region (`struct ibv_mr`).
@@ -58,7 +104,7 @@ enum Storage {
 /// - Memory a posted work request uses must not be touched until the request completes; the
 ///   `unsafe` post functions make that the caller's promise.
 pub struct MemoryRegion {
-    raw: NonNull<ffi::ibv_mr>,
+    reg: Registration,
     addr: NonNull<u8>,
     len: usize,
     access: AccessFlags,
@@ -66,8 +112,6 @@ pub struct MemoryRegion {
     shared: bool,
     storage: Storage,
     pd: ProtectionDomain,
-    /// Set once `ibv_dereg_mr` succeeded (by [`close`](MemoryRegion::close) or `Drop`).
-    deregistered: bool,
 }
 
 // SAFETY: the registration handle may be used and destroyed from any thread; the buffer is owned
@@ -190,14 +234,13 @@ impl ProtectionDomain {
         };
         let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_reg_mr"))?;
         Ok(MemoryRegion {
-            raw,
+            reg: Registration::new(raw),
             addr,
             len,
             access,
             shared: false,
             storage,
             pd: self.clone(),
-            deregistered: false,
         })
     }
 }
@@ -214,14 +257,12 @@ pub(super) fn check_access(access: AccessFlags) -> Result<()> {
 impl MemoryRegion {
     /// The local key, used in scatter/gather entries.
     pub fn lkey(&self) -> u32 {
-        // SAFETY: live registration.
-        unsafe { (*self.raw.as_ptr()).lkey }
+        self.reg.lkey()
     }
 
     /// The remote key, which a peer needs for RDMA reads, writes and atomics.
     pub fn rkey(&self) -> u32 {
-        // SAFETY: live registration.
-        unsafe { (*self.raw.as_ptr()).rkey }
+        self.reg.rkey()
     }
 
     /// The address of the first byte (also the address peers use: regions here are not
@@ -297,7 +338,7 @@ impl MemoryRegion {
 
     /// The raw `ibv_mr`, valid while the region lives.
     pub fn as_raw(&self) -> *mut ffi::ibv_mr {
-        self.raw.as_ptr()
+        self.reg.as_ptr()
     }
 
     /// A raw pointer to the first byte.
@@ -559,7 +600,124 @@ impl fmt::Debug for MemoryRegion {
     }
 }
 
+/// Advice for [`MemoryRegion::advise`] (`enum ibv_advise_mr_advice`): what the device should
+/// fault in ahead of use, for a region registered with [`AccessFlags::ON_DEMAND`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Advice {
+    /// `IBV_ADVISE_MR_ADVICE_PREFETCH`: map the pages for reading.
+    Prefetch,
+    /// `IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE`: map the pages for writing.
+    PrefetchWrite,
+    /// `IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT`: map the pages already present, faulting none.
+    PrefetchNoFault,
+}
+
+impl Advice {
+    fn as_raw(self) -> ffi::ib_uverbs_advise_mr_advice {
+        match self {
+            Self::Prefetch => ffi::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH,
+            Self::PrefetchWrite => ffi::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE,
+            Self::PrefetchNoFault => ffi::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT,
+        }
+    }
+}
+
 impl MemoryRegion {
+    /// `ibv_rereg_mr` with `IBV_REREG_MR_CHANGE_ACCESS`: changes the region's access rights
+    /// in place (same memory, same protection domain). The keys may change: read
+    /// [`lkey`](Self::lkey) and [`rkey`](Self::rkey) again, and hand peers a new
+    /// [`remote`](Self::remote).
+    ///
+    /// Taking `&mut self`, no reference into the bytes is alive across the change. A region
+    /// that was remotely writable stays [shared](Self::is_shared) after losing the right: a
+    /// peer's write already on the wire may still land.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Unsupported`] where the provider cannot re-register (Soft-RoCE): the region
+    ///   is unchanged.
+    /// - [`Error::Verb`] with `ibv_rereg_mr` and its errno. Where the provider's command
+    ///   failed, the region may be unusable by the device until dropped, and is treated as
+    ///   granting both the old and the new rights.
+    ///
+    /// # References
+    ///
+    /// [`ibv_rereg_mr(3)`](https://man7.org/linux/man-pages/man3/ibv_rereg_mr.3.html)
+    #[doc(alias = "ibv_rereg_mr")]
+    pub fn set_access(&mut self, access: AccessFlags) -> Result<()> {
+        let old = self.access;
+        Errno::clear();
+        // SAFETY: live registration; an access change keeps the memory and the domain, so
+        // only the flags are read.
+        let ret = unsafe {
+            ffi::ibv_rereg_mr(
+                self.reg.as_ptr(),
+                ffi::IBV_REREG_MR_CHANGE_ACCESS as i32,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+                access.bits() as i32,
+            )
+        };
+        let was_shared = self.is_shared();
+        let result = if ret == 0 {
+            self.access = access;
+            Ok(())
+        } else {
+            let error = Error::last_or("ibv_rereg_mr", Errno::IO);
+            // libibverbs reports every failure of the provider's command as "command failed,
+            // do not use the region"; a provider without the operation changed nothing.
+            let untouched = matches!(error, Error::Unsupported(_));
+            if ret <= ffi::IBV_REREG_MR_ERR_CMD && !untouched {
+                // The command may have failed part-way: either set of rights may apply.
+                self.access = old | access;
+            }
+            Err(error)
+        };
+        if was_shared && old.contains(AccessFlags::LOCAL_WRITE) {
+            self.shared = true;
+        }
+        result
+    }
+
+    /// `ibv_advise_mr`: asks the device to fault in bytes `range` of an on-demand-paging region
+    /// ahead of use; with `flush`, the call returns once they are mapped.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidArgument`] for a range outside the region.
+    /// - [`Error::Unsupported`] where the provider has no on-demand paging (Soft-RoCE on
+    ///   kernels before 6.10); else [`Error::Verb`] with the call's errno (`EINVAL` for a
+    ///   region without [`AccessFlags::ON_DEMAND`]).
+    ///
+    /// # References
+    ///
+    /// [`ibv_advise_mr(3)`](https://man7.org/linux/man-pages/man3/ibv_advise_mr.3.html)
+    #[doc(alias = "ibv_advise_mr")]
+    pub fn advise(
+        &self,
+        advice: Advice,
+        range: impl RangeBounds<usize>,
+        flush: bool,
+    ) -> Result<()> {
+        let slice = self.slice(range)?;
+        let mut sge = ffi::ibv_sge {
+            addr: slice.addr,
+            length: slice.length,
+            lkey: slice.lkey,
+        };
+        let flags = if flush {
+            ffi::IB_UVERBS_ADVISE_MR_FLAG_FLUSH
+        } else {
+            0
+        };
+        // SAFETY: live domain and registration; one readable entry inside the region.
+        let ret =
+            unsafe { ffi::ibv_advise_mr(self.pd.as_raw(), advice.as_raw(), flags, &mut sge, 1) };
+        Error::check("ibv_advise_mr", ret)
+    }
+
     /// `ibv_dereg_mr`, and for a region that owns its memory, freeing it: what dropping does,
     /// with the failure reported. On failure the region is handed back, still registered and
     /// usable; dropping it tries again (and then leaks the memory if it fails again, as the
@@ -582,14 +740,11 @@ impl MemoryRegion {
     }
 
     fn deregister(&mut self) -> Result<()> {
-        if self.deregistered {
+        if self.reg.deregistered {
+            // Deregistered (and its memory freed) by an earlier call.
             return Ok(());
         }
-        // SAFETY: the registration is live (not yet deregistered) and deregistered once,
-        // before its memory is freed.
-        let ret = unsafe { ffi::ibv_dereg_mr(self.raw.as_ptr()) };
-        Errno::result(ret).map_err(|errno| Error::verb("ibv_dereg_mr", errno))?;
-        self.deregistered = true;
+        self.reg.deregister()?;
         if let Storage::Owned(layout) = self.storage {
             // SAFETY: allocated by `register` with this layout; the HCA can no longer reach it
             // after a successful deregistration, and no Rust reference to it is left (`close`

@@ -24,9 +24,11 @@ mod attr;
 mod bind;
 mod builder;
 mod connect;
+mod ece;
 mod extended;
 mod mcast;
 mod post;
+mod rate;
 mod state;
 
 use std::fmt;
@@ -34,15 +36,18 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-pub use crate::ah::{AddressVector, GlobalRoute};
+pub use crate::ah::{AddressVector, GlobalRoute, StaticRate};
+pub use crate::c_enum::SendOpcode;
 pub use attr::{
     ConnectedInitAttr, ModifyAttr, RawModifyAttr, RcRtrAttr, RcRtsAttr, SqPsnRtsAttr, UcRtrAttr,
     UdInitAttr, UdRtrAttr,
 };
 pub use builder::QpBuilder;
 pub use connect::{Connected, ConnectionRecord};
+pub use ece::Ece;
 pub use extended::SendPath;
 pub(crate) use post::{EXTENDED_POST_VERB, check_ops, may_have_posted};
+pub use rate::RateLimit;
 pub use state::{CanPostRecv, ErrorState, Init, QpState, QpStateKind, Reset, Rtr, Rts};
 
 use crate::cq::CqInner;

@@ -1,4 +1,9 @@
-//! Completion queues and work completions.
+//! Completion queues and work completions; extended completion queues (`ibv_cq_ex`) and their
+//! poll sessions in `extended`.
+
+mod extended;
+
+pub use extended::{CqPoll, RawClock, WcFields};
 
 use std::fmt;
 use std::mem::MaybeUninit;
@@ -14,6 +19,7 @@ use crate::error::{Errno, Error, Result};
 use crate::ffi;
 use crate::flags::WcFlags;
 use crate::inflight::{RouteCache, Routes};
+use extended::Extended;
 
 pub(crate) struct CqInner {
     raw: NonNull<ffi::ibv_cq>,
@@ -115,6 +121,8 @@ pub struct CompletionQueue {
     capacity: u32,
     /// The poller's copy of `inner.routes` ([`poll_each`](Self::poll_each)).
     pub(crate) route_cache: RouteCache,
+    /// For a queue created with `ibv_create_cq_ex`: its extended handle and poll state.
+    pub(crate) ex: Option<Extended>,
 }
 
 // SAFETY: `raw` is a copy of `inner.raw`, which `inner` keeps alive; the handle is `Send` and
@@ -155,6 +163,7 @@ impl Context {
             cqe,
             channel: None,
             comp_vector: 0,
+            fields: None,
         }
     }
 }
@@ -167,6 +176,7 @@ pub struct CqBuilder<'a> {
     cqe: u32,
     channel: Option<&'a CompletionChannel>,
     comp_vector: u32,
+    fields: Option<WcFields>,
 }
 
 impl<'a> CqBuilder<'a> {
@@ -182,19 +192,33 @@ impl<'a> CqBuilder<'a> {
         self
     }
 
-    /// `ibv_create_cq`: creates the queue.
+    /// Creates the queue with `ibv_create_cq_ex`, reporting `fields` to
+    /// [`CompletionQueue::start_poll`]'s sessions (besides the id, status, opcode, vendor
+    /// error and flags, which are always there). Polling with
+    /// [`poll`](CompletionQueue::poll) works as on any queue.
+    pub fn extended(mut self, fields: WcFields) -> Self {
+        self.fields = Some(fields);
+        self
+    }
+
+    /// `ibv_create_cq` (or `ibv_create_cq_ex`, [`extended`](Self::extended)): creates the
+    /// queue.
     ///
     /// # Errors
     ///
     /// - [`Error::InvalidArgument`] if `cqe` is 0 or above `i32::MAX`, or the channel belongs to
     ///   another device context;
     /// - [`Error::Verb`] with the errno of `ibv_create_cq` (`EINVAL` above the device's
-    ///   `max_cqe`).
+    ///   `max_cqe`);
+    /// - [`Error::Unsupported`] with `ibv_create_cq_ex` for fields the device cannot report
+    ///   (Soft-RoCE reports the [`WcFields::STANDARD`] ones and no timestamps).
     ///
     /// # References
     ///
-    /// [`ibv_create_cq(3)`](https://man7.org/linux/man-pages/man3/ibv_create_cq.3.html)
+    /// [`ibv_create_cq(3)`](https://man7.org/linux/man-pages/man3/ibv_create_cq.3.html),
+    /// [`ibv_create_cq_ex(3)`](https://man7.org/linux/man-pages/man3/ibv_create_cq_ex.3.html)
     #[doc(alias = "ibv_create_cq")]
+    #[doc(alias = "ibv_create_cq_ex")]
     pub fn build(self) -> Result<CompletionQueue> {
         let cqe = i32::try_from(self.cqe)
             .ok()
@@ -219,20 +243,39 @@ impl<'a> CqBuilder<'a> {
         });
         let vector = i32::try_from(self.comp_vector)
             .map_err(|_| Error::InvalidArgument("completion vector out of range".into()))?;
-        // SAFETY: live context; the channel (if any) is live and kept by the new CQ; the
-        // cq_context points at `events`, which lives in a Box as long as the CQ.
-        let raw = unsafe {
-            ffi::ibv_create_cq(
-                self.context.as_raw(),
-                cqe,
-                (&*events as *const EventCounter).cast_mut().cast(),
-                channel
-                    .as_ref()
-                    .map_or(std::ptr::null_mut(), |c| c.as_raw()),
-                vector,
-            )
+        let cq_context = (&*events as *const EventCounter).cast_mut().cast();
+        let channel_raw = channel
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |c| c.as_raw());
+        let (raw, ex) = match self.fields {
+            None => {
+                // SAFETY: live context; the channel (if any) is live and kept by the new CQ;
+                // the cq_context points at `events`, which lives in a Box as long as the CQ.
+                let raw = unsafe {
+                    ffi::ibv_create_cq(self.context.as_raw(), cqe, cq_context, channel_raw, vector)
+                };
+                (
+                    NonNull::new(raw).ok_or_else(|| Error::last("ibv_create_cq"))?,
+                    None,
+                )
+            }
+            Some(fields) => {
+                let mut attr = ffi::ibv_cq_init_attr_ex {
+                    cqe: cqe.unsigned_abs(),
+                    cq_context,
+                    channel: channel_raw,
+                    comp_vector: vector.unsigned_abs(),
+                    wc_flags: fields.bits(),
+                    ..Default::default()
+                };
+                // SAFETY: as above; no parent domain (comp_mask 0), so the queue keeps its
+                // lock.
+                let raw = unsafe { ffi::ibv_create_cq_ex(self.context.as_raw(), &mut attr) };
+                let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_create_cq_ex"))?;
+                let ex = Extended::new(self.context, raw, fields);
+                (ex.as_cq(), Some(ex))
+            }
         };
-        let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_create_cq"))?;
         // SAFETY: live CQ; `cqe` holds the real capacity.
         let capacity = u32::try_from(unsafe { (*raw.as_ptr()).cqe }).unwrap_or(0);
         Ok(CompletionQueue {
@@ -247,6 +290,7 @@ impl<'a> CqBuilder<'a> {
             }),
             capacity,
             route_cache: RouteCache::new(),
+            ex,
         })
     }
 }
@@ -320,6 +364,9 @@ impl CompletionQueue {
         &mut self,
         completions: &'a mut [MaybeUninit<WorkCompletion>],
     ) -> Result<&'a [WorkCompletion]> {
+        if self.ex.as_ref().is_some_and(Extended::is_open) {
+            self.end_leaked_session();
+        }
         let max = i32::try_from(completions.len()).unwrap_or(i32::MAX);
         // SAFETY: live CQ; WorkCompletion is a transparent ibv_wc and the slice has room for
         // `max` of them; the provider only writes them.
@@ -434,6 +481,7 @@ impl CompletionQueue {
             .ok_or_else(|| {
                 Error::InvalidArgument(format!("a CQ needs 1..=i32::MAX entries, not {entries}"))
             })?;
+        self.end_leaked_session();
         // SAFETY: a live CQ, and `&mut self`: no poll through this handle runs meanwhile (the
         // provider also takes the queue's lock).
         let ret = unsafe { ffi::ibv_resize_cq(self.as_raw(), cqe) };
@@ -441,6 +489,15 @@ impl CompletionQueue {
         // SAFETY: live CQ; `cqe` holds the new capacity.
         self.capacity = u32::try_from(unsafe { (*self.raw.as_ptr()).cqe }).unwrap_or(0);
         Ok(())
+    }
+
+    /// Ends the poll session of an extended queue whose [`CqPoll`] was leaked: the provider
+    /// may hold the queue's lock until then, which a poll would wait on forever.
+    #[cold]
+    fn end_leaked_session(&mut self) {
+        if let Some(ex) = self.ex.as_mut() {
+            ex.end_leaked_session();
+        }
     }
 
     /// The raw `ibv_cq`, valid while this queue lives.

@@ -1,0 +1,520 @@
+//! Extended completion queues (`struct ibv_cq_ex`): a [`CompletionQueue`] built with
+//! [`CqBuilder::extended`](super::CqBuilder::extended) is polled one completion at a time in a
+//! session ([`CompletionQueue::start_poll`], `ibv_start_poll` / `ibv_next_poll` /
+//! `ibv_end_poll`), reading only the fields asked for at creation, including those the classic
+//! `ibv_wc` lacks (completion timestamps, VLAN, flow tag). It stays a completion queue: queue
+//! pairs take it, and [`poll`](CompletionQueue::poll) works on it as on any other.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+
+use bitflags::bitflags;
+
+use super::{CompletionQueue, WcOpcode, WcStatus};
+use crate::device::Context;
+use crate::error::{Errno, Error, Result};
+use crate::ffi;
+use crate::flags::WcFlags;
+
+bitflags! {
+    /// The fields an extended completion queue reports (`enum ibv_create_cq_wc_flags`,
+    /// `IBV_WC_EX_WITH_*`): what [`CqPoll`]'s accessors can read. The work request id, status,
+    /// opcode, vendor error and completion flags are always there.
+    #[repr(transparent)]
+    #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct WcFields: u64 {
+        /// `IBV_WC_EX_WITH_BYTE_LEN`: [`CqPoll::byte_len`].
+        const BYTE_LEN = ffi::IBV_WC_EX_WITH_BYTE_LEN as u64;
+        /// `IBV_WC_EX_WITH_IMM`: [`CqPoll::imm_data`] and [`CqPoll::invalidated_rkey`].
+        const IMM = ffi::IBV_WC_EX_WITH_IMM as u64;
+        /// `IBV_WC_EX_WITH_QP_NUM`: [`CqPoll::qp_num`].
+        const QP_NUM = ffi::IBV_WC_EX_WITH_QP_NUM as u64;
+        /// `IBV_WC_EX_WITH_SRC_QP`: [`CqPoll::src_qp`].
+        const SRC_QP = ffi::IBV_WC_EX_WITH_SRC_QP as u64;
+        /// `IBV_WC_EX_WITH_SLID`: [`CqPoll::slid`].
+        const SLID = ffi::IBV_WC_EX_WITH_SLID as u64;
+        /// `IBV_WC_EX_WITH_SL`: [`CqPoll::sl`].
+        const SL = ffi::IBV_WC_EX_WITH_SL as u64;
+        /// `IBV_WC_EX_WITH_DLID_PATH_BITS`: [`CqPoll::dlid_path_bits`].
+        const DLID_PATH_BITS = ffi::IBV_WC_EX_WITH_DLID_PATH_BITS as u64;
+        /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`: [`CqPoll::completion_timestamp`], the
+        /// device's clock (see [`Context::raw_clock`]).
+        const COMPLETION_TIMESTAMP = ffi::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP as u64;
+        /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK`:
+        /// [`CqPoll::completion_wallclock_ns`].
+        const COMPLETION_TIMESTAMP_WALLCLOCK =
+            ffi::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK as u64;
+        /// `IBV_WC_EX_WITH_CVLAN`: [`CqPoll::cvlan`].
+        const CVLAN = ffi::IBV_WC_EX_WITH_CVLAN as u64;
+        /// `IBV_WC_EX_WITH_FLOW_TAG`: [`CqPoll::flow_tag`].
+        const FLOW_TAG = ffi::IBV_WC_EX_WITH_FLOW_TAG as u64;
+        /// `IBV_WC_EX_WITH_TM_INFO`: [`CqPoll::tm_info`] (tag matching).
+        const TM_INFO = ffi::IBV_WC_EX_WITH_TM_INFO as u64;
+        /// The fields of the classic `ibv_wc` (`IBV_WC_STANDARD_FLAGS`).
+        const STANDARD = ffi::IBV_WC_STANDARD_FLAGS as u64;
+    }
+}
+
+/// Vendor ID Soft-RoCE reports.
+const RXE_VENDOR_ID: u32 = 0x00ff_ffff;
+
+/// What a completion queue created with `ibv_create_cq_ex` adds to a classic one.
+pub(crate) struct Extended {
+    raw: NonNull<ffi::ibv_cq_ex>,
+    fields: WcFields,
+    /// Each session reads one completion: the provider's `ibv_next_poll` cannot be trusted at
+    /// the end of the queue (Soft-RoCE; see `one_per_session`).
+    one_per_session: bool,
+    /// A session was started and its [`CqPoll`] leaked before ending it: the next poll of any
+    /// kind ends it first (the provider may hold the queue's lock until then).
+    open: bool,
+}
+
+impl Extended {
+    /// What `ibv_create_cq_ex` returned for `context`'s device, reporting `fields`.
+    ///
+    /// Soft-RoCE's provider before rdma-core 61 mishandles `ibv_next_poll` at the end of the
+    /// queue: up to rdma-core 54 it ends the session itself, so the `ibv_end_poll` the manual
+    /// asks for advances the consumer index past the producer (the next poll reads entries
+    /// never written); from 55 to 60 it unlocks the queue there, and the `ibv_end_poll` unlocks
+    /// it again. Neither can be told apart from the fixed provider at run time, so on Soft-RoCE
+    /// every session reads exactly one completion (`ibv_start_poll`, then `ibv_end_poll`),
+    /// which all its versions handle.
+    pub(crate) fn new(context: &Context, raw: NonNull<ffi::ibv_cq_ex>, fields: WcFields) -> Self {
+        let one_per_session = context
+            .query_device()
+            .map_or(true, |attr| attr.vendor_id == RXE_VENDOR_ID);
+        Self {
+            raw,
+            fields,
+            one_per_session,
+            open: false,
+        }
+    }
+
+    /// The `ibv_cq` at the start of the extended queue.
+    pub(crate) fn as_cq(&self) -> NonNull<ffi::ibv_cq> {
+        // SAFETY: a cast; `ibv_cq_ex` begins with the fields of `ibv_cq`.
+        let cq = unsafe { ffi::ibv_cq_ex_to_cq(self.raw.as_ptr()) };
+        // `raw` is not null, and the cast keeps the address.
+        NonNull::new(cq).unwrap_or(self.raw.cast())
+    }
+
+    /// Ends a session whose [`CqPoll`] was leaked, before the queue is polled again.
+    #[cold]
+    pub(crate) fn end_leaked_session(&mut self) {
+        if self.open {
+            // SAFETY: a live queue with a session open (a start that returned 0, not ended).
+            unsafe { ffi::ibv_end_poll(self.raw.as_ptr()) };
+            self.open = false;
+        }
+    }
+
+    /// Whether a leaked session must be ended before the next poll.
+    #[inline(always)]
+    pub(crate) fn is_open(&self) -> bool {
+        self.open
+    }
+}
+
+impl CompletionQueue {
+    /// `ibv_start_poll`: starts a poll session at the oldest completion, or `None` when the
+    /// queue is empty. The session ([`CqPoll`]) reads the completion's fields, moves on with
+    /// [`CqPoll::next`], and ends (`ibv_end_poll`) when dropped, consuming the completions it
+    /// passed and the one it is on.
+    ///
+    /// ```no_run
+    /// # use rdma_verbs::*;
+    /// # fn f(context: &Context) -> Result<()> {
+    /// let mut cq = context
+    ///     .cq_builder(64)
+    ///     .extended(WcFields::BYTE_LEN | WcFields::QP_NUM)
+    ///     .build()?;
+    /// // ... post requests that complete on `cq` ...
+    /// if let Some(mut poll) = cq.start_poll()? {
+    ///     loop {
+    ///         println!("{} {:?} {:?}", poll.wr_id(), poll.status(), poll.byte_len());
+    ///         if !poll.next()? {
+    ///             break;
+    ///         }
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Completions of the safe paths' requests (owned buffers, slots, rings) come back here
+    /// as bare ids, which those paths then never see: their buffers and slots stay in flight
+    /// until the queue pair is destroyed. Poll a queue that serves them with their own calls.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidArgument`] for a queue not built with
+    ///   [`extended`](super::CqBuilder::extended).
+    /// - [`Error::Verb`] with `ibv_start_poll` and the provider's errno.
+    ///
+    /// # References
+    ///
+    /// [`ibv_create_cq_ex(3)`](https://man7.org/linux/man-pages/man3/ibv_create_cq_ex.3.html)
+    #[doc(alias = "ibv_start_poll")]
+    pub fn start_poll(&mut self) -> Result<Option<CqPoll<'_>>> {
+        let Some(ex) = self.ex.as_mut() else {
+            return Err(Error::InvalidArgument(
+                "ibv_start_poll: the queue was not created with extended fields".into(),
+            ));
+        };
+        ex.end_leaked_session();
+        let mut attr = ffi::ibv_poll_cq_attr { comp_mask: 0 };
+        // SAFETY: a live extended queue, not being polled (`&mut self`; a leaked session was
+        // ended above); `attr` is valid.
+        let ret = unsafe { ffi::ibv_start_poll(ex.raw.as_ptr(), &mut attr) };
+        match ret {
+            0 => {
+                ex.open = true;
+                Ok(Some(CqPoll {
+                    raw: ex.raw,
+                    fields: ex.fields,
+                    one_per_session: ex.one_per_session,
+                    ex,
+                    _not_send: PhantomData,
+                }))
+            }
+            libc::ENOENT => Ok(None),
+            errno => Err(Error::verb("ibv_start_poll", Errno::from_raw(errno))),
+        }
+    }
+
+    /// The fields the queue reports to [`start_poll`](Self::start_poll); `None` for a queue
+    /// built without [`extended`](super::CqBuilder::extended).
+    pub fn fields(&self) -> Option<WcFields> {
+        self.ex.as_ref().map(|ex| ex.fields)
+    }
+
+    /// `ibv_modify_cq`: completion moderation: the device raises a completion event after
+    /// `count` completions or `period_us` microseconds, whichever comes first.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`] where the provider cannot moderate (Soft-RoCE); else
+    /// [`Error::Verb`] with the call's errno.
+    ///
+    /// # References
+    ///
+    /// [`ibv_modify_cq(3)`](https://man7.org/linux/man-pages/man3/ibv_modify_cq.3.html)
+    #[doc(alias = "ibv_modify_cq")]
+    pub fn set_moderation(&mut self, count: u16, period_us: u16) -> Result<()> {
+        let mut attr = ffi::ibv_modify_cq_attr {
+            attr_mask: ffi::IBV_CQ_ATTR_MODERATE,
+            moderate: ffi::ibv_moderate_cq {
+                cq_count: count,
+                cq_period: period_us,
+            },
+        };
+        // SAFETY: a live queue; `attr` is a valid structure the call reads.
+        let ret = unsafe { ffi::ibv_modify_cq(self.as_raw(), &mut attr) };
+        Error::check("ibv_modify_cq", ret)
+    }
+}
+
+/// A poll session of an extended completion queue, on one completion at a time; see
+/// [`CompletionQueue::start_poll`]. Dropping it ends the session (`ibv_end_poll`).
+///
+/// Each accessor of an optional field returns `None` when the queue was not created with that
+/// field ([`WcFields`]), or, for [`imm_data`](Self::imm_data) and
+/// [`invalidated_rkey`](Self::invalidated_rkey), when the completion carries none. The fields
+/// other than the id and the status are valid only for a successful completion, as in C.
+///
+/// Not `Send`: the provider may hold the queue's lock for the session, which the thread that
+/// took it must release.
+pub struct CqPoll<'a> {
+    raw: NonNull<ffi::ibv_cq_ex>,
+    fields: WcFields,
+    one_per_session: bool,
+    ex: &'a mut Extended,
+    _not_send: PhantomData<*mut ()>,
+}
+
+impl CqPoll<'_> {
+    /// The work request's `wr_id`.
+    #[inline]
+    pub fn wr_id(&self) -> u64 {
+        // SAFETY: a live queue in a session; the provider set the field for this completion.
+        unsafe { (*self.raw.as_ptr()).wr_id }
+    }
+
+    /// The status.
+    #[inline]
+    pub fn status(&self) -> WcStatus {
+        // SAFETY: as in `wr_id`.
+        WcStatus::from_raw(unsafe { (*self.raw.as_ptr()).status })
+    }
+
+    /// `ibv_wc_read_opcode`: the opcode.
+    #[doc(alias = "ibv_wc_read_opcode")]
+    #[inline]
+    pub fn opcode(&self) -> WcOpcode {
+        // SAFETY: a live queue in a session, on a completion.
+        let raw = unsafe { ffi::ibv_wc_read_opcode(self.raw.as_ptr()) };
+        raw.map_or(WcOpcode::Unknown(u32::MAX), WcOpcode::from_raw)
+    }
+
+    /// `ibv_wc_read_vendor_err`: the vendor's error code (failed completions).
+    #[doc(alias = "ibv_wc_read_vendor_err")]
+    pub fn vendor_err(&self) -> u32 {
+        // SAFETY: as in `opcode`.
+        unsafe { ffi::ibv_wc_read_vendor_err(self.raw.as_ptr()) }.unwrap_or(0)
+    }
+
+    /// `ibv_wc_read_wc_flags`: the completion's flags.
+    #[doc(alias = "ibv_wc_read_wc_flags")]
+    #[inline]
+    pub fn wc_flags(&self) -> WcFlags {
+        // SAFETY: as in `opcode`.
+        let raw = unsafe { ffi::ibv_wc_read_wc_flags(self.raw.as_ptr()) };
+        WcFlags::from_bits_retain(raw.unwrap_or(0))
+    }
+
+    /// Whether the queue reports `field`.
+    #[inline(always)]
+    fn has(&self, field: WcFields) -> bool {
+        self.fields.contains(field)
+    }
+
+    /// `ibv_wc_read_byte_len`: bytes received (receives) or read (RDMA READ, atomics).
+    #[doc(alias = "ibv_wc_read_byte_len")]
+    #[inline]
+    pub fn byte_len(&self) -> Option<u32> {
+        if !self.has(WcFields::BYTE_LEN) {
+            return None;
+        }
+        // SAFETY: as in `opcode`; the queue reports the field.
+        unsafe { ffi::ibv_wc_read_byte_len(self.raw.as_ptr()) }
+    }
+
+    /// `ibv_wc_read_imm_data`: the immediate data (host byte order), where the completion
+    /// carries some.
+    #[doc(alias = "ibv_wc_read_imm_data")]
+    pub fn imm_data(&self) -> Option<u32> {
+        if !self.has(WcFields::IMM) || !self.wc_flags().contains(WcFlags::WITH_IMM) {
+            return None;
+        }
+        // SAFETY: as in `opcode`; the queue reports the field.
+        unsafe { ffi::ibv_wc_read_imm_data(self.raw.as_ptr()) }.map(u32::from_be)
+    }
+
+    /// `ibv_wc_read_invalidated_rkey`: the rkey a SEND with invalidate invalidated, where the
+    /// completion carries one.
+    #[doc(alias = "ibv_wc_read_invalidated_rkey")]
+    pub fn invalidated_rkey(&self) -> Option<u32> {
+        if !self.has(WcFields::IMM) || !self.wc_flags().contains(WcFlags::WITH_INV) {
+            return None;
+        }
+        // SAFETY: as in `opcode`; the queue reports the field.
+        unsafe { ffi::ibv_wc_read_invalidated_rkey(self.raw.as_ptr()) }
+    }
+
+    /// `ibv_wc_read_qp_num`: the local queue pair's number.
+    #[doc(alias = "ibv_wc_read_qp_num")]
+    pub fn qp_num(&self) -> Option<u32> {
+        if !self.has(WcFields::QP_NUM) {
+            return None;
+        }
+        // SAFETY: as in `opcode`; the queue reports the field.
+        unsafe { ffi::ibv_wc_read_qp_num(self.raw.as_ptr()) }
+    }
+
+    /// `ibv_wc_read_src_qp`: the sender's queue pair number (UD receives).
+    #[doc(alias = "ibv_wc_read_src_qp")]
+    pub fn src_qp(&self) -> Option<u32> {
+        if !self.has(WcFields::SRC_QP) {
+            return None;
+        }
+        // SAFETY: as in `opcode`; the queue reports the field.
+        unsafe { ffi::ibv_wc_read_src_qp(self.raw.as_ptr()) }
+    }
+
+    /// `ibv_wc_read_slid`: the sender's LID (UD receives; 0 on RoCE).
+    #[doc(alias = "ibv_wc_read_slid")]
+    pub fn slid(&self) -> Option<u32> {
+        if !self.has(WcFields::SLID) {
+            return None;
+        }
+        // SAFETY: as in `opcode`; the queue reports the field.
+        unsafe { ffi::ibv_wc_read_slid(self.raw.as_ptr()) }
+    }
+
+    /// `ibv_wc_read_sl`: the service level (UD receives).
+    #[doc(alias = "ibv_wc_read_sl")]
+    pub fn sl(&self) -> Option<u8> {
+        if !self.has(WcFields::SL) {
+            return None;
+        }
+        // SAFETY: as in `opcode`; the queue reports the field.
+        unsafe { ffi::ibv_wc_read_sl(self.raw.as_ptr()) }
+    }
+
+    /// `ibv_wc_read_dlid_path_bits`: the destination LID path bits (UD receives).
+    #[doc(alias = "ibv_wc_read_dlid_path_bits")]
+    pub fn dlid_path_bits(&self) -> Option<u8> {
+        if !self.has(WcFields::DLID_PATH_BITS) {
+            return None;
+        }
+        // SAFETY: as in `opcode`; the queue reports the field.
+        unsafe { ffi::ibv_wc_read_dlid_path_bits(self.raw.as_ptr()) }
+    }
+
+    /// `ibv_wc_read_completion_ts`: when the completion was made, on the device's clock
+    /// ([`Context::raw_clock`] reads it now).
+    #[doc(alias = "ibv_wc_read_completion_ts")]
+    pub fn completion_timestamp(&self) -> Option<u64> {
+        if !self.has(WcFields::COMPLETION_TIMESTAMP) {
+            return None;
+        }
+        // SAFETY: as in `opcode`; the queue reports the field.
+        unsafe { ffi::ibv_wc_read_completion_ts(self.raw.as_ptr()) }
+    }
+
+    /// `ibv_wc_read_completion_wallclock_ns`: when the completion was made, in nanoseconds of
+    /// wall-clock time.
+    #[doc(alias = "ibv_wc_read_completion_wallclock_ns")]
+    pub fn completion_wallclock_ns(&self) -> Option<u64> {
+        if !self.has(WcFields::COMPLETION_TIMESTAMP_WALLCLOCK) {
+            return None;
+        }
+        // SAFETY: as in `opcode`; the queue reports the field.
+        unsafe { ffi::ibv_wc_read_completion_wallclock_ns(self.raw.as_ptr()) }
+    }
+
+    /// `ibv_wc_read_cvlan`: the customer VLAN tag (raw packet receives).
+    #[doc(alias = "ibv_wc_read_cvlan")]
+    pub fn cvlan(&self) -> Option<u16> {
+        if !self.has(WcFields::CVLAN) {
+            return None;
+        }
+        // SAFETY: as in `opcode`; the queue reports the field.
+        unsafe { ffi::ibv_wc_read_cvlan(self.raw.as_ptr()) }
+    }
+
+    /// `ibv_wc_read_flow_tag`: the flow tag a steering rule set (raw packet receives).
+    #[doc(alias = "ibv_wc_read_flow_tag")]
+    pub fn flow_tag(&self) -> Option<u32> {
+        if !self.has(WcFields::FLOW_TAG) {
+            return None;
+        }
+        // SAFETY: as in `opcode`; the queue reports the field.
+        unsafe { ffi::ibv_wc_read_flow_tag(self.raw.as_ptr()) }
+    }
+
+    /// `ibv_wc_read_tm_info`: the tag and private value of a tag-matching completion.
+    #[doc(alias = "ibv_wc_read_tm_info")]
+    pub fn tm_info(&self) -> Option<(u64, u32)> {
+        if !self.has(WcFields::TM_INFO) {
+            return None;
+        }
+        let mut info = ffi::ibv_wc_tm_info::default();
+        // SAFETY: as in `opcode`; the queue reports the field; `info` is writable.
+        let ret = unsafe { ffi::ibv_wc_read_tm_info(self.raw.as_ptr(), &mut info) };
+        (ret == 0).then_some((info.tag, info.priv_))
+    }
+
+    /// `ibv_next_poll`: moves to the next completion, consuming this one: `true` when there is
+    /// one, `false` when the queue is empty (the session has then ended; further calls return
+    /// `false`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Verb`] with `ibv_next_poll` (or, on Soft-RoCE, `ibv_start_poll`) and the
+    /// provider's errno; the session has ended.
+    #[doc(alias = "ibv_next_poll")]
+    #[allow(clippy::should_implement_trait)] // a lending iterator: each item borrows the session
+    pub fn next(&mut self) -> Result<bool> {
+        if !self.ex.open {
+            return Ok(false);
+        }
+        let (verb, ret) = if self.one_per_session {
+            // SAFETY: a live queue in a session (`open`); ended once here.
+            unsafe { ffi::ibv_end_poll(self.raw.as_ptr()) };
+            self.ex.open = false;
+            let mut attr = ffi::ibv_poll_cq_attr { comp_mask: 0 };
+            // SAFETY: a live queue not being polled (just ended; `&mut` to it held).
+            let ret = unsafe { ffi::ibv_start_poll(self.raw.as_ptr(), &mut attr) };
+            if ret == 0 {
+                self.ex.open = true;
+            }
+            ("ibv_start_poll", ret)
+        } else {
+            // SAFETY: a live queue in a session.
+            let ret = unsafe { ffi::ibv_next_poll(self.raw.as_ptr()) };
+            if ret != 0 {
+                // The manual: end the session after `ibv_next_poll` fails, ENOENT included.
+                // SAFETY: a live queue in a session; ended once here.
+                unsafe { ffi::ibv_end_poll(self.raw.as_ptr()) };
+                self.ex.open = false;
+            }
+            ("ibv_next_poll", ret)
+        };
+        match ret {
+            0 => Ok(true),
+            libc::ENOENT => Ok(false),
+            errno => Err(Error::verb(verb, Errno::from_raw(errno))),
+        }
+    }
+}
+
+impl Drop for CqPoll<'_> {
+    fn drop(&mut self) {
+        if self.ex.open {
+            // SAFETY: a live queue in a session; ended once here.
+            unsafe { ffi::ibv_end_poll(self.raw.as_ptr()) };
+            self.ex.open = false;
+        }
+    }
+}
+
+impl fmt::Debug for CqPoll<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CqPoll")
+            .field("wr_id", &self.wr_id())
+            .field("status", &self.status())
+            .field("fields", &self.fields)
+            .finish()
+    }
+}
+
+/// The device's free-running clock (`ibv_values_ex.raw_clock`), as
+/// [`Context::raw_clock`] reads it: in the device's units (mlx5: clock cycles in `nsec`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RawClock {
+    /// Seconds.
+    pub sec: i64,
+    /// Nanoseconds (or the device's units).
+    pub nsec: i64,
+}
+
+impl Context {
+    /// `ibv_query_rt_values_ex`: the device's clock now, to compare with
+    /// [`CqPoll::completion_timestamp`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`] where the device has no readable clock (Soft-RoCE); else
+    /// [`Error::Verb`] with the call's errno.
+    ///
+    /// # References
+    ///
+    /// [`ibv_query_rt_values_ex(3)`](https://man7.org/linux/man-pages/man3/ibv_query_rt_values_ex.3.html)
+    #[doc(alias = "ibv_query_rt_values_ex")]
+    pub fn raw_clock(&self) -> Result<RawClock> {
+        let mut values = ffi::ibv_values_ex {
+            comp_mask: ffi::IBV_VALUES_MASK_RAW_CLOCK,
+            raw_clock: ffi::timespec::default(),
+        };
+        // SAFETY: a live context; `values` is readable and writable.
+        let ret = unsafe { ffi::ibv_query_rt_values_ex(self.as_raw(), &mut values) };
+        Error::check("ibv_query_rt_values_ex", ret)?;
+        Ok(RawClock {
+            sec: values.raw_clock.tv_sec,
+            nsec: values.raw_clock.tv_nsec,
+        })
+    }
+}

@@ -1,0 +1,329 @@
+//! Extended completion queues on the device: poll sessions read the fields asked for at
+//! creation (checked against the bytes and the classic completion's values), read several
+//! completions in one session and none twice, survive a leaked session, and the fields and
+//! calls Soft-RoCE lacks are refused with its exact error.
+
+mod common;
+
+use common::*;
+use rdma_verbs::*;
+
+const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;
+
+/// What a session read of one completion.
+#[derive(Debug, PartialEq, Eq)]
+struct Seen {
+    wr_id: u64,
+    status: WcStatus,
+    opcode: WcOpcode,
+    byte_len: Option<u32>,
+    imm: Option<u32>,
+    qp_num: Option<u32>,
+}
+
+/// Reads every completion `cq` holds now in one session, waiting up to 10 s for the first
+/// `want`; also checks that the session's accessors match the queue's fields.
+fn drain(cq: &mut CompletionQueue, want: usize) -> Vec<Seen> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let reports_slid = cq.fields().is_some_and(|f| f.contains(WcFields::SLID));
+    let mut seen = Vec::new();
+    while seen.len() < want {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {seen:?} of {want}"
+        );
+        let Some(mut poll) = cq.start_poll().expect("ibv_start_poll") else {
+            std::thread::yield_now();
+            continue;
+        };
+        loop {
+            assert_eq!(poll.slid().is_some(), reports_slid, "only if asked for");
+            seen.push(Seen {
+                wr_id: poll.wr_id(),
+                status: poll.status(),
+                opcode: poll.opcode(),
+                byte_len: poll.byte_len(),
+                imm: poll.imm_data(),
+                qp_num: poll.qp_num(),
+            });
+            if !poll.next().expect("ibv_next_poll") {
+                break;
+            }
+        }
+        assert!(!poll.next().unwrap(), "an ended session stays ended");
+    }
+    seen
+}
+
+/// A SEND with immediate and two plain ones between RC queue pairs whose queues are extended:
+/// the receiver's session reads the byte counts, immediate data and queue pair number, the
+/// sender's reads its three completions in one session, and nothing is read twice: a later
+/// completion is the next one read, and the classic poll finds the queue empty.
+#[test]
+fn an_extended_queue_reads_the_fields_asked_for_once_each() {
+    let Some(f) = fixture() else { return };
+    let fields = WcFields::BYTE_LEN | WcFields::IMM | WcFields::QP_NUM;
+    let mut cq_a = f.context.cq_builder(16).extended(fields).build().unwrap();
+    let mut cq_b = f.context.cq_builder(16).extended(fields).build().unwrap();
+    assert_eq!(cq_a.fields(), Some(fields));
+    assert_eq!(f.cq(4).fields(), None);
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let mut src = f.pd.register(4096, LOCAL).unwrap();
+    let dst = f.pd.register(3 * 1024, LOCAL).unwrap();
+    let data = pattern(3 * 1024, 9);
+    src.as_mut_slice().unwrap()[..3 * 1024].copy_from_slice(&data);
+    let lens = [1000u32, 24, 1024];
+    // SAFETY: the buffers live until the completions are read below and are not touched.
+    unsafe {
+        for (i, _) in lens.iter().enumerate() {
+            let at = i * 1024;
+            b.post_recv_one(&RecvRequest::new(
+                10 + i as u64,
+                dst.slice(at..at + 1024).unwrap(),
+            ))
+            .unwrap();
+        }
+        for (i, &len) in lens.iter().enumerate() {
+            let at = i * 1024;
+            let send = SendRequest::send(20 + i as u64, src.slice(at..at + len as usize).unwrap())
+                .signaled();
+            let send = if i == 0 {
+                send.with_imm(0x1234_5678)
+            } else {
+                send
+            };
+            a.post_send_one(&send).unwrap();
+        }
+    }
+    let sent = drain(&mut cq_a, 3);
+    // (A send completion's byte count and flags, so its immediate data, are not defined:
+    // Soft-RoCE reports the SEND with immediate's flag on the sender too. Not compared.)
+    let want_sent: Vec<Seen> = (0..3)
+        .map(|i| Seen {
+            wr_id: 20 + i,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            byte_len: sent[i as usize].byte_len,
+            imm: sent[i as usize].imm,
+            qp_num: Some(a.qp_num()),
+        })
+        .collect();
+    assert_eq!(sent, want_sent);
+    let received = drain(&mut cq_b, 3);
+    let want_received: Vec<Seen> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| Seen {
+            wr_id: 10 + i as u64,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Recv,
+            byte_len: Some(len),
+            imm: (i == 0).then_some(0x1234_5678),
+            qp_num: Some(b.qp_num()),
+        })
+        .collect();
+    assert_eq!(received, want_received);
+    for (i, &len) in lens.iter().enumerate() {
+        let at = i * 1024;
+        let got = &dst.as_slice().unwrap()[at..at + len as usize];
+        assert_eq!(got, &data[at..at + len as usize], "message {i}");
+    }
+    let mut wcs = [WorkCompletion::default(); 4];
+    assert!(
+        cq_a.poll(&mut wcs).unwrap().is_empty(),
+        "nothing read twice"
+    );
+    assert!(
+        cq_b.poll(&mut wcs).unwrap().is_empty(),
+        "nothing read twice"
+    );
+
+    // A completion after the sessions is the next one read, by either kind of poll.
+    // SAFETY: as above.
+    unsafe {
+        b.post_recv_one(&RecvRequest::new(31, dst.slice(..8).unwrap()))
+            .unwrap();
+        b.post_recv_one(&RecvRequest::new(33, dst.slice(8..16).unwrap()))
+            .unwrap();
+        a.post_send_one(&SendRequest::send(30, src.slice(..8).unwrap()).signaled())
+            .unwrap();
+        a.post_send_one(&SendRequest::send(32, src.slice(..8).unwrap()).signaled())
+            .unwrap();
+    }
+    let next = drain(&mut cq_a, 2);
+    assert_eq!(
+        next.iter().map(|s| s.wr_id).collect::<Vec<_>>(),
+        [30, 32],
+        "{next:?}"
+    );
+    let classic = wait_for(&mut cq_b, 2);
+    assert_ok(&classic[0], 31, WcOpcode::Recv);
+    assert_ok(&classic[1], 33, WcOpcode::Recv);
+    assert_eq!((classic[0].byte_len(), classic[1].byte_len()), (8, 8));
+}
+
+/// A session whose guard is leaked (`mem::forget`) holds the provider's queue lock; the next
+/// poll of either kind ends it first instead of spinning forever, and the completion it was
+/// on counts as read.
+#[test]
+fn a_leaked_poll_session_is_ended_by_the_next_poll() {
+    let Some(f) = fixture() else { return };
+    let mut cq = f
+        .context
+        .cq_builder(16)
+        .extended(WcFields::STANDARD)
+        .build()
+        .unwrap();
+    let (mut a, _b) = f.rc_pair(
+        f.pd.qp_builder(&cq, &cq),
+        f.pd.qp_builder(&cq, &cq),
+        AccessFlags::REMOTE_WRITE,
+    );
+    let src = f.pd.register(64, LOCAL).unwrap();
+    let remote =
+        f.pd.register(64, LOCAL | AccessFlags::REMOTE_WRITE)
+            .unwrap();
+    for round in 0..2u64 {
+        // SAFETY: the buffers live until the completions are read below.
+        unsafe {
+            for i in 0..3 {
+                a.post_send_one(
+                    &SendRequest::write(
+                        round * 10 + i,
+                        src.slice(..64).unwrap(),
+                        remote.remote(..).unwrap(),
+                    )
+                    .signaled(),
+                )
+                .unwrap();
+            }
+        }
+        // Wait for all three, then leak a session on the first.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let poll = loop {
+            if let Some(poll) = cq.start_poll().unwrap() {
+                break poll;
+            }
+            assert!(std::time::Instant::now() < deadline, "no completion");
+        };
+        assert_eq!(poll.wr_id(), round * 10);
+        std::mem::forget(poll);
+        let rest: Vec<u64> = if round == 0 {
+            wait_for(&mut cq, 2).iter().map(|wc| wc.wr_id()).collect()
+        } else {
+            drain(&mut cq, 2).iter().map(|s| s.wr_id).collect()
+        };
+        assert_eq!(rest, [round * 10 + 1, round * 10 + 2]);
+    }
+}
+
+/// What Soft-RoCE's extended queues cannot report is refused at creation with
+/// `EOPNOTSUPP`; it has no readable clock and no moderation; a classic queue has no sessions.
+#[test]
+fn fields_and_calls_soft_roce_lacks_are_refused() {
+    let Some(f) = fixture() else { return };
+    let refused = |result: Result<()>, verb: &'static str| {
+        if f.is_rxe() {
+            match result {
+                Err(error @ Error::Unsupported(v)) => {
+                    assert_eq!(v, verb);
+                    assert_eq!(error.errno(), Some(Errno::OPNOTSUPP));
+                }
+                other => panic!("{verb}: {other:?}"),
+            }
+        } else {
+            note(&format!("not Soft-RoCE: {verb}: {result:?}"));
+        }
+    };
+    for field in [
+        WcFields::COMPLETION_TIMESTAMP,
+        WcFields::COMPLETION_TIMESTAMP_WALLCLOCK,
+        WcFields::CVLAN,
+        WcFields::FLOW_TAG,
+        WcFields::TM_INFO,
+    ] {
+        let built = f.context.cq_builder(4).extended(field).build();
+        refused(built.map(drop), "ibv_create_cq_ex");
+    }
+    refused(f.context.raw_clock().map(drop), "ibv_query_rt_values_ex");
+    let mut classic = f.cq(4);
+    refused(classic.set_moderation(16, 10), "ibv_modify_cq");
+    assert!(matches!(
+        classic.start_poll().map(|p| p.is_some()),
+        Err(Error::InvalidArgument(_))
+    ));
+    // An empty extended queue has no session to start.
+    let mut cq = f
+        .context
+        .cq_builder(4)
+        .extended(WcFields::STANDARD)
+        .build()
+        .unwrap();
+    assert!(cq.start_poll().unwrap().is_none());
+}
+
+/// A UD receive read in a session names its sender: source queue pair, LID (the port's, 0 on
+/// RoCE), service level 0, no path bits, and a GRH in front of the datagram.
+#[test]
+fn a_ud_receive_read_in_a_session_names_its_sender() {
+    let Some(f) = fixture() else { return };
+    const QKEY: u32 = 0x2222_2222;
+    let mut cq = f
+        .context
+        .cq_builder(16)
+        .extended(WcFields::STANDARD)
+        .build()
+        .unwrap();
+    let mut a = f.ud_qp(f.pd.qp_builder(&cq, &cq), QKEY);
+    let mut b = f.ud_qp(f.pd.qp_builder(&cq, &cq), QKEY);
+    let ah = f.pd.create_ah(&f.av()).unwrap();
+    let mut src = f.pd.register(256, LOCAL).unwrap();
+    let data = pattern(256, 3);
+    src.as_mut_slice().unwrap().copy_from_slice(&data);
+    let dst = f.pd.register(256 + GRH_LEN, LOCAL).unwrap();
+    // SAFETY: the buffers live until the completions are read below and are not touched.
+    unsafe {
+        b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
+            .unwrap();
+        a.post_send_one(
+            &SendRequest::send(2, src.slice(..).unwrap())
+                .to(&ah, b.qp_num(), QKEY)
+                .signaled(),
+        )
+        .unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut found = Vec::new();
+    while found.len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "only {found:?}");
+        let Some(mut poll) = cq.start_poll().unwrap() else {
+            continue;
+        };
+        loop {
+            assert_eq!(poll.status(), WcStatus::Success, "{poll:?}");
+            if poll.wr_id() == 1 {
+                assert_eq!(poll.opcode(), WcOpcode::Recv);
+                assert_eq!(poll.byte_len(), Some(256 + GRH_LEN as u32));
+                assert_eq!(poll.src_qp(), Some(a.qp_num()));
+                assert_eq!(poll.qp_num(), Some(b.qp_num()));
+                assert_eq!(poll.slid(), Some(u32::from(f.device.lid)));
+                assert_eq!(poll.sl(), Some(0));
+                assert_eq!(poll.dlid_path_bits(), Some(0));
+                assert!(poll.wc_flags().contains(WcFlags::GRH), "{poll:?}");
+            } else {
+                assert_eq!((poll.wr_id(), poll.opcode()), (2, WcOpcode::Send));
+            }
+            found.push(poll.wr_id());
+            if !poll.next().unwrap() {
+                break;
+            }
+        }
+    }
+    found.sort_unstable();
+    assert_eq!(found, [1, 2]);
+    assert_eq!(&dst.as_slice().unwrap()[GRH_LEN..], &data[..]);
+}
