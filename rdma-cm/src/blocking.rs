@@ -137,11 +137,14 @@ impl CmId {
         Ok((self.connect_finish(qp)?, private_data))
     }
 
-    /// The active side's steps after the `ConnectResponse`: INIT again, RTR, RTS,
-    /// `rdma_establish`; on failure the connection is refused.
+    /// The active side's steps after the `ConnectResponse`: the enhanced connection
+    /// establishment options the peer accepted onto the queue pair (where both sides set
+    /// some; a device without ECE ignores them), INIT again, RTR, RTS, `rdma_establish`; on
+    /// failure the connection is refused.
     pub(crate) fn connect_finish(&self, mut qp: QueuePair<Rc, Init>) -> Result<QueuePair<Rc, Rts>> {
         let ready = self
-            .init_qp_attr(QpStateKind::Init)
+            .apply_remote_ece(&mut qp)
+            .and_then(|()| self.init_qp_attr(QpStateKind::Init))
             .and_then(|init| {
                 // INIT again: now that the connection is known, its attributes carry the
                 // remote access the connection negotiated (the first ones allow none).
@@ -164,6 +167,20 @@ impl CmId {
                 let _ = self.reject(&[]);
                 Err(error)
             }
+        }
+    }
+
+    /// Sets the ECE options of the peer's reply on `qp` before RTR, as librdmacm does for a
+    /// queue pair it manages: nothing where the reply carried none, and a device without ECE
+    /// ([`rdma_verbs::Error::Unsupported`]) keeps none.
+    fn apply_remote_ece(&self, qp: &mut QueuePair<Rc, Init>) -> Result<()> {
+        let ece = self.remote_ece()?;
+        if ece.vendor_id == 0 {
+            return Ok(());
+        }
+        match qp.set_ece(ece) {
+            Ok(()) | Err(rdma_verbs::Error::Unsupported(_)) => Ok(()),
+            Err(error) => Err(error.into()),
         }
     }
 

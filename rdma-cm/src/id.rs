@@ -230,7 +230,6 @@ fn millis(timeout: Duration) -> i32 {
         .max(1)
 }
 
-/// Maps a librdmacm return value (0, or -1 with errno) to a result.
 /// `private_data` as a reject call takes it: a pointer (null when empty) and a length that
 /// fits in a byte.
 fn private_data_arg(private_data: &[u8]) -> Result<(*const std::ffi::c_void, u8)> {
@@ -245,6 +244,7 @@ fn private_data_arg(private_data: &[u8]) -> Result<(*const std::ffi::c_void, u8)
     Ok((data, len))
 }
 
+/// Maps a librdmacm return value (0, or -1 with errno) to a result.
 pub(crate) fn check(call: &'static str, ret: i32) -> Result<()> {
     if ret == 0 {
         Ok(())
@@ -467,8 +467,11 @@ impl CmId {
     /// `rdma_set_local_ece`: the enhanced connection establishment options this side offers,
     /// set before [`connect`](Self::connect) (sent in the request) or
     /// [`accept`](Self::accept) (the options accepted, sent back under the requester's
-    /// vendor). The queue pair is the caller's, so the caller also sets them on it
-    /// ([`QueuePair::set_ece`](rdma_verbs::QueuePair::set_ece)) where its device has ECE.
+    /// vendor). The queue pair is the caller's: on the active side
+    /// [`connect_qp`](Self::connect_qp) sets the options the peer accepted on it before RTR;
+    /// on the passive side the caller sets the ones it accepts
+    /// ([`QueuePair::set_ece`](rdma_verbs::QueuePair::set_ece)) before the queue pair leaves
+    /// INIT, where its device has ECE.
     ///
     /// # Errors
     ///

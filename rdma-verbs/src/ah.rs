@@ -353,8 +353,8 @@ impl StaticRate {
     }
 
     /// `ibv_rate_to_mult`: the rate as a multiple of 2.5 Gb/s; `None` for
-    /// [`PORT`](Self::PORT) and for a rate that is not a whole multiple (14, 25, 56, 100, 112,
-    /// 168, 200, 300 Gb/s).
+    /// [`PORT`](Self::PORT) and for a rate libibverbs' multiplier table lacks (14, 25, 56,
+    /// 100, 112, 168, 200 and 300 Gb/s, the rates named by their signalling speed).
     ///
     /// # References
     ///

@@ -111,18 +111,24 @@ impl ProtectionDomain {
     }
 
     /// `ibv_alloc_parent_domain`: a parent domain of this protection domain, with thread
-    /// domain `td` where given. It is a protection domain itself: the completion queues,
-    /// queue pairs and SRQs created in it use the thread domain's single-thread resources
-    /// (and no locks). It keeps `self` and `td` alive.
+    /// domain `td` where given. It is a protection domain itself: the queue pairs and SRQs
+    /// created in it use the thread domain's single-thread resources, without the provider's
+    /// locks (perftest's `--no_lock`). It keeps `self` and `td` alive.
     ///
     /// Create the objects its queue pairs use (regions, address handles, windows) in the
     /// parent domain too: this crate matches protection domains by identity, so it refuses a
     /// base domain's object on a parent domain's queue pair, though the device would take it.
     ///
-    /// A thread domain removes the provider's locks from the queue pairs and SRQs made in the
-    /// domain. That is sound here because every post to them takes `&mut` (one thread at a
-    /// time, as the thread domain requires); completion queues are made from the context, not
-    /// a domain, and keep their locks.
+    /// # Safety
+    ///
+    /// With a thread domain, the objects made in the returned domain share unlocked provider
+    /// state: on mlx5 every queue pair of the thread domain rings one doorbell register, and
+    /// its SRQs have no lock, though the completion queues' pollers and queue-pair teardown
+    /// still touch them. The caller ensures that one thread at a time uses all of them
+    /// together: posts to any queue pair or SRQ of the domain, polls of the completion queues
+    /// they complete into, and their destruction happen on one thread (or under one lock of
+    /// the caller's). `&mut` on each object is not enough: it orders uses of that object, not
+    /// of its siblings. Without a thread domain there is nothing to promise.
     ///
     /// # Errors
     ///
@@ -134,7 +140,7 @@ impl ProtectionDomain {
     ///
     /// [`ibv_alloc_parent_domain(3)`](https://man7.org/linux/man-pages/man3/ibv_alloc_parent_domain.3.html)
     #[doc(alias = "ibv_alloc_parent_domain")]
-    pub fn parent_domain(&self, td: Option<&ThreadDomain>) -> Result<ProtectionDomain> {
+    pub unsafe fn parent_domain(&self, td: Option<&ThreadDomain>) -> Result<ProtectionDomain> {
         if let Some(td) = td {
             if td.context().as_raw() != self.context().as_raw() {
                 return Err(Error::InvalidArgument(
@@ -149,7 +155,8 @@ impl ProtectionDomain {
             ..Default::default()
         };
         // SAFETY: live context, protection domain and thread domain (all of one context,
-        // checked above); no allocator callbacks (comp_mask 0).
+        // checked above); no allocator callbacks (comp_mask 0). The thread domain's promise is
+        // the caller's (the contract).
         let raw = unsafe { ffi::ibv_alloc_parent_domain(self.context().as_raw(), &mut attr) };
         let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_alloc_parent_domain"))?;
         Ok(ProtectionDomain(Arc::new(PdInner {

@@ -1,6 +1,8 @@
 //! Thread domains: a promise that one thread at a time uses the objects made with them, which
 //! lets a provider drop its locks (perftest's `--no_lock`). A thread domain takes effect
-//! through a parent domain ([`ProtectionDomain::parent_domain`]).
+//! through a parent domain (the `unsafe`
+//! [`ProtectionDomain::parent_domain`](crate::ProtectionDomain::parent_domain), whose caller
+//! makes the promise).
 
 use std::fmt;
 use std::ptr::NonNull;
@@ -19,7 +21,7 @@ pub(crate) struct TdInner {
 
 // SAFETY: a thread domain is a provider handle; allocating and freeing it are thread-safe
 // verbs, and this crate reads nothing through it. The single-thread promise it stands for
-// is about the queues made with it, which are `Send` but not `Sync` where it matters.
+// is about the objects made in a parent domain with it: `parent_domain`'s caller makes it.
 unsafe impl Send for TdInner {}
 // SAFETY: as above; `&TdInner` gives only the raw pointer.
 unsafe impl Sync for TdInner {}

@@ -1,7 +1,8 @@
 //! Extended completion queues on the device: poll sessions read the fields asked for at
 //! creation (checked against the bytes and the classic completion's values), read several
-//! completions in one session and none twice, survive a leaked session, and the fields and
-//! calls Soft-RoCE lacks are refused with its exact error.
+//! completions in one session and none twice, end on every way out (a panic included) and
+//! refuse to destroy or reset a queue pair of the queue from inside; the fields and calls
+//! Soft-RoCE lacks are refused with its exact error.
 
 mod common;
 
@@ -21,8 +22,8 @@ struct Seen {
     qp_num: Option<u32>,
 }
 
-/// Reads every completion `cq` holds now in one session, waiting up to 10 s for the first
-/// `want`; also checks that the session's accessors match the queue's fields.
+/// Reads completions in sessions until `want` arrived (waiting up to 10 s), checking that the
+/// accessors answer for the queue's fields only.
 fn drain(cq: &mut CompletionQueue, want: usize) -> Vec<Seen> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let reports_slid = cq.fields().is_some_and(|f| f.contains(WcFields::SLID));
@@ -32,25 +33,22 @@ fn drain(cq: &mut CompletionQueue, want: usize) -> Vec<Seen> {
             std::time::Instant::now() < deadline,
             "only {seen:?} of {want}"
         );
-        let Some(mut poll) = cq.start_poll().expect("ibv_start_poll") else {
+        let read = cq
+            .poll_extended(want - seen.len(), |c| {
+                assert_eq!(c.slid().is_some(), reports_slid, "only if asked for");
+                seen.push(Seen {
+                    wr_id: c.wr_id(),
+                    status: c.status(),
+                    opcode: c.opcode(),
+                    byte_len: c.byte_len(),
+                    imm: c.imm_data(),
+                    qp_num: c.qp_num(),
+                });
+            })
+            .expect("ibv_start_poll");
+        if read == 0 {
             std::thread::yield_now();
-            continue;
-        };
-        loop {
-            assert_eq!(poll.slid().is_some(), reports_slid, "only if asked for");
-            seen.push(Seen {
-                wr_id: poll.wr_id(),
-                status: poll.status(),
-                opcode: poll.opcode(),
-                byte_len: poll.byte_len(),
-                imm: poll.imm_data(),
-                qp_num: poll.qp_num(),
-            });
-            if !poll.next().expect("ibv_next_poll") {
-                break;
-            }
         }
-        assert!(!poll.next().unwrap(), "an ended session stays ended");
     }
     seen
 }
@@ -166,11 +164,13 @@ fn an_extended_queue_reads_the_fields_asked_for_once_each() {
     assert_eq!((classic[0].byte_len(), classic[1].byte_len()), (8, 8));
 }
 
-/// A session whose guard is leaked (`mem::forget`) holds the provider's queue lock; the next
-/// poll of either kind ends it first instead of spinning forever, and the completion it was
-/// on counts as read.
+/// A session reads at most the number asked for and leaves the rest; a panic in the caller's
+/// function ends the session (the completion it was on counts as read) and the next poll of
+/// either kind goes on from there; destroying or resetting one of the queue's queue pairs from
+/// inside a session is refused with `EBUSY` (on mlx5 it would wait forever on the queue's
+/// lock), and the queue pair is still usable after.
 #[test]
-fn a_leaked_poll_session_is_ended_by_the_next_poll() {
+fn sessions_end_on_every_way_out() {
     let Some(f) = fixture() else { return };
     let mut cq = f
         .context
@@ -178,46 +178,111 @@ fn a_leaked_poll_session_is_ended_by_the_next_poll() {
         .extended(WcFields::STANDARD)
         .build()
         .unwrap();
-    let (mut a, _b) = f.rc_pair(
+    let (a, b) = f.rc_pair(
         f.pd.qp_builder(&cq, &cq),
         f.pd.qp_builder(&cq, &cq),
         AccessFlags::REMOTE_WRITE,
     );
+    let (mut a, mut b) = (Some(a), Some(b));
     let src = f.pd.register(64, LOCAL).unwrap();
     let remote =
         f.pd.register(64, LOCAL | AccessFlags::REMOTE_WRITE)
             .unwrap();
-    for round in 0..2u64 {
-        // SAFETY: the buffers live until the completions are read below.
-        unsafe {
-            for i in 0..3 {
+    let post = |a: &mut QueuePair<Rc, Rts>, ids: std::ops::Range<u64>| {
+        for id in ids {
+            // SAFETY: the buffers live until the completions are read below.
+            unsafe {
                 a.post_send_one(
-                    &SendRequest::write(
-                        round * 10 + i,
-                        src.slice(..64).unwrap(),
-                        remote.remote(..).unwrap(),
-                    )
-                    .signaled(),
+                    &SendRequest::write(id, src.slice(..64).unwrap(), remote.remote(..).unwrap())
+                        .signaled(),
                 )
                 .unwrap();
             }
         }
-        // Wait for all three, then leak a session on the first.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let poll = loop {
-            if let Some(poll) = cq.start_poll().unwrap() {
-                break poll;
+    };
+    post(a.as_mut().unwrap(), 0..4);
+    let first = drain(&mut cq, 1);
+    assert_eq!(first[0].wr_id, 0);
+    assert_eq!(
+        drain(&mut cq, 3)
+            .iter()
+            .map(|s| s.wr_id)
+            .collect::<Vec<_>>(),
+        [1, 2, 3],
+        "one at a time, in order"
+    );
+
+    post(a.as_mut().unwrap(), 10..13);
+    let _ = drain_classic_after_panic(&mut cq);
+    let mut wcs = [WorkCompletion::default(); 4];
+    let rest = cq
+        .poll_for(&mut wcs, 2, std::time::Duration::from_secs(10))
+        .unwrap();
+    assert_eq!(
+        rest.iter().map(|wc| wc.wr_id()).collect::<Vec<_>>(),
+        [11, 12],
+        "the completion the panic was on is read; the next ones follow"
+    );
+
+    post(a.as_mut().unwrap(), 20..21);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut refused = None;
+    while refused.is_none() {
+        assert!(std::time::Instant::now() < deadline, "no completion");
+        cq.poll_extended(1, |_| {
+            let qp = a.take().unwrap();
+            refused = Some(match qp.close() {
+                Err((qp, Error::Verb { verb, errno })) => {
+                    a = Some(qp);
+                    (verb, errno.raw())
+                }
+                other => panic!("{other:?}"),
+            });
+            let qp = b.take().unwrap();
+            match qp.into_reset() {
+                Err(e) => {
+                    assert!(
+                        matches!(e.error(), Error::ModifyQp { errno, .. } if errno.raw() == libc::EBUSY),
+                        "{e}"
+                    );
+                    b = Some(e.into_qp());
+                }
+                Ok(_) => panic!("a reset inside a session"),
             }
-            assert!(std::time::Instant::now() < deadline, "no completion");
-        };
-        assert_eq!(poll.wr_id(), round * 10);
-        std::mem::forget(poll);
-        let rest: Vec<u64> = if round == 0 {
-            wait_for(&mut cq, 2).iter().map(|wc| wc.wr_id()).collect()
-        } else {
-            drain(&mut cq, 2).iter().map(|s| s.wr_id).collect()
-        };
-        assert_eq!(rest, [round * 10 + 1, round * 10 + 2]);
+        })
+        .unwrap();
+    }
+    assert_eq!(refused, Some(("ibv_destroy_qp", libc::EBUSY)));
+    // Outside the session both work again.
+    post(a.as_mut().unwrap(), 30..31);
+    assert_eq!(drain(&mut cq, 1)[0].wr_id, 30);
+    a.take().unwrap().close().map_err(|(_, e)| e).unwrap();
+    drop(
+        b.take()
+            .unwrap()
+            .into_reset()
+            .map_err(|e| e.into_parts().1)
+            .unwrap(),
+    );
+}
+
+/// Reads one completion in a session whose function panics; the panic is caught.
+fn drain_classic_after_panic(cq: &mut CompletionQueue) -> u64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        assert!(std::time::Instant::now() < deadline, "no completion");
+        let mut id = None;
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            cq.poll_extended(4, |c| {
+                id = Some(c.wr_id());
+                panic!("the caller's function fails");
+            })
+        }));
+        if let Some(id) = id {
+            assert!(result.is_err(), "the panic came through");
+            assert_eq!(id, 10);
+            return id;
+        }
     }
 }
 
@@ -253,7 +318,7 @@ fn fields_and_calls_soft_roce_lacks_are_refused() {
     let mut classic = f.cq(4);
     refused(classic.set_moderation(16, 10), "ibv_modify_cq");
     assert!(matches!(
-        classic.start_poll().map(|p| p.is_some()),
+        classic.poll_extended(1, |_| {}),
         Err(Error::InvalidArgument(_))
     ));
     // An empty extended queue has no session to start.
@@ -263,7 +328,7 @@ fn fields_and_calls_soft_roce_lacks_are_refused() {
         .extended(WcFields::STANDARD)
         .build()
         .unwrap();
-    assert!(cq.start_poll().unwrap().is_none());
+    assert_eq!(cq.poll_extended(8, |_| panic!("no completion")).unwrap(), 0);
 }
 
 /// A UD receive read in a session names its sender: source queue pair, LID (the port's, 0 on
@@ -300,28 +365,23 @@ fn a_ud_receive_read_in_a_session_names_its_sender() {
     let mut found = Vec::new();
     while found.len() < 2 {
         assert!(std::time::Instant::now() < deadline, "only {found:?}");
-        let Some(mut poll) = cq.start_poll().unwrap() else {
-            continue;
-        };
-        loop {
-            assert_eq!(poll.status(), WcStatus::Success, "{poll:?}");
-            if poll.wr_id() == 1 {
-                assert_eq!(poll.opcode(), WcOpcode::Recv);
-                assert_eq!(poll.byte_len(), Some(256 + GRH_LEN as u32));
-                assert_eq!(poll.src_qp(), Some(a.qp_num()));
-                assert_eq!(poll.qp_num(), Some(b.qp_num()));
-                assert_eq!(poll.slid(), Some(u32::from(f.device.lid)));
-                assert_eq!(poll.sl(), Some(0));
-                assert_eq!(poll.dlid_path_bits(), Some(0));
-                assert!(poll.wc_flags().contains(WcFlags::GRH), "{poll:?}");
+        cq.poll_extended(2, |c| {
+            assert_eq!(c.status(), WcStatus::Success, "{c:?}");
+            if c.wr_id() == 1 {
+                assert_eq!(c.opcode(), WcOpcode::Recv);
+                assert_eq!(c.byte_len(), Some(256 + GRH_LEN as u32));
+                assert_eq!(c.src_qp(), Some(a.qp_num()));
+                assert_eq!(c.qp_num(), Some(b.qp_num()));
+                assert_eq!(c.slid(), Some(u32::from(f.device.lid)));
+                assert_eq!(c.sl(), Some(0));
+                assert_eq!(c.dlid_path_bits(), Some(0));
+                assert!(c.wc_flags().contains(WcFlags::GRH), "{c:?}");
             } else {
-                assert_eq!((poll.wr_id(), poll.opcode()), (2, WcOpcode::Send));
+                assert_eq!((c.wr_id(), c.opcode()), (2, WcOpcode::Send));
             }
-            found.push(poll.wr_id());
-            if !poll.next().unwrap() {
-                break;
-            }
-        }
+            found.push(c.wr_id());
+        })
+        .unwrap();
     }
     found.sort_unstable();
     assert_eq!(found, [1, 2]);

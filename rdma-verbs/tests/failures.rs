@@ -882,10 +882,9 @@ fn fail_the_verbs_soft_roce_lacks_are_refused_exactly() {
         }
     };
     refused(f.context.alloc_td().map(drop), "ibv_alloc_td");
-    refused(
-        f.pd.parent_domain(None).map(drop),
-        "ibv_alloc_parent_domain",
-    );
+    // SAFETY: no thread domain, so nothing to promise.
+    let parent = unsafe { f.pd.parent_domain(None) };
+    refused(parent.map(drop), "ibv_alloc_parent_domain");
     refused(f.pd.alloc_null_mr().map(drop), "ibv_alloc_null_mr");
 
     // Re-registration is refused and changes nothing: same keys, rights and bytes.
@@ -903,6 +902,32 @@ fn fail_the_verbs_soft_roce_lacks_are_refused_exactly() {
         // Granted or not, the region is never less careful than its rights.
         assert_eq!(region.is_shared(), region.access().remotely_writable());
     }
+    // What the crate judges is refused before the call, the region unchanged: remote write
+    // without local write, and a write right over memory a caller lent for reading.
+    assert!(matches!(
+        region.set_access(AccessFlags::REMOTE_WRITE),
+        Err(Error::InvalidArgument(_))
+    ));
+    let lent = Box::leak(vec![7u8; 4096].into_boxed_slice());
+    // SAFETY: the leaked buffer lives forever; nothing else refers to it; read-only rights.
+    let mut lent = unsafe {
+        f.pd.register_raw(
+            std::ptr::NonNull::from(&mut lent[0]),
+            4096,
+            AccessFlags::REMOTE_READ,
+        )
+        .unwrap()
+    };
+    assert!(matches!(
+        lent.set_access(REMOTE_WRITABLE),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        lent.set_access(AccessFlags::LOCAL_WRITE),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!(lent.access(), AccessFlags::REMOTE_READ);
+    assert_eq!(lent.as_slice().unwrap(), &[7u8; 4096][..]);
     refused(
         region.advise(Advice::PrefetchWrite, 0..4096, true),
         "ibv_advise_mr",

@@ -1,6 +1,6 @@
 //! Extended completion queues (`struct ibv_cq_ex`): a [`CompletionQueue`] built with
 //! [`CqBuilder::extended`](super::CqBuilder::extended) is polled one completion at a time in a
-//! session ([`CompletionQueue::start_poll`], `ibv_start_poll` / `ibv_next_poll` /
+//! session ([`CompletionQueue::poll_extended`]: `ibv_start_poll` / `ibv_next_poll` /
 //! `ibv_end_poll`), reading only the fields asked for at creation, including those the classic
 //! `ibv_wc` lacks (completion timestamps, VLAN, flow tag). It stays a completion queue: queue
 //! pairs take it, and [`poll`](CompletionQueue::poll) works on it as on any other.
@@ -8,6 +8,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bitflags::bitflags;
 
@@ -64,23 +65,20 @@ pub(crate) struct Extended {
     raw: NonNull<ffi::ibv_cq_ex>,
     fields: WcFields,
     /// Each session reads one completion: the provider's `ibv_next_poll` cannot be trusted at
-    /// the end of the queue (Soft-RoCE; see `one_per_session`).
+    /// the end of the queue (Soft-RoCE; see [`Extended::new`]).
     one_per_session: bool,
-    /// A session was started and its [`CqPoll`] leaked before ending it: the next poll of any
-    /// kind ends it first (the provider may hold the queue's lock until then).
-    open: bool,
 }
 
 impl Extended {
     /// What `ibv_create_cq_ex` returned for `context`'s device, reporting `fields`.
     ///
-    /// Soft-RoCE's provider before rdma-core 61 mishandles `ibv_next_poll` at the end of the
-    /// queue: up to rdma-core 54 it ends the session itself, so the `ibv_end_poll` the manual
-    /// asks for advances the consumer index past the producer (the next poll reads entries
-    /// never written); from 55 to 60 it unlocks the queue there, and the `ibv_end_poll` unlocks
-    /// it again. Neither can be told apart from the fixed provider at run time, so on Soft-RoCE
-    /// every session reads exactly one completion (`ibv_start_poll`, then `ibv_end_poll`),
-    /// which all its versions handle.
+    /// Soft-RoCE's provider mishandled `ibv_next_poll` at the end of the queue until
+    /// rdma-core 59: up to 54.0 it ends the session itself, so the `ibv_end_poll` the manual
+    /// asks for then moves the consumer index past the producer (the next poll reads entries
+    /// never written); later it releases the queue's lock there, and `ibv_end_poll` releases
+    /// it again. The versions cannot be told apart at run time, so on Soft-RoCE every session
+    /// reads exactly one completion (`ibv_start_poll`, then `ibv_end_poll`), which all of them
+    /// handle.
     pub(crate) fn new(context: &Context, raw: NonNull<ffi::ibv_cq_ex>, fields: WcFields) -> Self {
         let one_per_session = context
             .query_device()
@@ -89,7 +87,6 @@ impl Extended {
             raw,
             fields,
             one_per_session,
-            open: false,
         }
     }
 
@@ -100,29 +97,47 @@ impl Extended {
         // `raw` is not null, and the cast keeps the address.
         NonNull::new(cq).unwrap_or(self.raw.cast())
     }
+}
 
-    /// Ends a session whose [`CqPoll`] was leaked, before the queue is polled again.
-    #[cold]
-    pub(crate) fn end_leaked_session(&mut self) {
+/// A token of the calling thread, unique among the threads alive (the address of a
+/// thread-local), never 0.
+pub(crate) fn thread_token() -> usize {
+    thread_local!(static TOKEN: u8 = const { 0 });
+    TOKEN.with(|token| std::ptr::from_ref(token) as usize)
+}
+
+/// Ends the session on every way out of [`CompletionQueue::poll_extended`] (a panic in the
+/// caller's function included), on the thread that started it.
+struct SessionEnd<'a> {
+    raw: NonNull<ffi::ibv_cq_ex>,
+    /// The queue's mark of the thread in a session.
+    session: &'a AtomicUsize,
+    /// A start or next returned 0 and no end followed yet.
+    open: bool,
+}
+
+impl SessionEnd<'_> {
+    fn end(&mut self) {
         if self.open {
-            // SAFETY: a live queue with a session open (a start that returned 0, not ended).
+            // SAFETY: a live queue in a session (`open`), ended once here.
             unsafe { ffi::ibv_end_poll(self.raw.as_ptr()) };
             self.open = false;
         }
     }
+}
 
-    /// Whether a leaked session must be ended before the next poll.
-    #[inline(always)]
-    pub(crate) fn is_open(&self) -> bool {
-        self.open
+impl Drop for SessionEnd<'_> {
+    fn drop(&mut self) {
+        self.end();
+        self.session.store(0, Ordering::Release);
     }
 }
 
 impl CompletionQueue {
-    /// `ibv_start_poll`: starts a poll session at the oldest completion, or `None` when the
-    /// queue is empty. The session ([`CqPoll`]) reads the completion's fields, moves on with
-    /// [`CqPoll::next`], and ends (`ibv_end_poll`) when dropped, consuming the completions it
-    /// passed and the one it is on.
+    /// Reads up to `max` completions in one poll session (`ibv_start_poll`, `ibv_next_poll`,
+    /// `ibv_end_poll`), handing each to `f` as a [`CqPoll`] whose accessors read the fields
+    /// the queue was created with; returns how many. The session ends before this returns,
+    /// also when `f` panics, and consumes every completion `f` was given.
     ///
     /// ```no_run
     /// # use rdma_verbs::*;
@@ -132,59 +147,92 @@ impl CompletionQueue {
     ///     .extended(WcFields::BYTE_LEN | WcFields::QP_NUM)
     ///     .build()?;
     /// // ... post requests that complete on `cq` ...
-    /// if let Some(mut poll) = cq.start_poll()? {
-    ///     loop {
-    ///         println!("{} {:?} {:?}", poll.wr_id(), poll.status(), poll.byte_len());
-    ///         if !poll.next()? {
-    ///             break;
-    ///         }
-    ///     }
-    /// }
-    /// # Ok(()) }
+    /// let read = cq.poll_extended(16, |c| {
+    ///     println!("{} {:?} {:?} {:?}", c.wr_id(), c.status(), c.byte_len(), c.qp_num());
+    /// })?;
+    /// # let _ = read; Ok(()) }
     /// ```
     ///
-    /// Completions of the safe paths' requests (owned buffers, slots, rings) come back here
-    /// as bare ids, which those paths then never see: their buffers and slots stay in flight
+    /// While `f` runs, the provider may hold the queue's lock. Destroying or resetting one of
+    /// the queue's queue pairs from inside `f` would wait on that lock forever on some
+    /// providers (mlx5): the crate refuses it there with `EBUSY` (and a dropped queue pair
+    /// is then leaked, not destroyed).
+    ///
+    /// Completions of the safe paths' requests (owned buffers, slots, rings) come to `f` as
+    /// bare ids, which those paths then never see: their buffers and slots stay in flight
     /// until the queue pair is destroyed. Poll a queue that serves them with their own calls.
     ///
     /// # Errors
     ///
     /// - [`Error::InvalidArgument`] for a queue not built with
     ///   [`extended`](super::CqBuilder::extended).
-    /// - [`Error::Verb`] with `ibv_start_poll` and the provider's errno.
+    /// - [`Error::Verb`] with `ibv_start_poll` or `ibv_next_poll` and the provider's errno;
+    ///   the completions `f` was given before it are consumed.
     ///
     /// # References
     ///
     /// [`ibv_create_cq_ex(3)`](https://man7.org/linux/man-pages/man3/ibv_create_cq_ex.3.html)
     #[doc(alias = "ibv_start_poll")]
-    pub fn start_poll(&mut self) -> Result<Option<CqPoll<'_>>> {
-        let Some(ex) = self.ex.as_mut() else {
+    #[doc(alias = "ibv_next_poll")]
+    #[doc(alias = "ibv_end_poll")]
+    pub fn poll_extended(&mut self, max: usize, mut f: impl FnMut(&CqPoll<'_>)) -> Result<usize> {
+        let Some(ex) = self.ex.as_ref() else {
             return Err(Error::InvalidArgument(
                 "ibv_start_poll: the queue was not created with extended fields".into(),
             ));
         };
-        ex.end_leaked_session();
-        let mut attr = ffi::ibv_poll_cq_attr { comp_mask: 0 };
-        // SAFETY: a live extended queue, not being polled (`&mut self`; a leaked session was
-        // ended above); `attr` is valid.
-        let ret = unsafe { ffi::ibv_start_poll(ex.raw.as_ptr(), &mut attr) };
-        match ret {
-            0 => {
-                ex.open = true;
-                Ok(Some(CqPoll {
-                    raw: ex.raw,
-                    fields: ex.fields,
-                    one_per_session: ex.one_per_session,
-                    ex,
-                    _not_send: PhantomData,
-                }))
+        if max == 0 {
+            return Ok(0);
+        }
+        let (raw, fields, one_per_session) = (ex.raw, ex.fields, ex.one_per_session);
+        let mut session = SessionEnd {
+            raw,
+            session: &self.inner.session,
+            open: false,
+        };
+        session.session.store(thread_token(), Ordering::Release);
+        let start = || {
+            let mut attr = ffi::ibv_poll_cq_attr { comp_mask: 0 };
+            // SAFETY: a live extended queue, not in a session (`&mut self`; every session
+            // ends before `poll_extended` returns); `attr` is valid.
+            unsafe { ffi::ibv_start_poll(raw.as_ptr(), &mut attr) }
+        };
+        let mut ret = start();
+        let mut verb = "ibv_start_poll";
+        let mut read = 0;
+        while ret == 0 {
+            session.open = true;
+            f(&CqPoll {
+                raw,
+                fields,
+                _session: PhantomData,
+            });
+            read += 1;
+            if read == max {
+                break;
             }
-            libc::ENOENT => Ok(None),
-            errno => Err(Error::verb("ibv_start_poll", Errno::from_raw(errno))),
+            if one_per_session {
+                session.end();
+                ret = start();
+            } else {
+                verb = "ibv_next_poll";
+                // SAFETY: a live queue in a session.
+                ret = unsafe { ffi::ibv_next_poll(raw.as_ptr()) };
+                if ret != 0 {
+                    // The manual: end the session after `ibv_next_poll` fails, ENOENT
+                    // included (a failed `ibv_start_poll` opened none).
+                    session.end();
+                }
+            }
+        }
+        drop(session);
+        match ret {
+            0 | libc::ENOENT => Ok(read),
+            errno => Err(Error::verb(verb, Errno::from_raw(errno))),
         }
     }
 
-    /// The fields the queue reports to [`start_poll`](Self::start_poll); `None` for a queue
+    /// The fields the queue reports to [`poll_extended`](Self::poll_extended); `None` for a queue
     /// built without [`extended`](super::CqBuilder::extended).
     pub fn fields(&self) -> Option<WcFields> {
         self.ex.as_ref().map(|ex| ex.fields)
@@ -216,22 +264,20 @@ impl CompletionQueue {
     }
 }
 
-/// A poll session of an extended completion queue, on one completion at a time; see
-/// [`CompletionQueue::start_poll`]. Dropping it ends the session (`ibv_end_poll`).
+/// One completion of an extended completion queue, in a poll session of
+/// [`CompletionQueue::poll_extended`]: its accessors read the provider's current entry, and
+/// are reachable only while the session is on it (the caller's function gets a shared
+/// reference it cannot keep).
 ///
 /// Each accessor of an optional field returns `None` when the queue was not created with that
 /// field ([`WcFields`]), or, for [`imm_data`](Self::imm_data) and
 /// [`invalidated_rkey`](Self::invalidated_rkey), when the completion carries none. The fields
 /// other than the id and the status are valid only for a successful completion, as in C.
-///
-/// Not `Send`: the provider may hold the queue's lock for the session, which the thread that
-/// took it must release.
 pub struct CqPoll<'a> {
     raw: NonNull<ffi::ibv_cq_ex>,
     fields: WcFields,
-    one_per_session: bool,
-    ex: &'a mut Extended,
-    _not_send: PhantomData<*mut ()>,
+    /// Tied to the session; not `Send` or `Sync` (a raw pointer).
+    _session: PhantomData<&'a mut ()>,
 }
 
 impl CqPoll<'_> {
@@ -415,59 +461,6 @@ impl CqPoll<'_> {
         // SAFETY: as in `opcode`; the queue reports the field; `info` is writable.
         let ret = unsafe { ffi::ibv_wc_read_tm_info(self.raw.as_ptr(), &mut info) };
         (ret == 0).then_some((info.tag, info.priv_))
-    }
-
-    /// `ibv_next_poll`: moves to the next completion, consuming this one: `true` when there is
-    /// one, `false` when the queue is empty (the session has then ended; further calls return
-    /// `false`).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Verb`] with `ibv_next_poll` (or, on Soft-RoCE, `ibv_start_poll`) and the
-    /// provider's errno; the session has ended.
-    #[doc(alias = "ibv_next_poll")]
-    #[allow(clippy::should_implement_trait)] // a lending iterator: each item borrows the session
-    pub fn next(&mut self) -> Result<bool> {
-        if !self.ex.open {
-            return Ok(false);
-        }
-        let (verb, ret) = if self.one_per_session {
-            // SAFETY: a live queue in a session (`open`); ended once here.
-            unsafe { ffi::ibv_end_poll(self.raw.as_ptr()) };
-            self.ex.open = false;
-            let mut attr = ffi::ibv_poll_cq_attr { comp_mask: 0 };
-            // SAFETY: a live queue not being polled (just ended; `&mut` to it held).
-            let ret = unsafe { ffi::ibv_start_poll(self.raw.as_ptr(), &mut attr) };
-            if ret == 0 {
-                self.ex.open = true;
-            }
-            ("ibv_start_poll", ret)
-        } else {
-            // SAFETY: a live queue in a session.
-            let ret = unsafe { ffi::ibv_next_poll(self.raw.as_ptr()) };
-            if ret != 0 {
-                // The manual: end the session after `ibv_next_poll` fails, ENOENT included.
-                // SAFETY: a live queue in a session; ended once here.
-                unsafe { ffi::ibv_end_poll(self.raw.as_ptr()) };
-                self.ex.open = false;
-            }
-            ("ibv_next_poll", ret)
-        };
-        match ret {
-            0 => Ok(true),
-            libc::ENOENT => Ok(false),
-            errno => Err(Error::verb(verb, Errno::from_raw(errno))),
-        }
-    }
-}
-
-impl Drop for CqPoll<'_> {
-    fn drop(&mut self) {
-        if self.ex.open {
-            // SAFETY: a live queue in a session; ended once here.
-            unsafe { ffi::ibv_end_poll(self.raw.as_ptr()) };
-            self.ex.open = false;
-        }
     }
 }
 

@@ -9,7 +9,7 @@ use std::fmt;
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::c_enum::c_enum;
@@ -31,6 +31,9 @@ pub(crate) struct CqInner {
     pub(crate) routes: Routes,
     /// Set once `ibv_destroy_cq` succeeded (by [`CompletionQueue::close`] or `Drop`).
     destroyed: bool,
+    /// The token ([`extended::thread_token`]) of the thread in a poll session of the queue
+    /// ([`CompletionQueue::poll_extended`]), or 0.
+    pub(crate) session: AtomicUsize,
 }
 
 // SAFETY: libibverbs CQs may be polled, armed and destroyed from any thread (the provider locks
@@ -48,6 +51,15 @@ impl CqInner {
     /// be created on it, so the count cannot grow.
     pub(crate) fn queue_pair_uses(self: &Arc<Self>) -> usize {
         Arc::strong_count(self).saturating_sub(1)
+    }
+}
+
+impl CqInner {
+    /// Whether the calling thread is in a poll session of this queue (inside the function it
+    /// gave [`CompletionQueue::poll_extended`]): the provider may hold the queue's lock,
+    /// which destroying or resetting one of its queue pairs would wait on forever.
+    pub(crate) fn in_session_here(&self) -> bool {
+        self.session.load(Ordering::Acquire) == extended::thread_token()
     }
 }
 
@@ -193,7 +205,7 @@ impl<'a> CqBuilder<'a> {
     }
 
     /// Creates the queue with `ibv_create_cq_ex`, reporting `fields` to
-    /// [`CompletionQueue::start_poll`]'s sessions (besides the id, status, opcode, vendor
+    /// [`CompletionQueue::poll_extended`]'s sessions (besides the id, status, opcode, vendor
     /// error and flags, which are always there). Polling with
     /// [`poll`](CompletionQueue::poll) works as on any queue.
     pub fn extended(mut self, fields: WcFields) -> Self {
@@ -287,6 +299,7 @@ impl<'a> CqBuilder<'a> {
                 destroyed: false,
                 channel,
                 routes: Routes::default(),
+                session: AtomicUsize::new(0),
             }),
             capacity,
             route_cache: RouteCache::new(),
@@ -364,9 +377,6 @@ impl CompletionQueue {
         &mut self,
         completions: &'a mut [MaybeUninit<WorkCompletion>],
     ) -> Result<&'a [WorkCompletion]> {
-        if self.ex.as_ref().is_some_and(Extended::is_open) {
-            self.end_leaked_session();
-        }
         let max = i32::try_from(completions.len()).unwrap_or(i32::MAX);
         // SAFETY: live CQ; WorkCompletion is a transparent ibv_wc and the slice has room for
         // `max` of them; the provider only writes them.
@@ -481,7 +491,6 @@ impl CompletionQueue {
             .ok_or_else(|| {
                 Error::InvalidArgument(format!("a CQ needs 1..=i32::MAX entries, not {entries}"))
             })?;
-        self.end_leaked_session();
         // SAFETY: a live CQ, and `&mut self`: no poll through this handle runs meanwhile (the
         // provider also takes the queue's lock).
         let ret = unsafe { ffi::ibv_resize_cq(self.as_raw(), cqe) };
@@ -489,15 +498,6 @@ impl CompletionQueue {
         // SAFETY: live CQ; `cqe` holds the new capacity.
         self.capacity = u32::try_from(unsafe { (*self.raw.as_ptr()).cqe }).unwrap_or(0);
         Ok(())
-    }
-
-    /// Ends the poll session of an extended queue whose [`CqPoll`] was leaked: the provider
-    /// may hold the queue's lock until then, which a poll would wait on forever.
-    #[cold]
-    fn end_leaked_session(&mut self) {
-        if let Some(ex) = self.ex.as_mut() {
-            ex.end_leaked_session();
-        }
     }
 
     /// The raw `ibv_cq`, valid while this queue lives.

@@ -635,6 +635,10 @@ impl MemoryRegion {
     ///
     /// # Errors
     ///
+    /// - [`Error::InvalidArgument`], the region unchanged, for remote write or atomic rights
+    ///   without [`LOCAL_WRITE`](AccessFlags::LOCAL_WRITE), and for a region over caller memory
+    ///   ([`register_raw`](ProtectionDomain::register_raw)) gaining a write right it was not
+    ///   registered with (the caller promised memory fit for those rights only).
     /// - [`Error::Unsupported`] where the provider cannot re-register (Soft-RoCE): the region
     ///   is unchanged.
     /// - [`Error::Verb`] with `ibv_rereg_mr` and its errno. Where the provider's command
@@ -646,7 +650,17 @@ impl MemoryRegion {
     /// [`ibv_rereg_mr(3)`](https://man7.org/linux/man-pages/man3/ibv_rereg_mr.3.html)
     #[doc(alias = "ibv_rereg_mr")]
     pub fn set_access(&mut self, access: AccessFlags) -> Result<()> {
+        check_access(access)?;
         let old = self.access;
+        let write =
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
+        if matches!(self.storage, Storage::External) && !old.contains(access & write) {
+            // `register_raw`'s caller promised memory fit for the rights it registered: the
+            // device may not gain a write right over it.
+            return Err(Error::InvalidArgument(
+                "ibv_rereg_mr: a region over caller memory cannot gain a write right".into(),
+            ));
+        }
         Errno::clear();
         // SAFETY: live registration; an access change keeps the memory and the domain, so
         // only the flags are read.

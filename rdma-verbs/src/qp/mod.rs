@@ -222,6 +222,11 @@ impl QpInner {
         if self.destroyed {
             return Ok(());
         }
+        // Inside a poll session of one of its queues (on this thread) the provider may hold
+        // the queue's lock, which the destroy takes (mlx5): it would never return.
+        if self._send_cq.in_session_here() || self._recv_cq.in_session_here() {
+            return Err(Error::verb("ibv_destroy_qp", Errno::BUSY));
+        }
         // A window bound through this queue pair holds it in the device (rxe waits about 50 s
         // for it, then destroys anyway): end those bindings first.
         self.tables.windows.release_all();
@@ -500,8 +505,16 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
         mut attr: ffi::ibv_qp_attr,
         mask: u32,
     ) -> Transition<T, S, To> {
-        // SAFETY: live queue pair; `attr` holds every field `mask` names.
-        let ret = unsafe { ffi::ibv_modify_qp(self.as_raw(), &mut attr, mask as i32) };
+        let (send_cq, recv_cq) = self.cq_inners();
+        let ret = if To::KIND == QpStateKind::Reset
+            && (send_cq.in_session_here() || recv_cq.in_session_here())
+        {
+            // As in `destroy`: a reset cleans the queues under their lock (mlx5).
+            libc::EBUSY
+        } else {
+            // SAFETY: live queue pair; `attr` holds every field `mask` names.
+            unsafe { ffi::ibv_modify_qp(self.as_raw(), &mut attr, mask as i32) }
+        };
         match Errno::result(ret) {
             Ok(()) => {
                 if To::KIND == QpStateKind::Reset {

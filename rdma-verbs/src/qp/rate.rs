@@ -59,7 +59,8 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
     /// `ibv_query_qp_data_in_order`: whether the device writes the data of an `op` request
     /// into the receiver's memory in order, so that a receiver polling the last byte of a
     /// message has the bytes before it. `false` where the device does not promise it (the
-    /// portable assumption; Soft-RoCE's provider does not say, so `false`).
+    /// portable assumption; Soft-RoCE's provider does not say, so `false`; mlx5 answers only
+    /// for a queue pair in RTS).
     ///
     /// # References
     ///
