@@ -4,6 +4,7 @@
 
 pub mod cmtool;
 pub mod connect;
+pub mod endpoint;
 pub mod exchange;
 pub mod pingpong;
 pub mod udnode;

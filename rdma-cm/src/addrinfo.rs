@@ -40,6 +40,10 @@ pub struct AddrInfo {
     pub src: Option<SocketAddr>,
     /// The address to resolve (for a client), when the answer has one.
     pub dst: Option<SocketAddr>,
+    /// The port space the answer is for (from the hints).
+    pub port_space: PortSpace,
+    /// Whether the answer is for a listener (`RAI_PASSIVE`).
+    pub passive: bool,
 }
 
 /// `rdma_getaddrinfo`: the addresses of `node` and `service` (a port number or a service
@@ -77,18 +81,7 @@ pub fn getaddrinfo(
         ai_flags: flags as i32,
         ai_port_space: hints.port_space.raw() as i32,
         ai_qp_type: hints.port_space.qp_type() as i32,
-        ai_family: 0,
-        ai_src_len: 0,
-        ai_dst_len: 0,
-        ai_src_addr: std::ptr::null_mut(),
-        ai_dst_addr: std::ptr::null_mut(),
-        ai_src_canonname: std::ptr::null_mut(),
-        ai_dst_canonname: std::ptr::null_mut(),
-        ai_route_len: 0,
-        ai_route: std::ptr::null_mut(),
-        ai_connect_len: 0,
-        ai_connect: std::ptr::null_mut(),
-        ai_next: std::ptr::null_mut(),
+        ..Default::default()
     };
     let mut list = std::ptr::null_mut();
     // SAFETY: the strings and hints live through the call; `list` is written on success.
@@ -117,6 +110,8 @@ pub fn getaddrinfo(
             answers.push(AddrInfo {
                 src: addr::from_raw(entry.ai_src_addr.cast_const()),
                 dst: addr::from_raw(entry.ai_dst_addr.cast_const()),
+                port_space: hints.port_space,
+                passive: entry.ai_flags & ffi::RAI_PASSIVE as i32 != 0,
             });
             next = entry.ai_next;
         }

@@ -117,8 +117,10 @@ impl CmId {
             .map_err(|e| e.into_parts().1)?)
     }
 
-    /// [`connect_qp`](Self::connect_qp) for a queue pair in INIT already (from
-    /// [`init_rc_qp`](Self::init_rc_qp), its first receives posted).
+    /// [`connect_qp`](Self::connect_qp) for a queue pair in INIT already, its first receives
+    /// posted: from [`init_rc_qp`](Self::init_rc_qp), or the identifier's own from
+    /// [`create_qp`](Self::create_qp), which the connection manager moves to RTR and RTS
+    /// itself (then the wait is for `Established`, which carries the accept's private data).
     ///
     /// # Errors
     ///
@@ -130,6 +132,15 @@ impl CmId {
         timeout: Duration,
     ) -> Result<(QueuePair<Rc, Rts>, Vec<u8>)> {
         self.check_device(qp.pd().context())?;
+        if self.made(&qp) {
+            self.connect(param)?;
+            let established = self.wait_event(EventKind::Established, timeout)?;
+            let private_data = established.private_data().to_vec();
+            drop(established);
+            // SAFETY: the connection manager moved its queue pair to RTS before reporting
+            // `Established` (`rdma_connect` with `id->qp` set).
+            return Ok((unsafe { qp.assume_state::<Rts>() }, private_data));
+        }
         self.connect(&param.clone().qp_num(qp.qp_num()))?;
         let response = self.wait_event(EventKind::ConnectResponse, timeout)?;
         let private_data = response.private_data().to_vec();
@@ -201,6 +212,51 @@ impl CmId {
     ) -> Result<QueuePair<Rc, Rts>> {
         let qp = self.ready_rc_qp(qp)?;
         self.accept(&param.clone().qp_num(qp.qp_num()))?;
+        self.wait_established(qp, timeout)
+    }
+
+    /// [`accept_qp`](Self::accept_qp) for a queue pair in INIT already, its first receives
+    /// posted: the identifier's own from [`create_qp`](Self::create_qp), which the connection
+    /// manager moves to RTR and RTS itself within `rdma_accept`, or one moved to INIT with
+    /// [`init_qp_attr`](Self::init_qp_attr), which this moves on with the connection's
+    /// attributes first.
+    ///
+    /// # Errors
+    ///
+    /// As [`accept_qp`](Self::accept_qp).
+    pub fn accept_init_qp(
+        &self,
+        qp: QueuePair<Rc, Init>,
+        param: &ConnParam,
+        timeout: Duration,
+    ) -> Result<QueuePair<Rc, Rts>> {
+        self.check_device(qp.pd().context())?;
+        let qp = if self.made(&qp) {
+            self.accept(param)?;
+            // SAFETY: `rdma_accept` with `id->qp` set moved the queue pair to RTR and RTS
+            // before sending the accept, and returned 0.
+            unsafe { qp.assume_state::<Rts>() }
+        } else {
+            let mut qp = qp;
+            qp.update_init_with(&self.init_qp_attr(QpStateKind::Init)?)?;
+            let qp = qp
+                .into_rtr_with(&self.init_qp_attr(QpStateKind::Rtr)?)
+                .map_err(|e| e.into_parts().1)?
+                .into_rts_with(&self.init_qp_attr(QpStateKind::Rts)?)
+                .map_err(|e| e.into_parts().1)?;
+            self.accept(&param.clone().qp_num(qp.qp_num()))?;
+            qp
+        };
+        self.wait_established(qp, timeout)
+    }
+
+    /// Waits for the `Established` event of an accepted connection; on failure the connection
+    /// ends with the queue pair.
+    fn wait_established(
+        &self,
+        qp: QueuePair<Rc, Rts>,
+        timeout: Duration,
+    ) -> Result<QueuePair<Rc, Rts>> {
         match self.wait_event(EventKind::Established, timeout) {
             Ok(established) => {
                 drop(established);

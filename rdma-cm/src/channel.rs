@@ -131,3 +131,38 @@ impl AsRawFd for EventChannel {
         self.0.fd()
     }
 }
+
+/// Waits at most `timeout` (`poll(2)`, restarted on `EINTR`) for `fd` to be readable.
+///
+/// # Errors
+///
+/// [`Error::Call`] with `poll` and its errno.
+pub(crate) fn readable_within(fd: BorrowedFd<'_>, timeout: std::time::Duration) -> Result<bool> {
+    let deadline = std::time::Instant::now().checked_add(timeout);
+    loop {
+        let wait_ms = match deadline {
+            None => -1,
+            Some(deadline) => {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                // Rounded up, so that a short wait does not spin.
+                i32::try_from(left.as_millis() + 1).unwrap_or(i32::MAX)
+            }
+        };
+        let mut pollfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for a descriptor the borrow keeps open.
+        let ret = unsafe { libc::poll(&mut pollfd, 1, wait_ms) };
+        if ret > 0 {
+            return Ok(true);
+        }
+        if ret == 0 {
+            return Ok(false);
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return Err(Error::last("poll"));
+        }
+    }
+}

@@ -256,6 +256,80 @@ fn ece_options_cross_the_wire_and_an_ece_reject_says_why() {
     server.join().unwrap();
 }
 
+/// Queue pairs the connection manager makes (`rdma_create_qp_ex`): each side's comes in INIT,
+/// takes its first receive there, and the connection manager moves it to RTS while connecting
+/// and accepting; a SEND each way carries every byte; a second one on the same identifier is
+/// refused; the disconnect moves the client's to ERR, and `rdma_destroy_qp` ends both with
+/// their identifiers.
+#[test]
+fn queue_pairs_the_connection_manager_makes_are_moved_by_it() {
+    let Some(addr) = device_addr() else { return };
+    let before = kernel_cm_ids();
+    let (_channel, listen_id, local) = listener(addr);
+    let server = thread::spawn(move || {
+        let mut request = next_request(&listen_id);
+        let id = request.take_id().unwrap();
+        drop(request);
+        let context = id.context().unwrap();
+        let pd = context.alloc_pd().unwrap();
+        let mut cq = context.create_cq(16).unwrap();
+        let pool = BufferPool::new(&pd, 4, SIZE).unwrap();
+        let mut qp = id
+            .create_qp(pd.qp_builder(&cq, &cq))
+            .expect("rdma_create_qp_ex");
+        assert_eq!(qp.query_state().unwrap(), QpStateKind::Init);
+        qp.post_recv_buf(pool.take().unwrap(), 1).unwrap();
+        let mut qp = id
+            .accept_init_qp(qp, &ConnParam::new().private_data(b"made").unwrap(), WAIT)
+            .expect("accept");
+        assert_eq!(qp.query_state().unwrap(), QpStateKind::Rts);
+        received(&mut cq, 5, "server: the client's SEND");
+        send(&mut qp, &pool, 6);
+        sent(&mut cq, "server: its SEND");
+        drop(
+            id.wait_event(EventKind::Disconnected, WAIT)
+                .expect("the client's disconnect"),
+        );
+        drop((qp, cq, pool, pd, id));
+    });
+    let channel = EventChannel::new().unwrap();
+    let id = CmId::new(&channel, PortSpace::Tcp).unwrap();
+    id.resolve(local, WAIT).unwrap();
+    let context = id.context().unwrap();
+    let pd = context.alloc_pd().unwrap();
+    let mut cq = context.create_cq(16).unwrap();
+    let pool = BufferPool::new(&pd, 4, SIZE).unwrap();
+    let mut qp = id
+        .create_qp(pd.qp_builder(&cq, &cq))
+        .expect("rdma_create_qp_ex");
+    match id.create_qp(pd.qp_builder(&cq, &cq)) {
+        Err(Error::Verbs(rdma_cm::rdma_verbs::Error::Verb { verb, errno })) => {
+            assert_eq!((verb, errno.raw()), ("rdma_create_qp_ex", libc::EINVAL));
+        }
+        other => panic!("a second queue pair on one identifier: {other:?}"),
+    }
+    qp.post_recv_buf(pool.take().unwrap(), 2).unwrap();
+    let (mut qp, accepted) = id
+        .connect_init_qp(qp, &ConnParam::new(), WAIT)
+        .expect("connect");
+    assert_private(&accepted, b"made", "the accept, through Established");
+    assert_eq!(qp.query_state().unwrap(), QpStateKind::Rts);
+    send(&mut qp, &pool, 5);
+    sent(&mut cq, "client: its SEND");
+    received(&mut cq, 6, "client: the server's SEND");
+    id.disconnect().unwrap();
+    assert_eq!(
+        qp.query_state().unwrap(),
+        QpStateKind::Error,
+        "rdma_disconnect moves the queue pair it made to ERR"
+    );
+    drop(id.wait_event(EventKind::Disconnected, WAIT).unwrap());
+    server.join().unwrap();
+    // The identifier's context (and all made from it) holds the identifier too.
+    drop((qp, cq, pool, pd, context, id, channel));
+    assert_cm_ids(before, "after both sides are gone");
+}
+
 /// A connect to a port nobody listens on is refused by the peer's connection manager, within
 /// the bound.
 #[test]

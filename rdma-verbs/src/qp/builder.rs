@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::extended::{self, SendPath};
-use super::{QpCaps, QpInner, QueuePair, Reset, Transport};
+use super::{QpCaps, QpInner, QpState, QueuePair, Reset, Transport};
 use crate::cq::CompletionQueue;
 use crate::error::{Error, Result};
 use crate::ffi;
@@ -184,6 +184,25 @@ impl<'a, T: Transport> QpBuilder<'a, T> {
     #[doc(alias = "ibv_create_qp")]
     #[doc(alias = "ibv_create_qp_ex")]
     pub fn build(self) -> Result<QueuePair<T, Reset>> {
+        self.build_inner(None)
+    }
+
+    /// Creates the queue pair through `maker`, another library that makes and destroys it
+    /// itself (the connection manager's `rdma_create_qp_ex` and `rdma_destroy_qp`), with the
+    /// attributes [`build`](Self::build) would give `ibv_create_qp_ex`; it comes back in the
+    /// state `S` the maker leaves it in. Everything else is as for `build`: the same errors,
+    /// and the queue pair takes every path of this crate.
+    ///
+    /// # Safety
+    ///
+    /// `maker` keeps [`QpMaker`]'s contract, and leaves the queue pairs it makes in state `S`.
+    pub unsafe fn build_by<S: QpState>(self, maker: Arc<dyn QpMaker>) -> Result<QueuePair<T, S>> {
+        let qp = self.build_inner(Some(maker))?;
+        // SAFETY: the maker left the queue pair in `S` (the contract).
+        Ok(unsafe { qp.assume_state::<S>() })
+    }
+
+    fn build_inner(self, maker: Option<Arc<dyn QpMaker>>) -> Result<QueuePair<T, Reset>> {
         let context = self.pd.context().as_raw();
         let foreign = self.send_cq.context().as_raw() != context
             || self.recv_cq.context().as_raw() != context
@@ -211,11 +230,24 @@ impl<'a, T: Transport> QpBuilder<'a, T> {
             sq_sig_all: i32::from(self.sq_sig_all),
             ..Default::default()
         };
+        let verb = if maker.is_some() {
+            "rdma_create_qp_ex"
+        } else {
+            "ibv_create_qp"
+        };
+        let mut create_ex = |attr: &mut ffi::ibv_qp_init_attr_ex| match &maker {
+            Some(maker) => maker.create(attr),
+            // SAFETY: the PD's live context; `attr` names the PD, CQs and SRQ of that context
+            // (checked above) and is valid and writable.
+            None => unsafe { ffi::ibv_create_qp_ex(context, attr) },
+        };
         let mut created = None;
         if self.send_path != SendPath::Classic {
-            // SAFETY: live context of the PD, whose CQs and SRQ `init` names (checked above).
-            let attempt =
-                unsafe { extended::create(context, self.pd.as_raw(), &init, T::OPS, T::DATAGRAM) }?;
+            // SAFETY: live PD, whose context's CQs and SRQ `init` names (checked above);
+            // `create_ex` is `ibv_create_qp_ex` or a maker keeping its contract.
+            let attempt = unsafe {
+                extended::create(self.pd.as_raw(), &init, T::OPS, T::DATAGRAM, &mut create_ex)
+            }?;
             let required = self.send_path == SendPath::Extended;
             match attempt {
                 extended::Created::Qp {
@@ -223,8 +255,16 @@ impl<'a, T: Transport> QpBuilder<'a, T> {
                     extended: None,
                     ..
                 } if required => {
-                    // SAFETY: the queue pair just created, destroyed once and never used.
-                    let _ = unsafe { ffi::ibv_destroy_qp(raw.as_ptr()) };
+                    match &maker {
+                        Some(maker) => {
+                            let _ = maker.destroy(raw);
+                        }
+                        None => {
+                            // SAFETY: the queue pair just created, destroyed once and never
+                            // used.
+                            let _ = unsafe { ffi::ibv_destroy_qp(raw.as_ptr()) };
+                        }
+                    }
                     return Err(Error::Unsupported("ibv_qp_to_qp_ex"));
                 }
                 extended::Created::Qp { raw, cap, extended } => {
@@ -238,11 +278,17 @@ impl<'a, T: Transport> QpBuilder<'a, T> {
         }
         let (raw, cap, extended) = match created {
             Some(created) => created,
-            None => {
+            None if maker.is_none() => {
                 // SAFETY: live PD, CQs and SRQ of one context (checked above); `init` is valid.
                 let raw = unsafe { ffi::ibv_create_qp(self.pd.as_raw(), &mut init) };
-                let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_create_qp"))?;
+                let raw = NonNull::new(raw).ok_or_else(|| Error::last(verb))?;
                 (raw, init.cap, None)
+            }
+            None => {
+                // The classic creation through the maker: the attributes with no extension.
+                let mut attr = extended::attr_ex(&init, self.pd.as_raw());
+                let raw = NonNull::new(create_ex(&mut attr)).ok_or_else(|| Error::last(verb))?;
+                (raw, attr.cap, None)
             }
         };
         // Both creators write back the capacities they granted.
@@ -278,8 +324,31 @@ impl<'a, T: Transport> QpBuilder<'a, T> {
                 _srq: self.srq.map(|s| s.inner.clone()),
                 state_changed: false,
                 tables,
+                maker,
             },
             _type: PhantomData,
         })
     }
+}
+
+/// A library that creates and destroys queue pairs itself, for [`QpBuilder::build_by`]: the
+/// connection manager, whose `rdma_create_qp_ex` records the queue pair in its identifier and
+/// moves it through its states while connecting, and whose `rdma_destroy_qp` must then destroy
+/// it.
+///
+/// # Safety
+///
+/// - `create` makes a queue pair from `attr` exactly as `ibv_create_qp_ex` on the context of
+///   `attr.pd` does (the same protection domain, queues, SRQ, type and capacities, the granted
+///   capacities written back into `attr`), or returns null with `errno` set.
+/// - `destroy` destroys a queue pair `create` made, as `ibv_destroy_qp` does, and returns 0 or
+///   an errno; after a failure the queue pair still exists.
+/// - Between the two, nothing the maker does makes the queue pair use memory or queues other
+///   than those `attr` named; it may change the queue pair's state only as its own documented
+///   calls do (for the connection manager, while connecting and disconnecting).
+pub unsafe trait QpMaker: Send + Sync + 'static {
+    /// Creates a queue pair from `attr` (see the trait's contract).
+    fn create(&self, attr: &mut ffi::ibv_qp_init_attr_ex) -> *mut ffi::ibv_qp;
+    /// Destroys a queue pair [`create`](Self::create) made.
+    fn destroy(&self, qp: NonNull<ffi::ibv_qp>) -> i32;
 }

@@ -106,8 +106,9 @@ pub(super) enum Created {
     Refused(Errno),
 }
 
-/// `ibv_create_qp_ex` with the attributes of `init` and the send-ops flags of the transport's
-/// operations `ops` (first all, then without the memory-window operations).
+/// `ibv_create_qp_ex` (through `create_ex`) with the attributes of `init` and the send-ops
+/// flags of the transport's operations `ops` (first all, then without the memory-window
+/// operations).
 ///
 /// # Errors
 ///
@@ -115,36 +116,28 @@ pub(super) enum Created {
 ///
 /// # Safety
 ///
-/// `context` is the live context of `pd`, and the CQs and SRQ `init` names are live and belong
-/// to it.
+/// `pd` is live, and the CQs and SRQ `init` names are live and belong to its context;
+/// `create_ex` creates a queue pair from the attributes it is given as `ibv_create_qp_ex` on
+/// that context does (null with `errno` on failure).
 pub(super) unsafe fn create(
-    context: *mut ffi::ibv_context,
     pd: *mut ffi::ibv_pd,
     init: &ffi::ibv_qp_init_attr,
     ops: u32,
     datagram: bool,
+    create_ex: &mut dyn FnMut(&mut ffi::ibv_qp_init_attr_ex) -> *mut ffi::ibv_qp,
 ) -> Result<Created> {
     let full = ops;
     let core = ops & !MW_OPS;
     let attempts: &[u32] = if core == full { &[full] } else { &[full, core] };
     let mut refused = Errno::OPNOTSUPP;
     for &wanted in attempts {
-        let mut attr = ffi::ibv_qp_init_attr_ex {
-            qp_context: init.qp_context,
-            send_cq: init.send_cq,
-            recv_cq: init.recv_cq,
-            srq: init.srq,
-            cap: init.cap,
-            qp_type: init.qp_type,
-            sq_sig_all: init.sq_sig_all,
-            comp_mask: ffi::IBV_QP_INIT_ATTR_PD | ffi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
-            pd,
-            send_ops_flags: send_ops_flags(wanted),
-            ..Default::default()
-        };
-        // SAFETY: live context, PD, CQs and SRQ of that context (the caller's guarantee); `attr`
-        // is valid and writable, and the pointers its comp_mask selects (the PD) are live.
-        let raw = unsafe { ffi::ibv_create_qp_ex(context, &mut attr) };
+        let mut attr = attr_ex(init, pd);
+        attr.comp_mask |= ffi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+        attr.send_ops_flags = send_ops_flags(wanted);
+        // `create_ex` is `ibv_create_qp_ex` on the PD's context, or a library that calls it:
+        // the PD, CQs and SRQ are live and of that context (the caller's guarantee), `attr` is
+        // valid and writable, and the pointers its comp_mask selects (the PD) are live.
+        let raw = create_ex(&mut attr);
         let Some(raw) = NonNull::new(raw) else {
             let errno = Errno::last();
             if errno == Errno::OPNOTSUPP || errno == Errno::NOSYS || errno == Errno::INVAL {
@@ -167,6 +160,25 @@ pub(super) unsafe fn create(
         });
     }
     Ok(Created::Refused(refused))
+}
+
+/// The extended creation attributes of `init` in protection domain `pd`, with no extension.
+pub(super) fn attr_ex(
+    init: &ffi::ibv_qp_init_attr,
+    pd: *mut ffi::ibv_pd,
+) -> ffi::ibv_qp_init_attr_ex {
+    ffi::ibv_qp_init_attr_ex {
+        qp_context: init.qp_context,
+        send_cq: init.send_cq,
+        recv_cq: init.recv_cq,
+        srq: init.srq,
+        cap: init.cap,
+        qp_type: init.qp_type,
+        sq_sig_all: init.sq_sig_all,
+        comp_mask: ffi::IBV_QP_INIT_ATTR_PD,
+        pd,
+        ..Default::default()
+    }
 }
 
 /// The operations of `wanted` whose builders `qpx` has, or 0 when it lacks a batch or data

@@ -42,7 +42,7 @@ pub use attr::{
     ConnectedInitAttr, ModifyAttr, RawModifyAttr, RcRtrAttr, RcRtsAttr, SqPsnRtsAttr, UcRtrAttr,
     UdInitAttr, UdRtrAttr,
 };
-pub use builder::QpBuilder;
+pub use builder::{QpBuilder, QpMaker};
 pub use connect::{Connected, ConnectionRecord};
 pub use ece::Ece;
 pub use extended::SendPath;
@@ -207,6 +207,9 @@ pub(crate) struct QpInner {
     /// The multicast groups (GID, LID) it is attached to: detached before the destroy, which
     /// the kernel refuses (`EBUSY`) while any is left.
     pub(crate) mcast: Vec<(crate::device::Gid, u16)>,
+    /// The library that made the queue pair and destroys it ([`QpBuilder::build_by`]), or
+    /// `None` for `ibv_create_qp(_ex)` and `ibv_destroy_qp`.
+    pub(crate) maker: Option<Arc<dyn QpMaker>>,
 }
 
 // SAFETY: verbs on a queue pair may be called from any thread; posting takes `&mut`, which also
@@ -237,10 +240,15 @@ impl QpInner {
             // SAFETY: a live queue pair; the GID is read during the call.
             unsafe { ffi::ibv_detach_mcast(raw_qp, &raw, lid) != 0 }
         });
-        // SAFETY: live queue pair (not yet destroyed), destroyed once, before the CQs, SRQ and
-        // PD it holds.
-        let ret = unsafe { ffi::ibv_destroy_qp(self.raw.as_ptr()) };
-        Errno::result(ret).map_err(|errno| Error::verb("ibv_destroy_qp", errno))?;
+        let (verb, ret) = match &self.maker {
+            Some(maker) => ("rdma_destroy_qp", maker.destroy(self.raw)),
+            // SAFETY: live queue pair (not yet destroyed), destroyed once, before the CQs, SRQ
+            // and PD it holds.
+            None => ("ibv_destroy_qp", unsafe {
+                ffi::ibv_destroy_qp(self.raw.as_ptr())
+            }),
+        };
+        Errno::result(ret).map_err(|errno| Error::verb(verb, errno))?;
         self.destroyed = true;
         // The device no longer uses anything of the queue pair's: owned requests still in
         // flight are released (their buffers go back to their pools), and late completions
