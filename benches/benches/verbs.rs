@@ -95,6 +95,7 @@ impl Bench {
         let lb = ok(Loopback::open(Shape {
             depth: 2 * BATCH as u32,
             max_inline_data: INLINE as u32,
+            ..Shape::default()
         }));
         let pd = lb.a.pd().clone();
         let access = AccessFlags::LOCAL_WRITE
@@ -185,6 +186,7 @@ fn send_latency(c: &mut Criterion) {
         let mut lb = ok(Loopback::open(Shape {
             depth: 4,
             max_inline_data: INLINE as u32,
+            ..Shape::default()
         }));
         let pd = lb.a.pd().clone();
         let pool = ok(BufferPool::new(&pd, 8, size));
@@ -233,6 +235,7 @@ fn send_latency(c: &mut Criterion) {
         let mut lb = ok(Loopback::open(Shape {
             depth: 4,
             max_inline_data: INLINE as u32,
+            ..Shape::default()
         }));
         let message = pattern(size);
         let Loopback {
@@ -303,6 +306,7 @@ fn send_latency(c: &mut Criterion) {
         let mut lb = ok(Loopback::open(Shape {
             depth: 4,
             max_inline_data: INLINE as u32,
+            ..Shape::default()
         }));
         let message = pattern(size);
         let Loopback {
@@ -754,6 +758,7 @@ fn message_rate(c: &mut Criterion) {
         let mut lb = ok(Loopback::open(Shape {
             depth: 2 * BATCH as u32,
             max_inline_data: 0,
+            ..Shape::default()
         }));
         let pd = lb.a.pd().clone();
         let (send_pool, recv_pool) = (

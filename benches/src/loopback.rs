@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use rdma_verbs::{
     AccessFlags, AddressVector, CompletionChannel, CompletionQueue, ConnectedInitAttr, Context,
-    Gid, Init, QueuePair, Rc, RcRtrAttr, RcRtsAttr, Rts, SharedReceiveQueue, WcOpcode,
+    Gid, Init, QueuePair, Rc, RcRtrAttr, RcRtsAttr, Rts, SharedReceiveQueue, WcFields, WcOpcode,
     WorkCompletion,
 };
 
@@ -22,14 +22,18 @@ pub struct Shape {
     pub depth: u32,
     /// `max_inline_data` asked for (the device may grant more).
     pub max_inline_data: u32,
+    /// Extended completion queues reporting these fields (`CqBuilder::extended`), or classic
+    /// ones.
+    pub extended: Option<WcFields>,
 }
 
 impl Default for Shape {
-    /// Depth 16, no inline data: the instruction counts' set-up.
+    /// Depth 16, no inline data, classic completion queues: the instruction counts' set-up.
     fn default() -> Self {
         Self {
             depth: 16,
             max_inline_data: 0,
+            extended: None,
         }
     }
 }
@@ -81,11 +85,13 @@ impl Loopback {
         let context = Context::open(&device.name).map_err(err)?;
         let channel = context.create_comp_channel().map_err(err)?;
         let cq = || {
-            context
-                .cq_builder(2 * shape.depth)
-                .channel(&channel)
-                .build()
-                .map_err(err)
+            let builder = context.cq_builder(2 * shape.depth).channel(&channel);
+            match shape.extended {
+                Some(fields) => builder.extended(fields),
+                None => builder,
+            }
+            .build()
+            .map_err(err)
         };
         let (cq_a, cq_b) = (cq()?, cq()?);
         let pd = context.alloc_pd().map_err(err)?;

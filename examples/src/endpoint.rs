@@ -45,59 +45,64 @@ pub fn side(ep: &Endpoint) -> Result<(QueuePair<Rc, Init>, Side), String> {
         .sq_sig_all(true);
     let mut qp = ep
         .create_qp(builder)
-        .map_err(|e| format!("rdma_create_ep: {e}"))?;
+        .map_err(|e| format!("rdma_create_qp: {e}"))?;
     let buf = pool.take().ok_or("no buffer")?;
     qp.post_recv_buf(buf, 1)
         .map_err(|e| format!("rdma_post_recv: {e}"))?;
     Ok((qp, Side { cq, pool }))
 }
 
-/// Sends `data` (16 bytes) and waits for its completion.
-pub fn send(
-    qp: &mut QueuePair<Rc, Rts>,
-    side: &mut Side,
-    data: &[u8],
-    timeout: Duration,
-) -> Result<(), String> {
+/// Posts a send of `data` (16 bytes).
+pub fn send(qp: &mut QueuePair<Rc, Rts>, side: &Side, data: &[u8]) -> Result<(), String> {
     let mut buf = side.pool.take().ok_or("no buffer")?;
     buf.fill_from(data).map_err(|e| e.to_string())?;
     qp.post_send_owned(OwnedSend::send(buf).tag(2))
-        .map_err(|e| format!("rdma_post_send: {e}"))?;
-    let done = reap(&mut side.cq, timeout, "rdma_get_send_comp")?;
-    expect(&done, WcOpcode::Send, "rdma_get_send_comp")
+        .map_err(|e| format!("rdma_post_send: {e}"))
 }
 
-/// Waits for the receive's completion and returns the message.
-pub fn receive(side: &mut Side, timeout: Duration) -> Result<Vec<u8>, String> {
-    let mut done = reap(&mut side.cq, timeout, "rdma_get_recv_comp")?;
-    expect(&done, WcOpcode::Recv, "rdma_get_recv_comp")?;
-    let len = done.wc().byte_len() as usize;
-    let buf = done.take_buf().ok_or("a receive without its buffer")?;
-    Ok(buf[..len.min(MESSAGE)].to_vec())
-}
-
-fn reap(cq: &mut CompletionQueue, timeout: Duration, what: &str) -> Result<Completion, String> {
+/// Waits for one successful completion of each opcode of `want`, in any order (one queue
+/// serves both directions: a reply may complete before the send's acknowledgement); returns
+/// the message a receive among them carried.
+pub fn complete(
+    side: &mut Side,
+    want: &[WcOpcode],
+    timeout: Duration,
+) -> Result<Option<Vec<u8>>, String> {
     let deadline = Instant::now() + timeout;
-    loop {
-        let mut got = None;
-        cq.poll_each(1, |c| got = Some(c))
-            .map_err(|e| format!("{what}: {e}"))?;
-        if let Some(done) = got {
-            return Ok(done);
+    let mut missing = want.to_vec();
+    let mut message = None;
+    while !missing.is_empty() {
+        let mut got: Option<Completion> = None;
+        side.cq
+            .poll_each(1, |c| got = Some(c))
+            .map_err(|e| format!("ibv_poll_cq: {e}"))?;
+        let Some(mut done) = got else {
+            if Instant::now() >= deadline {
+                return Err(format!("no completion of {missing:?} in {timeout:?}"));
+            }
+            std::thread::yield_now();
+            continue;
+        };
+        let opcode = done.wc().opcode();
+        let what = if opcode == WcOpcode::Recv {
+            "rdma_get_recv_comp"
+        } else {
+            "rdma_get_send_comp"
+        };
+        if done.status() != WcStatus::Success {
+            return Err(format!("{what}: {} ({opcode:?})", done.status()));
         }
-        if Instant::now() >= deadline {
-            return Err(format!("{what}: no completion in {timeout:?}"));
+        let Some(at) = missing.iter().position(|&w| w == opcode) else {
+            return Err(format!("{what}: an unexpected {opcode:?} completion"));
+        };
+        missing.remove(at);
+        if opcode == WcOpcode::Recv {
+            let len = done.wc().byte_len() as usize;
+            let buf = done.take_buf().ok_or("a receive without its buffer")?;
+            message = Some(buf[..len.min(MESSAGE)].to_vec());
         }
-        std::thread::yield_now();
     }
-}
-
-fn expect(done: &Completion, opcode: WcOpcode, what: &str) -> Result<(), String> {
-    let wc = done.wc();
-    if done.status() != WcStatus::Success || wc.opcode() != opcode {
-        return Err(format!("{what}: {} ({:?})", done.status(), wc.opcode()));
-    }
-    Ok(())
+    Ok(message)
 }
 
 /// The bytes as hex, for `-v`.

@@ -111,7 +111,7 @@ impl CmId {
     /// as [`init_qp_attr`](Self::init_qp_attr) (`EINVAL` before the route is resolved) and
     /// the transition; the queue pair is destroyed on failure.
     pub fn init_rc_qp(&self, qp: QueuePair<Rc, Reset>) -> Result<QueuePair<Rc, Init>> {
-        self.check_device(qp.pd().context())?;
+        self.check_qp(&qp)?;
         Ok(qp
             .into_init_with(&self.init_qp_attr(QpStateKind::Init)?)
             .map_err(|e| e.into_parts().1)?)
@@ -131,7 +131,6 @@ impl CmId {
         param: &ConnParam,
         timeout: Duration,
     ) -> Result<(QueuePair<Rc, Rts>, Vec<u8>)> {
-        self.check_device(qp.pd().context())?;
         if self.made(&qp) {
             self.connect(param)?;
             let established = self.wait_event(EventKind::Established, timeout)?;
@@ -141,6 +140,7 @@ impl CmId {
             // `Established` (`rdma_connect` with `id->qp` set).
             return Ok((unsafe { qp.assume_state::<Rts>() }, private_data));
         }
+        self.check_qp(&qp)?;
         self.connect(&param.clone().qp_num(qp.qp_num()))?;
         let response = self.wait_event(EventKind::ConnectResponse, timeout)?;
         let private_data = response.private_data().to_vec();
@@ -230,13 +230,13 @@ impl CmId {
         param: &ConnParam,
         timeout: Duration,
     ) -> Result<QueuePair<Rc, Rts>> {
-        self.check_device(qp.pd().context())?;
         let qp = if self.made(&qp) {
             self.accept(param)?;
             // SAFETY: `rdma_accept` with `id->qp` set moved the queue pair to RTR and RTS
             // before sending the accept, and returned 0.
             unsafe { qp.assume_state::<Rts>() }
         } else {
+            self.check_qp(&qp)?;
             let mut qp = qp;
             qp.update_init_with(&self.init_qp_attr(QpStateKind::Init)?)?;
             let qp = qp
@@ -284,7 +284,7 @@ impl CmId {
     /// as [`init_qp_attr`](Self::init_qp_attr) (`EINVAL` on an identifier that did not come
     /// with a connect request) and the transitions; the queue pair is destroyed on failure.
     pub fn ready_rc_qp(&self, qp: QueuePair<Rc, Reset>) -> Result<QueuePair<Rc, Rts>> {
-        self.check_device(qp.pd().context())?;
+        self.check_qp(&qp)?;
         let qp = qp
             .into_init_with(&self.init_qp_attr(QpStateKind::Init)?)
             .map_err(|e| e.into_parts().1)?

@@ -23,8 +23,9 @@ use crate::param::ConnParam;
 pub(crate) struct EpInner {
     raw: NonNull<ffi::rdma_cm_id>,
     /// Serialises the calls on the identifier (librdmacm's synchronous calls read its
-    /// channel).
-    lock: Mutex<()>,
+    /// channel), and holds what the endpoint is doing: a synchronous call waits for an event
+    /// only the right state brings.
+    lock: Mutex<EpState>,
     /// For an endpoint of a connect request: the listening endpoint, whose destruction waits
     /// for the request's event to be acknowledged, which this endpoint does.
     _listener: Option<Arc<EpInner>>,
@@ -36,10 +37,39 @@ unsafe impl Send for EpInner {}
 // SAFETY: as above.
 unsafe impl Sync for EpInner {}
 
+/// What an endpoint is doing, which decides the synchronous calls it may make: each waits for
+/// an event, and one the state cannot bring would be waited for forever.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum EpState {
+    /// Made (an active endpoint, resolved), or its connection refused or ended.
+    Idle,
+    /// Listening: `get_request` waits for a connect request.
+    Listening,
+    /// A connect request's endpoint, not accepted yet.
+    Requested,
+    /// Connected: `disconnect` waits for the peer's answer.
+    Connected,
+}
+
 impl IdHandle for EpInner {
     fn with_id<R>(&self, f: impl FnOnce(*mut ffi::rdma_cm_id) -> R) -> R {
-        let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        f(self.raw.as_ptr())
+        self.with_state(|raw, _| f(raw))
+    }
+}
+
+impl EpInner {
+    /// Runs `f` on the live identifier and the endpoint's state, under its lock.
+    fn with_state<R>(&self, f: impl FnOnce(*mut ffi::rdma_cm_id, &mut EpState) -> R) -> R {
+        let mut state = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        f(self.raw.as_ptr(), &mut state)
+    }
+}
+
+/// The error of a synchronous call the endpoint's state cannot answer.
+fn not_now(call: &'static str) -> Error {
+    Error::Call {
+        call,
+        errno: rdma_verbs::Errno::from_raw(libc::EINVAL),
     }
 }
 
@@ -147,7 +177,7 @@ impl Endpoint {
         })?;
         Ok(Self(Arc::new(EpInner {
             raw,
-            lock: Mutex::new(()),
+            lock: Mutex::new(EpState::Idle),
             _listener: None,
         })))
     }
@@ -159,27 +189,36 @@ impl Endpoint {
     /// [`Error::Call`] with `rdma_listen` (`EADDRINUSE`, ...).
     #[doc(alias = "rdma_listen")]
     pub fn listen(&self, backlog: i32) -> Result<()> {
-        self.0.with_id(|raw| {
+        self.0.with_state(|raw, state| {
             // SAFETY: a live identifier, under its lock.
-            check("rdma_listen", unsafe { ffi::rdma_listen(raw, backlog) })
+            check("rdma_listen", unsafe { ffi::rdma_listen(raw, backlog) })?;
+            *state = EpState::Listening;
+            Ok(())
         })
     }
 
     /// `rdma_get_request`: the next connect request of a listening endpoint, as an endpoint
     /// of its own (with the request's private data, [`private_data`](Self::private_data)).
-    /// Waits at most `timeout` for one (`None`: as long as it takes).
+    /// Waits at most `timeout` for one to arrive (`None`: as long as it takes; a request
+    /// librdmacm discards on arrival makes it wait for the next).
     ///
     /// # Errors
     ///
-    /// [`Error::Call`] with `rdma_get_request` and `ETIMEDOUT` when none came within
-    /// `timeout`, or with its errno (`EINVAL` on an endpoint that does not listen).
+    /// [`Error::Call`] with `rdma_get_request`: `EINVAL`, without the call, on an endpoint
+    /// that does not [`listen`](Self::listen); `ETIMEDOUT` when none came within `timeout`;
+    /// else its errno.
     ///
     /// # References
     ///
     /// [`rdma_get_request(3)`](https://man7.org/linux/man-pages/man3/rdma_get_request.3.html)
     #[doc(alias = "rdma_get_request")]
     pub fn get_request(&self, timeout: Option<Duration>) -> Result<Endpoint> {
-        let raw = self.0.with_id(|raw| {
+        let raw = self.0.with_state(|raw, state| {
+            if *state != EpState::Listening {
+                // Another endpoint's `rdma_get_request` would wait forever, or take the
+                // events of its connection.
+                return Err(not_now("rdma_get_request"));
+            }
             // SAFETY: a live identifier under its lock; a synchronous one has its own channel,
             // open while it lives.
             let fd = unsafe { BorrowedFd::borrow_raw((*(*raw).channel).fd) };
@@ -203,7 +242,7 @@ impl Endpoint {
         })?;
         Ok(Endpoint(Arc::new(EpInner {
             raw,
-            lock: Mutex::new(()),
+            lock: Mutex::new(EpState::Requested),
             _listener: Some(self.0.clone()),
         })))
     }
@@ -250,8 +289,9 @@ impl Endpoint {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a queue pair that is not the endpoint's; [`Error::Call`]
-    /// with `rdma_connect` and its errno (`ECONNREFUSED` when the peer rejected, `ETIMEDOUT`,
-    /// ...); the queue pair is destroyed then.
+    /// with `rdma_connect`: `EINVAL`, without the call, on an endpoint that listens, came from
+    /// a connect request or is connected; else its errno (`ECONNREFUSED` when the peer
+    /// rejected, `ETIMEDOUT`, ...); the queue pair is destroyed then.
     ///
     /// # References
     ///
@@ -264,12 +304,16 @@ impl Endpoint {
     ) -> Result<(QueuePair<Rc, Rts>, Vec<u8>)> {
         self.check_own(&qp)?;
         let mut raw_param = param.to_raw();
-        let private_data = self.0.with_id(|raw| {
+        let private_data = self.0.with_state(|raw, state| {
+            if *state != EpState::Idle {
+                return Err(not_now("rdma_connect"));
+            }
             // SAFETY: a live identifier under its lock; the parameters (and their private
             // data) live through the call.
             check("rdma_connect", unsafe {
                 ffi::rdma_connect(raw, &mut raw_param)
             })?;
+            *state = EpState::Connected;
             // SAFETY: as above; a synchronous identifier keeps the event its call ended with.
             Ok::<_, Error>(unsafe { event_private_data(raw) })
         })?;
@@ -284,7 +328,9 @@ impl Endpoint {
     ///
     /// # Errors
     ///
-    /// As [`connect`](Self::connect), with `rdma_accept`.
+    /// As [`connect`](Self::connect), with `rdma_accept` (`EINVAL`, without the call, on an
+    /// endpoint that did not come from [`get_request`](Self::get_request) or accepted
+    /// already).
     ///
     /// # References
     ///
@@ -293,25 +339,37 @@ impl Endpoint {
     pub fn accept(&self, qp: QueuePair<Rc, Init>, param: &ConnParam) -> Result<QueuePair<Rc, Rts>> {
         self.check_own(&qp)?;
         let mut raw_param = param.to_raw();
-        self.0.with_id(|raw| {
+        self.0.with_state(|raw, state| {
+            if *state != EpState::Requested {
+                return Err(not_now("rdma_accept"));
+            }
             // SAFETY: as in `connect`.
             check("rdma_accept", unsafe {
                 ffi::rdma_accept(raw, &mut raw_param)
-            })
+            })?;
+            *state = EpState::Connected;
+            Ok(())
         })?;
         // SAFETY: `rdma_accept` on an identifier with its queue pair moved it to RTR and RTS.
         Ok(unsafe { qp.assume_state::<Rts>() })
     }
 
-    /// `rdma_disconnect`: ends the connection (the queue pair moves to ERR) and returns once
-    /// the peer answered or the connection manager gave up.
+    /// `rdma_disconnect`: ends the connection (the queue pair moves to the error state on
+    /// InfiniBand and RoCE) and returns once the peer answered or the connection manager gave
+    /// up.
     ///
     /// # Errors
     ///
-    /// [`Error::Call`] with `rdma_disconnect`.
+    /// [`Error::Call`] with `rdma_disconnect`: `EINVAL`, without the call, without a
+    /// connection (never made, refused, or ended already: the call would wait for an answer
+    /// nobody sends); else its errno.
     #[doc(alias = "rdma_disconnect")]
     pub fn disconnect(&self) -> Result<()> {
-        self.0.with_id(|raw| {
+        self.0.with_state(|raw, state| {
+            if *state != EpState::Connected {
+                return Err(not_now("rdma_disconnect"));
+            }
+            *state = EpState::Idle;
             // SAFETY: a live identifier, under its lock.
             check("rdma_disconnect", unsafe { ffi::rdma_disconnect(raw) })
         })

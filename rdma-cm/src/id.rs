@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use rdma_verbs::qp::Ece;
-use rdma_verbs::{Context, QpStateKind, RawModifyAttr};
+use rdma_verbs::{AsyncEvent, Context, QpStateKind, RawModifyAttr};
 use rdma_verbs_sys as ffi;
 
 use crate::addr;
@@ -230,6 +230,23 @@ fn millis(timeout: Duration) -> i32 {
         .max(1)
 }
 
+/// Refuses parameters naming queue pair `qp_num` (0: none) on an identifier that has a queue
+/// pair of its own with another number: librdmacm would announce its own, whatever they say.
+///
+/// # Safety
+///
+/// `raw` is a live identifier, under its channel's lock.
+unsafe fn check_own_qp(raw: *mut ffi::rdma_cm_id, qp_num: u32) -> Result<()> {
+    // SAFETY: the caller's guarantee; the queue pair it names is alive while it names it.
+    let own = unsafe { (*raw).qp.as_ref().map(|qp| qp.qp_num) };
+    match own {
+        Some(own) if qp_num != 0 && qp_num != own => Err(Error::InvalidArgument(
+            "the identifier has a queue pair of its own (create_qp): the parameters name another",
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// `private_data` as a reject call takes it: a pointer (null when empty) and a length that
 /// fits in a byte.
 fn private_data_arg(private_data: &[u8]) -> Result<(*const std::ffi::c_void, u8)> {
@@ -391,6 +408,8 @@ impl CmId {
     pub fn connect(&self, param: &ConnParam) -> Result<()> {
         let mut raw_param = param.to_raw();
         self.0.with_device(|raw| {
+            // SAFETY: a live identifier, under its channel's lock.
+            unsafe { check_own_qp(raw, raw_param.qp_num) }?;
             // SAFETY: a live identifier bound to a device; the parameters (and the private
             // data they point at, in `param`) are read during the call.
             check("rdma_connect", unsafe {
@@ -414,6 +433,8 @@ impl CmId {
     pub fn accept(&self, param: &ConnParam) -> Result<()> {
         let mut raw_param = param.to_raw();
         self.0.with_device(|raw| {
+            // SAFETY: a live identifier, under its channel's lock.
+            unsafe { check_own_qp(raw, raw_param.qp_num) }?;
             // SAFETY: as in `connect`.
             check("rdma_accept", unsafe {
                 ffi::rdma_accept(raw, &mut raw_param)
@@ -513,6 +534,28 @@ impl CmId {
             })
         })?;
         Ok(Ece::from_raw(&raw_ece))
+    }
+
+    /// `rdma_notify`: tells the connection manager of an event of the connection's queue
+    /// pair. The one it acts on is [`AsyncEvent::CommunicationEstablished`]
+    /// (`IBV_EVENT_COMM_EST`): the queue pair received a message before the connection
+    /// manager's ready-to-use message arrived, which establishes the connection now.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Call`] with `rdma_notify` and the kernel's errno: `EISCONN` on a connection
+    /// that is established already, `EINVAL` on one that is not being established.
+    ///
+    /// # References
+    ///
+    /// [`rdma_notify(3)`](https://man7.org/linux/man-pages/man3/rdma_notify.3.html)
+    #[doc(alias = "rdma_notify")]
+    pub fn notify(&self, event: &AsyncEvent) -> Result<()> {
+        let kind = event.raw_type();
+        self.0.with(|raw| {
+            // SAFETY: a live identifier, under its channel's lock.
+            check("rdma_notify", unsafe { ffi::rdma_notify(raw, kind) })
+        })
     }
 
     /// `rdma_establish`: completes an active connection whose queue pair the caller moved to

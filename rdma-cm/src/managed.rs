@@ -1,6 +1,7 @@
-//! Queue pairs the connection manager makes (`rdma_create_qp_ex`) and then moves through their
-//! states itself while connecting, as rdma-core's endpoint examples use them; destroyed with
-//! `rdma_destroy_qp`.
+//! Queue pairs the connection manager makes (`rdma_create_qp`, or `rdma_create_qp_ex` for the
+//! extended send path) and then moves through their states itself while connecting, as
+//! rdma-core's endpoint examples use them; destroyed as `rdma_destroy_qp` would, with its
+//! failure reported.
 
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -32,15 +33,23 @@ struct IdQpMaker<H: IdHandle>(Arc<H>);
 // identifier's device from the attributes given (its PD must be of that device, checked by
 // librdmacm; the CQs and SRQ are the attributes' own, as librdmacm creates none when both CQs
 // are given), writing back the capacities, and records it in the identifier; it then moves it
-// to INIT (or, for a failure, destroys it). `rdma_destroy_qp` destroys it with
-// `ibv_destroy_qp`. In between librdmacm only moves it through its states while connecting
-// (RTR, RTS) and disconnecting (ERR).
+// to INIT (or, for a failure, destroys it). `destroy` destroys it with `ibv_destroy_qp` once
+// the identifier no longer names it (what `rdma_destroy_qp` does, except that a failure
+// leaves it named and alive). In between librdmacm only moves it through its states while
+// connecting (RTR, RTS) and disconnecting (ERR).
 unsafe impl<H: IdHandle> QpMaker for IdQpMaker<H> {
     fn create(&self, attr: &mut ffi::ibv_qp_init_attr_ex) -> *mut ffi::ibv_qp {
         let (qp, errno) = self.0.with_id(|raw| {
-            // SAFETY: a live identifier, under its lock; `attr` is valid and writable, and
-            // names live objects (the builder's).
-            let ret = unsafe { ffi::rdma_create_qp_ex(raw, attr) };
+            let ret = if attr.comp_mask == ffi::IBV_QP_INIT_ATTR_PD {
+                // No extension: the classic call, whose attributes are the extended ones'
+                // prefix.
+                // SAFETY: a live identifier, under its lock; `attr` is valid and writable,
+                // `ibv_qp_init_attr` is its prefix, and it names live objects (the builder's).
+                unsafe { ffi::rdma_create_qp(raw, attr.pd, std::ptr::from_mut(attr).cast()) }
+            } else {
+                // SAFETY: as above.
+                unsafe { ffi::rdma_create_qp_ex(raw, attr) }
+            };
             let qp = if ret == 0 {
                 // SAFETY: as above; read under the same lock.
                 unsafe { (*raw).qp }
@@ -61,18 +70,40 @@ unsafe impl<H: IdHandle> QpMaker for IdQpMaker<H> {
     }
 
     fn destroy(&self, qp: NonNull<ffi::ibv_qp>) -> i32 {
-        self.0.with_id(|raw| {
+        // `rdma_destroy_qp` ignores a failing `ibv_destroy_qp` and forgets the queue pair
+        // anyway, and it would run under the identifier's lock, while the provider may take a
+        // completion queue's lock that a poll session holds (mlx5): the identifier forgets
+        // its queue pair under the lock, the destroy runs outside it, and a failure gives it
+        // back.
+        let taken = self.0.with_id(|raw| {
             // SAFETY: a live identifier, under its lock.
-            if unsafe { (*raw).qp } != qp.as_ptr() {
-                // Not this identifier's queue pair (cannot happen: the maker is per queue
-                // pair); refused rather than destroying another one.
-                return libc::EINVAL;
+            unsafe {
+                if (*raw).qp != qp.as_ptr() {
+                    return false;
+                }
+                (*raw).qp = std::ptr::null_mut();
             }
-            // SAFETY: the identifier's queue pair, destroyed once (the queue pair's owner
-            // calls this once on success); `rdma_destroy_qp` also clears `id->qp`.
-            unsafe { ffi::rdma_destroy_qp(raw) };
-            0
-        })
+            true
+        });
+        if !taken {
+            // Not this identifier's queue pair (cannot happen: the maker is per queue pair);
+            // refused rather than destroying another one.
+            return libc::EINVAL;
+        }
+        // SAFETY: the identifier's queue pair, which it no longer names; destroyed once (the
+        // queue pair's owner calls this once on success).
+        let ret = unsafe { ffi::ibv_destroy_qp(qp.as_ptr()) };
+        if ret != 0 {
+            self.0.with_id(|raw| {
+                // SAFETY: a live identifier, under its lock; the queue pair still exists.
+                unsafe {
+                    if (*raw).qp.is_null() {
+                        (*raw).qp = qp.as_ptr();
+                    }
+                }
+            });
+        }
+        ret
     }
 }
 
@@ -102,8 +133,11 @@ impl CmId {
     ///
     /// - [`Error::InvalidArgument`] for an identifier of another port space than TCP (RC).
     /// - [`Error::Verbs`] with `rdma_create_qp_ex` and its errno: `EINVAL` where the
-    ///   identifier has a queue pair already, no device yet, or the protection domain is of
-    ///   another device; as [`QpBuilder::build`] otherwise.
+    ///   identifier has a queue pair already or no device yet, or the protection domain is
+    ///   not of the identifier's own [`context`](Self::context) (librdmacm compares the
+    ///   context itself: one opened with `Context::open` on the same device is another);
+    ///   as [`QpBuilder::build`] otherwise (with `ibv_create_qp_ex` for
+    ///   `SendPath::Extended`'s refusals).
     ///
     /// # References
     ///
@@ -125,5 +159,26 @@ impl CmId {
     pub(crate) fn made(&self, qp: &QueuePair<Rc, Init>) -> bool {
         // SAFETY: a live identifier, read under its channel's lock.
         self.0.with(|raw| unsafe { (*raw).qp }) == qp.as_raw()
+    }
+
+    /// Refuses `qp` on the paths where the caller moves the queue pair: one of another device
+    /// than the identifier's (the connection manager would announce a queue pair number that
+    /// does not exist there), one another identifier made, or any other than the identifier's
+    /// own while it has one (librdmacm would connect that one, whatever the parameters say).
+    pub(crate) fn check_qp<S: rdma_verbs::QpState>(&self, qp: &QueuePair<Rc, S>) -> Result<()> {
+        self.check_device(qp.pd().context())?;
+        // SAFETY: a live identifier, read under its channel's lock.
+        let own = self.0.with(|raw| unsafe { (*raw).qp });
+        if !own.is_null() && own != qp.as_raw() {
+            return Err(Error::InvalidArgument(
+                "the identifier has a queue pair of its own (create_qp): connect that one",
+            ));
+        }
+        if own.is_null() && qp.has_maker() {
+            return Err(Error::InvalidArgument(
+                "the queue pair belongs to another identifier (create_qp)",
+            ));
+        }
+        Ok(())
     }
 }

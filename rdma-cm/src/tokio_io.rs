@@ -224,8 +224,9 @@ impl AsyncCmId {
         self.connect_init_qp(self.id.init_rc_qp(qp)?, param).await
     }
 
-    /// [`connect_qp`](Self::connect_qp) for a queue pair in INIT already (from
-    /// [`CmId::init_rc_qp`], its first receives posted).
+    /// [`connect_qp`](Self::connect_qp) for a queue pair in INIT already, its first receives
+    /// posted: from [`CmId::init_rc_qp`], or the identifier's own from [`CmId::create_qp`]
+    /// (as [`CmId::connect_init_qp`] does).
     ///
     /// # Errors
     ///
@@ -235,7 +236,16 @@ impl AsyncCmId {
         qp: QueuePair<Rc, Init>,
         param: &ConnParam,
     ) -> Result<(QueuePair<Rc, Rts>, Vec<u8>)> {
-        self.id.check_device(qp.pd().context())?;
+        if self.id.made(&qp) {
+            self.id.connect(param)?;
+            let established = self.wait_event(EventKind::Established).await?;
+            let private_data = established.private_data().to_vec();
+            drop(established);
+            // SAFETY: the connection manager moved its queue pair to RTS before reporting
+            // `Established` (`rdma_connect` with `id->qp` set).
+            return Ok((unsafe { qp.assume_state::<Rts>() }, private_data));
+        }
+        self.id.check_qp(&qp)?;
         self.id.connect(&param.clone().qp_num(qp.qp_num()))?;
         let response = self.wait_event(EventKind::ConnectResponse).await?;
         let private_data = response.private_data().to_vec();

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use rdma_cm::rdma_verbs::qp::Ece;
-use rdma_cm::rdma_verbs::{BufferPool, CompletionQueue, QpStateKind, QueuePair, Rc, Rts};
+use rdma_cm::rdma_verbs::{
+    BufferPool, CompletionQueue, QpStateKind, QueuePair, Rc, Rts, WcOpcode, WcStatus,
+};
 use rdma_cm::{CmId, ConnParam, Error, Event, EventChannel, EventKind, PortSpace};
 
 /// A listener on the device's address, on a free port.
@@ -308,12 +310,41 @@ fn queue_pairs_the_connection_manager_makes_are_moved_by_it() {
         }
         other => panic!("a second queue pair on one identifier: {other:?}"),
     }
+    // While the identifier has its own, the paths of the caller's queue pairs refuse any
+    // other (librdmacm would connect its own), and another identifier refuses this one.
+    let other = pd.qp_builder(&cq, &cq).build().unwrap();
+    assert!(matches!(
+        id.init_rc_qp(other),
+        Err(Error::InvalidArgument(_))
+    ));
+    let second = CmId::new(&channel, PortSpace::Tcp).unwrap();
+    second.resolve(local, WAIT).unwrap();
+    let second_pd = second.context().unwrap().alloc_pd().unwrap();
+    let second_cq = second.context().unwrap().create_cq(4).unwrap();
+    let made = second
+        .create_qp(second_pd.qp_builder(&second_cq, &second_cq))
+        .unwrap();
+    assert!(made.has_maker());
+    assert!(matches!(
+        id.connect_init_qp(made, &ConnParam::new(), WAIT),
+        Err(Error::InvalidArgument(_))
+    ));
+    drop((second_cq, second_pd, second));
     qp.post_recv_buf(pool.take().unwrap(), 2).unwrap();
     let (mut qp, accepted) = id
         .connect_init_qp(qp, &ConnParam::new(), WAIT)
         .expect("connect");
     assert_private(&accepted, b"made", "the accept, through Established");
     assert_eq!(qp.query_state().unwrap(), QpStateKind::Rts);
+    // The queue pair's "communication established" is news to nobody now.
+    match id.notify(&rdma_cm::rdma_verbs::AsyncEvent::CommunicationEstablished {
+        qp_num: qp.qp_num(),
+    }) {
+        Err(Error::Call { call, errno }) => {
+            assert_eq!((call, errno.raw()), ("rdma_notify", libc::EISCONN));
+        }
+        other => panic!("rdma_notify on an established connection: {other:?}"),
+    }
     send(&mut qp, &pool, 5);
     sent(&mut cq, "client: its SEND");
     received(&mut cq, 6, "client: the server's SEND");
@@ -328,6 +359,100 @@ fn queue_pairs_the_connection_manager_makes_are_moved_by_it() {
     // The identifier's context (and all made from it) holds the identifier too.
     drop((qp, cq, pool, pd, context, id, channel));
     assert_cm_ids(before, "after both sides are gone");
+}
+
+/// Endpoints (`rdma_create_ep`, synchronous): a listener, a connect request's endpoint and a
+/// client connect with queue pairs the connection manager makes, a message each way; a call
+/// the endpoint's state cannot answer (a request on an endpoint that does not listen, a
+/// second disconnect, an accept of a connected endpoint) is refused with `EINVAL` instead of
+/// waiting forever, and a request that does not come ends with `ETIMEDOUT` in time.
+#[test]
+fn endpoints_connect_and_refuse_what_their_state_cannot_answer() {
+    let Some(addr) = device_addr() else { return };
+    use rdma_cm::{AddrHints, Endpoint, getaddrinfo};
+    let einval = |result: Result<(), Error>, want: &str| match result {
+        Err(Error::Call { call, errno }) => {
+            assert_eq!((call, errno.raw()), (want, libc::EINVAL));
+        }
+        other => panic!("{want}: {other:?}"),
+    };
+    let passive = AddrHints {
+        passive: true,
+        ..AddrHints::default()
+    };
+    let info = getaddrinfo(Some(&addr.to_string()), Some("0"), &passive).unwrap();
+    let listener = Endpoint::new(&info[0]).expect("rdma_create_ep");
+    einval(
+        listener.get_request(Some(WAIT)).map(drop),
+        "rdma_get_request",
+    );
+    listener.listen(4).expect("rdma_listen");
+    let local = listener.local_addr().expect("a bound address");
+    assert_ne!(local.port(), 0);
+    match listener.get_request(Some(Duration::from_millis(200))) {
+        Err(Error::Call { call, errno }) => {
+            assert_eq!((call, errno.raw()), ("rdma_get_request", libc::ETIMEDOUT));
+        }
+        other => panic!("no client yet: {other:?}"),
+    }
+    einval(listener.disconnect(), "rdma_disconnect");
+    let server = thread::spawn(move || {
+        let ep = listener.get_request(Some(WAIT)).expect("rdma_get_request");
+        assert_private(
+            &ep.private_data(),
+            b"endpoint",
+            "the request's private data",
+        );
+        let context = ep.context().unwrap();
+        let pd = context.alloc_pd().unwrap();
+        let mut cq = context.create_cq(16).unwrap();
+        let pool = BufferPool::new(&pd, 4, SIZE).unwrap();
+        let mut qp = ep.create_qp(pd.qp_builder(&cq, &cq)).unwrap();
+        qp.post_recv_buf(pool.take().unwrap(), 1).unwrap();
+        let mut qp = ep.accept(qp, &ConnParam::new()).expect("rdma_accept");
+        received(&mut cq, 3, "endpoint server: the client's SEND");
+        send(&mut qp, &pool, 4);
+        sent(&mut cq, "endpoint server: its SEND");
+        // The client disconnects; this side's own disconnect answers.
+        thread::sleep(Duration::from_millis(200));
+        ep.disconnect().expect("the server's rdma_disconnect");
+        drop((qp, cq, pool, pd, context, ep, listener));
+    });
+    let hints = AddrHints::default();
+    let info = getaddrinfo(
+        Some(&local.ip().to_string()),
+        Some(&local.port().to_string()),
+        &hints,
+    )
+    .unwrap();
+    let ep = Endpoint::new(&info[0]).expect("rdma_create_ep, resolving");
+    assert_eq!(ep.peer_addr(), Some(local));
+    einval(ep.disconnect(), "rdma_disconnect");
+    einval(ep.get_request(None).map(drop), "rdma_get_request");
+    let context = ep.context().unwrap();
+    let pd = context.alloc_pd().unwrap();
+    let mut cq = context.create_cq(16).unwrap();
+    let pool = BufferPool::new(&pd, 4, SIZE).unwrap();
+    let mut qp = ep.create_qp(pd.qp_builder(&cq, &cq)).unwrap();
+    qp.post_recv_buf(pool.take().unwrap(), 2).unwrap();
+    let (mut qp, _) = ep
+        .connect(qp, &ConnParam::new().private_data(b"endpoint").unwrap())
+        .expect("rdma_connect");
+    send(&mut qp, &pool, 3);
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let mut done = reap(&mut cq, "endpoint client");
+        assert_eq!(done.status(), WcStatus::Success, "{:?}", done.wc());
+        if done.wc().opcode() == WcOpcode::Recv {
+            assert_eq!(&done.take_buf().unwrap()[..], &pattern(4)[..]);
+        }
+        seen.push(done.wc().opcode());
+    }
+    ep.disconnect().expect("rdma_disconnect");
+    einval(ep.disconnect(), "rdma_disconnect");
+    assert_eq!(qp.query_state().unwrap(), QpStateKind::Error);
+    server.join().unwrap();
+    drop((qp, cq, pool, pd, context, ep));
 }
 
 /// A connect to a port nobody listens on is refused by the peer's connection manager, within

@@ -128,30 +128,36 @@ impl SrqBuilder<'_> {
         self
     }
 
-    /// `ibv_create_srq`, then `ibv_modify_srq` for a limit (`ibv_create_srq` ignores one).
+    /// `ibv_create_srq_ex` for a basic SRQ (which libibverbs serves with `ibv_create_srq`),
+    /// then `ibv_modify_srq` for a limit (the creation ignores one).
     ///
     /// # Errors
     ///
-    /// [`Error::Verb`] with the errno of `ibv_create_srq` (`EINVAL` above the device's
+    /// [`Error::Verb`] with the errno of `ibv_create_srq_ex` (`EINVAL` above the device's
     /// limits) or of `ibv_modify_srq` (`EINVAL` for a limit above the capacity; the SRQ is then
     /// destroyed).
     ///
     /// # References
     ///
-    /// [`ibv_create_srq(3)`](https://man7.org/linux/man-pages/man3/ibv_create_srq.3.html)
+    /// [`ibv_create_srq_ex(3)`](https://man7.org/linux/man-pages/man3/ibv_create_srq_ex.3.html)
     #[doc(alias = "ibv_create_srq")]
+    #[doc(alias = "ibv_create_srq_ex")]
     pub fn build(self) -> Result<SharedReceiveQueue> {
-        let mut init = ffi::ibv_srq_init_attr {
+        let mut init = ffi::ibv_srq_init_attr_ex {
             attr: ffi::ibv_srq_attr {
                 max_wr: self.max_wr,
                 max_sge: self.max_sge,
                 srq_limit: 0,
             },
+            comp_mask: ffi::IBV_SRQ_INIT_ATTR_TYPE | ffi::IBV_SRQ_INIT_ATTR_PD,
+            srq_type: ffi::IBV_SRQT_BASIC,
+            pd: self.pd.as_raw(),
             ..Default::default()
         };
-        // SAFETY: live PD; valid attributes.
-        let raw = unsafe { ffi::ibv_create_srq(self.pd.as_raw(), &mut init) };
-        let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_create_srq"))?;
+        // SAFETY: live PD of the live context; valid attributes, the PD the only pointer the
+        // mask selects.
+        let raw = unsafe { ffi::ibv_create_srq_ex(self.pd.context().as_raw(), &mut init) };
+        let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_create_srq_ex"))?;
         let srq = SharedReceiveQueue {
             inner: Arc::new(SrqInner {
                 raw,
@@ -215,6 +221,25 @@ impl SharedReceiveQueue {
     /// Scatter/gather entries per receive (as granted).
     pub fn max_sge(&self) -> u32 {
         self.max_sge
+    }
+
+    /// `ibv_get_srq_num`: the SRQ's number, which XRC senders address it by.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`] where the provider has no SRQ numbers (Soft-RoCE, which has no
+    /// XRC); else [`Error::Verb`] with the call's errno.
+    ///
+    /// # References
+    ///
+    /// [`ibv_get_srq_num(3)`](https://man7.org/linux/man-pages/man3/ibv_get_srq_num.3.html)
+    #[doc(alias = "ibv_get_srq_num")]
+    pub fn srq_num(&self) -> Result<u32> {
+        let mut num = 0;
+        // SAFETY: a live SRQ; `num` is writable.
+        let ret = unsafe { ffi::ibv_get_srq_num(self.as_raw(), &mut num) };
+        Error::check("ibv_get_srq_num", ret)?;
+        Ok(num)
     }
 
     /// `ibv_modify_srq` with `IBV_SRQ_LIMIT`: arms the limit event. When the number of posted

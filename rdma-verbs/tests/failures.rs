@@ -864,7 +864,7 @@ fn refusal<T: std::fmt::Debug>(result: Result<T>) -> (&'static str, i32) {
 
 /// The verbs Soft-RoCE has no provider operation for: each is refused with `EOPNOTSUPP`,
 /// named, and leaves what it was called on as it was. Thread and parent domains, null
-/// regions, re-registration, prefetch advice, ECE and rate limits; data placement is not
+/// regions, SRQ numbers, re-registration, prefetch advice, ECE and rate limits; data placement is not
 /// promised in order. Arguments the crate can judge are refused before the call. (On another
 /// device these calls may work: there the test only requires a typed result, and says so.)
 #[test]
@@ -886,6 +886,9 @@ fn fail_the_verbs_soft_roce_lacks_are_refused_exactly() {
     let parent = unsafe { f.pd.parent_domain(None) };
     refused(parent.map(drop), "ibv_alloc_parent_domain");
     refused(f.pd.alloc_null_mr().map(drop), "ibv_alloc_null_mr");
+    // No XRC, so no SRQ numbers.
+    let srq = f.pd.create_srq(4, 1).unwrap();
+    refused(srq.srq_num().map(drop), "ibv_get_srq_num");
 
     // Re-registration is refused and changes nothing: same keys, rights and bytes.
     let mut region = f.pd.register(4096, LOCAL).unwrap();

@@ -1,7 +1,7 @@
 //! `instructions`: the user-space instructions of one post+poll round, counted by callgrind, on
 //! the `unsafe` post calls and on the safe paths (owned buffers, slot rings, rings).
 //!
-//! `instructions <unsafe|owned|reuse|slot|ring|srq-unsafe|srq-slot> <rounds>` runs `rounds` rounds on an RC queue pair connected
+//! `instructions <unsafe|owned|reuse|slot|ring|srq-unsafe|srq-slot|cq-ex> <rounds>` runs `rounds` rounds on an RC queue pair connected
 //! to another on the same device (loopback): post a receive, post a 64-byte send, wait for both
 //! completions, poll each. Only the functions named `measured_*` are meant to be counted: run
 //! it as
@@ -28,7 +28,9 @@
 //! ring, whose completions lend the bytes (checked outside the measured calls). Modes
 //! `srq-unsafe` and `srq-slot` post the receives to a shared receive queue that the receiving
 //! queue pair takes them from: with the `unsafe` call, and into an SRQ slot ring (the sends
-//! as in `unsafe` and `slot`).
+//! as in `unsafe` and `slot`). Mode `cq-ex` is `unsafe` with extended completion queues
+//! (reporting the byte count), polled in sessions (`poll_extended`) that read the status,
+//! opcode and byte count inside the measured call, as that API requires.
 
 use std::process::ExitCode;
 
@@ -36,7 +38,7 @@ use rdma_benches::loopback::{Loopback, Shape};
 use rdma_verbs::{
     AccessFlags, Buf, BufferPool, Completion, CompletionQueue, MemoryRegion, MrSlice, OwnedSend,
     QueuePair, Rc, RecvRequest, RecvRing, RingSend, Rts, SendRequest, SendRing, SharedReceiveQueue,
-    Slot, SlotRing, SlotSend, SrqSlotRing, WcOpcode, WorkCompletion,
+    Slot, SlotRing, SlotSend, SrqSlotRing, WcFields, WcOpcode, WcStatus, WorkCompletion,
 };
 
 const SIZE: usize = 64;
@@ -59,8 +61,8 @@ fn main() -> ExitCode {
         },
         _ => {
             return fail(
-                "usage: instructions <unsafe|owned|reuse|slot|ring|srq-unsafe|srq-slot> <rounds> \
-                 | instructions device",
+                "usage: instructions <unsafe|owned|reuse|slot|ring|srq-unsafe|srq-slot|cq-ex> \
+                 <rounds> | instructions device",
             );
         }
     };
@@ -79,9 +81,50 @@ fn run(mode: &str, rounds: u32) -> Result<(), String> {
     if let Some(srq_mode) = mode.strip_prefix("srq-") {
         return run_srq(srq_mode, rounds);
     }
-    let mut pair = Loopback::open(Shape::default())?;
+    let shape = Shape {
+        extended: (mode == "cq-ex").then_some(WcFields::BYTE_LEN),
+        ..Shape::default()
+    };
+    let mut pair = Loopback::open(shape)?;
     let pd = pair.a.pd().clone();
     match mode {
+        "cq-ex" => {
+            let mut mr = pd
+                .register(2 * SIZE, AccessFlags::LOCAL_WRITE)
+                .map_err(|e| e.to_string())?;
+            let mut rounds_run = |pair: &mut Loopback| {
+                for round in 0..rounds {
+                    let data = [0x5a ^ round as u8; SIZE];
+                    mr.write_at(0, &data).map_err(|e| e.to_string())?;
+                    pair.arm()?;
+                    measured_post_recv_unsafe(&mut pair.b, &mr).map_err(|e| e.to_string())?;
+                    measured_post_send_unsafe(&mut pair.a, &mr).map_err(|e| e.to_string())?;
+                    pair.wait_both()?;
+                    let (mut sent, mut received): (Read, Read) = (None, None);
+                    let sent_n = measured_poll_extended(&mut pair.cq_a, &mut sent);
+                    let received_n = measured_poll_extended(&mut pair.cq_b, &mut received);
+                    let mut got = [0u8; SIZE];
+                    mr.read_at(SIZE, &mut got).map_err(|e| e.to_string())?;
+                    let ok = sent_n == 1
+                        && matches!(sent, Some((WcStatus::Success, WcOpcode::Send, _)))
+                        && received_n == 1
+                        && received == Some((WcStatus::Success, WcOpcode::Recv, Some(SIZE as u32)))
+                        && got == data;
+                    if !ok {
+                        return Err(format!(
+                            "round {round}: read {sent_n} ({sent:?}) and {received_n} \
+                             ({received:?}), bytes {}",
+                            if got == data { "as sent" } else { "differ" }
+                        ));
+                    }
+                }
+                Ok::<(), String>(())
+            };
+            let result = rounds_run(&mut pair);
+            drop(pair);
+            result?;
+            drop(mr);
+        }
         "unsafe" => {
             let mut mr = pd
                 .register(2 * SIZE, AccessFlags::LOCAL_WRITE)
@@ -376,6 +419,16 @@ fn measured_poll_srq_slot(
 #[inline(never)]
 fn measured_poll_unsafe(cq: &mut CompletionQueue, wcs: &mut [WorkCompletion]) -> usize {
     cq.poll(wcs).map_or(0, |done| done.len())
+}
+
+/// What mode `cq-ex` reads of a completion inside the poll session: status, opcode, bytes.
+type Read = Option<(WcStatus, WcOpcode, Option<u32>)>;
+
+#[unsafe(no_mangle)]
+#[inline(never)]
+fn measured_poll_extended(cq: &mut CompletionQueue, read: &mut Read) -> usize {
+    cq.poll_extended(4, |c| *read = Some((c.status(), c.opcode(), c.byte_len())))
+        .unwrap_or(0)
 }
 
 #[unsafe(no_mangle)]

@@ -14,8 +14,9 @@
 use std::time::Duration;
 
 use clap::Parser;
+use rdma_cm::rdma_verbs::WcOpcode;
 use rdma_cm::{AddrHints, ConnParam, Endpoint, getaddrinfo};
-use rdma_examples::endpoint::{MESSAGE, finish, hex, receive, send, side};
+use rdma_examples::endpoint::{MESSAGE, complete, finish, hex, send, side};
 
 const PROGRAM: &str = "rdma_client";
 
@@ -53,8 +54,9 @@ fn run(args: &Args) -> Result<(), String> {
     let (mut qp, _) = ep
         .connect(qp, &ConnParam::new())
         .map_err(|e| format!("rdma_connect: {e}"))?;
-    send(&mut qp, &mut side, &message(), timeout)?;
-    let got = receive(&mut side, timeout)?;
+    send(&mut qp, &side, &message())?;
+    let got =
+        complete(&mut side, &[WcOpcode::Send, WcOpcode::Recv], timeout)?.ok_or("no message")?;
     if args.verbose {
         println!("{PROGRAM}: received {}", hex(&got));
     }

@@ -14,8 +14,9 @@
 use std::time::Duration;
 
 use clap::Parser;
+use rdma_cm::rdma_verbs::WcOpcode;
 use rdma_cm::{AddrHints, ConnParam, Endpoint, getaddrinfo};
-use rdma_examples::endpoint::{finish, hex, receive, send, side};
+use rdma_examples::endpoint::{complete, finish, hex, send, side};
 
 const PROGRAM: &str = "rdma_server";
 
@@ -57,11 +58,12 @@ fn run(args: &Args) -> Result<(), String> {
     let mut qp = ep
         .accept(qp, &ConnParam::new())
         .map_err(|e| format!("rdma_accept: {e}"))?;
-    let got = receive(&mut side, timeout)?;
+    let got = complete(&mut side, &[WcOpcode::Recv], timeout)?.ok_or("no message")?;
     if args.verbose {
         println!("{PROGRAM}: received {}", hex(&got));
     }
-    send(&mut qp, &mut side, &got, timeout)?;
+    send(&mut qp, &side, &got)?;
+    complete(&mut side, &[WcOpcode::Send], timeout)?;
     ep.disconnect()
         .map_err(|e| format!("rdma_disconnect: {e}"))?;
     drop(qp);

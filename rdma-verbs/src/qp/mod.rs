@@ -274,6 +274,8 @@ impl Drop for QpInner {
             std::mem::forget(self._recv_cq.clone());
             std::mem::forget(self._srq.clone());
             std::mem::forget(self.pd.clone());
+            // And the library that made it, which must not end what it still uses.
+            std::mem::forget(self.maker.clone());
         }
     }
 }
@@ -457,6 +459,12 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
     /// The protection domain.
     pub fn pd(&self) -> &ProtectionDomain {
         &self.inner.pd
+    }
+
+    /// Whether another library made the queue pair and destroys it
+    /// ([`QpBuilder::build_by`]: the connection manager's own queue pairs).
+    pub fn has_maker(&self) -> bool {
+        self.inner.maker.is_some()
     }
 
     /// The raw `ibv_qp`.

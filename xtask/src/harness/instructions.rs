@@ -1,6 +1,8 @@
 //! `cargo xtask instructions`: the user-space instructions of one post+poll round written in C
 //! against libibverbs, on rdma-verbs' `unsafe` calls, its owned-buffer path, its slot rings and
-//! its rings, and with the receive through an SRQ (`unsafe`, SRQ slot ring), counted by callgrind on the device (in the VM where the host has none), and their ratios. See
+//! its rings, with the receive through an SRQ (`unsafe`, SRQ slot ring), and with extended
+//! completion queues, counted by callgrind on the device (in the VM where the host has none),
+//! and their ratios. See
 //! `docs/benchmarks.md` for the method.
 
 use std::collections::BTreeMap;
@@ -16,8 +18,9 @@ use super::vm::{self, shell_quote};
 /// region), slot rings (`slot`: each slot posted again when its completion hands it back) and
 /// rings (`ring`: a receive ring and a send ring, their slots posted and completed in order);
 /// then the receives through a shared receive queue: with the `unsafe` call (`srq-unsafe`) and
-/// into an SRQ slot ring (`srq-slot`).
-const MODES: [&str; 8] = [
+/// into an SRQ slot ring (`srq-slot`); last the `unsafe` round with extended completion
+/// queues polled in sessions (`cq-ex`).
+const MODES: [&str; 9] = [
     "c",
     "unsafe",
     "owned",
@@ -26,6 +29,7 @@ const MODES: [&str; 8] = [
     "ring",
     "srq-unsafe",
     "srq-slot",
+    "cq-ex",
 ];
 
 /// `cargo xtask instructions [ROUNDS]` (default 2000).
@@ -58,7 +62,17 @@ pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
             println!("  {function:<28} {cost:>8.1}");
         }
     }
-    let [c, unsafe_, owned, reuse, slot, ring, srq_unsafe, srq_slot] = &counts.modes;
+    let [
+        c,
+        unsafe_,
+        owned,
+        reuse,
+        slot,
+        ring,
+        srq_unsafe,
+        srq_slot,
+        cq_ex,
+    ] = &counts.modes;
     println!(
         "unsafe / c: {:.3} (in the program itself: {:.2})",
         unsafe_.total / c.total,
@@ -89,6 +103,11 @@ pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
         srq_slot.total / srq_unsafe.total,
         srq_slot.own / srq_unsafe.own
     );
+    println!(
+        "cq-ex / unsafe: {:.3} (in the program itself: {:.2})",
+        cq_ex.total / unsafe_.total,
+        cq_ex.own / unsafe_.own
+    );
     Ok(())
 }
 
@@ -114,7 +133,7 @@ pub(crate) struct Mode {
 
 /// The modes' counts, in [`MODES`] order.
 pub(crate) struct Counts {
-    pub(crate) modes: [Mode; 8],
+    pub(crate) modes: [Mode; 9],
 }
 
 impl Count {
@@ -187,7 +206,17 @@ impl Count {
                 own: per(own),
             })
         };
-        let [c, unsafe_, owned, reuse, slot, ring, srq_unsafe, srq_slot] = MODES;
+        let [
+            c,
+            unsafe_,
+            owned,
+            reuse,
+            slot,
+            ring,
+            srq_unsafe,
+            srq_slot,
+            cq_ex,
+        ] = MODES;
         Ok(Counts {
             modes: [
                 mode(c)?,
@@ -198,6 +227,7 @@ impl Count {
                 mode(ring)?,
                 mode(srq_unsafe)?,
                 mode(srq_slot)?,
+                mode(cq_ex)?,
             ],
         })
     }
@@ -207,7 +237,17 @@ impl Counts {
     /// The Markdown table of the counts: per round, each mode's total, its part in the
     /// program's own code, and the ratios.
     pub(crate) fn table(&self, rounds: u32) -> String {
-        let [c, unsafe_, owned, reuse, slot, ring, srq_unsafe, srq_slot] = &self.modes;
+        let [
+            c,
+            unsafe_,
+            owned,
+            reuse,
+            slot,
+            ring,
+            srq_unsafe,
+            srq_slot,
+            cq_ex,
+        ] = &self.modes;
         let mut out = format!(
             "Instructions per post+poll round (callgrind, {rounds} rounds; post one receive, \
              post one 64-byte signaled SEND, poll both; owned: a buffer taken from the pool for \
@@ -249,6 +289,23 @@ impl Counts {
             srq_unsafe.own,
             srq_slot.own,
             srq_slot.total / srq_unsafe.total
+        ));
+        out.push_str(&format!(
+            "\nThe `unsafe` round with extended completion queues (`CqBuilder::extended` with \
+             the byte count), each polled in a session (`poll_extended`) that reads the status, \
+             opcode and byte count of its completion inside the measured call, as that API \
+             requires (on Soft-RoCE one `ibv_start_poll` and one `ibv_end_poll` per \
+             completion):\n\n\
+             | | `unsafe`, classic queues | `unsafe`, extended queues |\n\
+             |---|---:|---:|\n\
+             | round | {:.0} | {:.0} |\n\
+             | in the program's own code | {:.0} | {:.0} |\n\
+             | ratio | 1 | {:.3} × classic |\n",
+            unsafe_.total,
+            cq_ex.total,
+            unsafe_.own,
+            cq_ex.own,
+            cq_ex.total / unsafe_.total
         ));
         out
     }
