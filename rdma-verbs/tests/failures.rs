@@ -886,6 +886,11 @@ fn fail_the_verbs_soft_roce_lacks_are_refused_exactly() {
     let parent = unsafe { f.pd.parent_domain(None) };
     refused(parent.map(drop), "ibv_alloc_parent_domain");
     refused(f.pd.alloc_null_mr().map(drop), "ibv_alloc_null_mr");
+    // A path without a GRH has no Ethernet address to resolve.
+    assert!(matches!(
+        f.context.resolve_eth_l2(&AddressVector::new(f.device.port)),
+        Err(Error::InvalidArgument(_))
+    ));
     // No XRC, so no SRQ numbers.
     let srq = f.pd.create_srq(4, 1).unwrap();
     refused(srq.srq_num().map(drop), "ibv_get_srq_num");

@@ -128,6 +128,29 @@ fn connect(
         "the peer's GID is its address on the segment"
     );
     let av = AddressVector::new(f.device.port).grh(peer_gid, f.device.gid_index as u8);
+    // The path's far end is the peer's interface: libibverbs resolves its MAC through the
+    // neighbour table, as the peer's sysfs names it.
+    let netdev = f
+        .context
+        .query_gid(f.device.port, f.device.gid_index)
+        .expect("the GID entry")
+        .netdev()
+        .expect("a RoCE GID's interface");
+    let own_mac = std::fs::read_to_string(format!("/sys/class/net/{netdev}/address"))
+        .expect("the interface's MAC");
+    let macs = c.exchange("mac", own_mac.trim());
+    let l2 = f
+        .context
+        .resolve_eth_l2(&av)
+        .expect("ibv_resolve_eth_l2_from_gid");
+    let resolved = l2
+        .mac
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    assert_eq!(resolved, macs[c.peer()], "the peer's MAC");
+    assert_eq!(l2.vlan, None, "no VLAN on the segment");
     let mut rtr = RcRtrAttr::new(av, peer_qpn, peer_psn);
     rtr.max_dest_rd_atomic = rd_atomic;
     rts.sq_psn = psn;

@@ -36,7 +36,7 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-pub use crate::ah::{AddressVector, GlobalRoute, StaticRate};
+pub use crate::ah::{AddressVector, EthL2, GlobalRoute, StaticRate};
 pub use crate::c_enum::SendOpcode;
 pub use attr::{
     ConnectedInitAttr, ModifyAttr, RawModifyAttr, RcRtrAttr, RcRtsAttr, SqPsnRtsAttr, UcRtrAttr,
