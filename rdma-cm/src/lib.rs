@@ -17,6 +17,11 @@
 //! - With the `tokio` feature, the async API: `AsyncEventChannel`, `AsyncCmId` (resolve,
 //!   connect, accept, disconnect) and `AsyncListener` (`accept()` and the `incoming()`
 //!   stream); every future cancel-safe.
+//! - Queue pairs the connection manager makes and moves ([`CmId::create_qp`], then
+//!   [`CmId::connect_init_qp`] or [`CmId::accept_init_qp`]), and [`Endpoint`]s: synchronous
+//!   identifiers (`rdma_create_ep`), as rdma-core's `rdma_server` and `rdma_client` use them.
+//! - Enhanced connection establishment ([`CmId::set_local_ece`], [`CmId::remote_ece`],
+//!   [`CmId::reject_ece`]) and the devices librdmacm opened ([`devices`]).
 //! - UD over the connection manager ([`PortSpace::Udp`]): [`CmId::ready_ud_qp`],
 //!   [`CmId::connect_ud`] (the server's queue pair, Q_Key and path as a [`UdParam`]),
 //!   [`CmId::accept_ud`]; multicast: [`CmId::join_multicast`] / [`CmId::join_group`],
