@@ -2,6 +2,7 @@
 
 use std::mem::ManuallyDrop;
 use std::net::SocketAddr;
+use std::num::NonZeroU16;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -752,6 +753,33 @@ impl CmId {
                 unsafe { addr::from_raw(ffi::rdma_get_peer_addr(raw).cast()) }
             })
             .filter(|a| !a.ip().is_unspecified() || a.port() != 0)
+    }
+
+    /// `rdma_get_src_port`: the local port (host byte order), once bound or resolved; `None`
+    /// before. Unlike [`local_addr`](Self::local_addr) it also answers for `AF_IB` addresses,
+    /// whose port is part of the service ID.
+    ///
+    /// # References
+    ///
+    /// [`rdma_get_src_port(3)`](https://man7.org/linux/man-pages/man3/rdma_get_src_port.3.html)
+    #[doc(alias = "rdma_get_src_port")]
+    pub fn local_port(&self) -> Option<u16> {
+        // SAFETY: a live identifier, read under its channel's lock.
+        let port = self.0.with(|raw| unsafe { ffi::rdma_get_src_port(raw) });
+        NonZeroU16::new(u16::from_be(port)).map(NonZeroU16::get)
+    }
+
+    /// `rdma_get_dst_port`: the peer's port (host byte order), once resolved or connected;
+    /// `None` before. Answers for every address family, as [`local_port`](Self::local_port).
+    ///
+    /// # References
+    ///
+    /// [`rdma_get_dst_port(3)`](https://man7.org/linux/man-pages/man3/rdma_get_dst_port.3.html)
+    #[doc(alias = "rdma_get_dst_port")]
+    pub fn peer_port(&self) -> Option<u16> {
+        // SAFETY: a live identifier, read under its channel's lock.
+        let port = self.0.with(|raw| unsafe { ffi::rdma_get_dst_port(raw) });
+        NonZeroU16::new(u16::from_be(port)).map(NonZeroU16::get)
     }
 
     /// The device port the identifier is bound to (0 before).

@@ -29,6 +29,8 @@ fn listener(addr: IpAddr) -> (EventChannel, CmId, SocketAddr) {
     let local = id.local_addr().expect("a bound address");
     assert_eq!(local.ip(), addr);
     assert_ne!(local.port(), 0, "a port was assigned");
+    assert_eq!(id.local_port(), Some(local.port()));
+    assert_eq!(id.peer_port(), None, "a listener has no peer");
     (channel, id, local)
 }
 
@@ -57,6 +59,10 @@ fn client(server: SocketAddr, hello: &[u8]) -> Result<Connected, Error> {
     let id = CmId::new(&channel, PortSpace::Tcp)?;
     id.resolve(server, WAIT)?;
     assert_eq!(id.peer_addr(), Some(server));
+    assert_eq!(id.peer_port(), Some(server.port()));
+    let local = id.local_addr().expect("a resolved identifier is bound");
+    assert_eq!(id.local_port(), Some(local.port()));
+    assert_ne!(local.port(), 0);
     let (qp, cq, pool) = endpoint(&id);
     let (qp, accepted) = id.connect_qp(qp, &ConnParam::new().private_data(hello)?, WAIT)?;
     Ok((id, qp, cq, pool, accepted))
@@ -89,6 +95,10 @@ fn connect_exchange_and_disconnect() {
         assert!(request.take_id().is_none(), "taken once");
         drop(request);
         assert_eq!(id.local_addr(), Some(local));
+        assert_eq!(id.local_port(), Some(local.port()));
+        let client = id.peer_addr().expect("the client's address");
+        assert_eq!(id.peer_port(), Some(client.port()));
+        assert_ne!(client.port(), 0);
         let (qp, mut cq, pool) = endpoint(&id);
         let mut qp = id
             .accept_qp(
@@ -119,8 +129,7 @@ fn connect_exchange_and_disconnect() {
     );
     qp.post_recv_buf(pool.take().unwrap(), 2).unwrap();
     send(&mut qp, &pool, 7);
-    sent(&mut cq, "client: its SEND");
-    received(&mut cq, 9, "client: the server's SEND");
+    sent_and_received(&mut cq, 9, "client: its SEND and the server's");
     id.disconnect().expect("rdma_disconnect");
     drop(
         id.wait_event(EventKind::Disconnected, WAIT)
@@ -346,8 +355,7 @@ fn queue_pairs_the_connection_manager_makes_are_moved_by_it() {
         other => panic!("rdma_notify on an established connection: {other:?}"),
     }
     send(&mut qp, &pool, 5);
-    sent(&mut cq, "client: its SEND");
-    received(&mut cq, 6, "client: the server's SEND");
+    sent_and_received(&mut cq, 6, "client: its SEND and the server's");
     id.disconnect().unwrap();
     assert_eq!(
         qp.query_state().unwrap(),
@@ -594,6 +602,7 @@ fn misuse_is_refused_not_crashed() {
     assert!(matches!(id.resolve_route(WAIT), Err(Error::NoDevice)));
     assert!(matches!(id.context(), Err(Error::NoDevice)));
     assert!(id.local_addr().is_none() && id.peer_addr().is_none());
+    assert_eq!((id.local_port(), id.peer_port()), (None, None));
 
     let (_listen_channel, listener, _) = listener(addr);
     let other = EventChannel::new().unwrap();
@@ -756,8 +765,7 @@ fn sixteen_concurrent_clients_blocking() {
                 assert_private(&accepted, &[seed, 0xaa], &what);
                 qp.post_recv_buf(pool.take().unwrap(), 2).unwrap();
                 send(&mut qp, &pool, seed);
-                sent(&mut cq, &what);
-                received(&mut cq, seed, &what);
+                sent_and_received(&mut cq, seed, &what);
                 id.disconnect().expect("rdma_disconnect");
                 drop(
                     id.wait_event(EventKind::Disconnected, WAIT)

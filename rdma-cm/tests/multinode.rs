@@ -88,8 +88,7 @@ fn connect_across_hosts_with_private_data() {
         qp.post_recv_buf(pool.take().unwrap(), 2).unwrap();
         c.barrier("accepted");
         send(&mut qp, &pool, 21);
-        sent(&mut cq, "node 1: its SEND");
-        received(&mut cq, 22, "node 1: node 0's SEND");
+        sent_and_received(&mut cq, 22, "node 1: its SEND and node 0's");
         id.disconnect().unwrap();
         drop(id.wait_event(EventKind::Disconnected, WAIT).unwrap());
     }

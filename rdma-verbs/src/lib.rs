@@ -93,6 +93,7 @@ mod channel;
 mod compile_fail;
 mod cq;
 mod device;
+mod dm;
 pub mod docs;
 mod error;
 mod flags;
@@ -112,6 +113,7 @@ mod td;
 #[cfg(feature = "tokio")]
 mod tokio_io;
 mod wr;
+mod xrcd;
 
 pub use ah::{AddressHandle, GRH_LEN};
 pub use async_event::AsyncEvent;
@@ -124,9 +126,10 @@ pub use device::{
     AtomicCap, Context, Device, DeviceAttr, DeviceList, DeviceTransport, ForkStatus, Gid, GidEntry,
     GidType, LinkLayer, Mtu, NodeType, PortAttr, PortState, devices, fork_init, fork_status,
 };
+pub use dm::DeviceMemory;
 pub use error::{Errno, Error, Result};
 pub use flags::{AccessFlags, SendFlags, WcFlags};
-pub use mr::{Advice, DmabufRegion, MemoryRegion, MrSlice, MrSliceMut, NullRegion, RemoteMemory};
+pub use mr::{Advice, DeviceRegion, MemoryRegion, MrSlice, MrSliceMut, NullRegion, RemoteMemory};
 pub use mw::{MemoryWindow, MwType};
 pub use owned::{
     AtomicOp, BindOp, Completion, ImmOp, InvalidateOp, OwnedOp, OwnedRecv, OwnedRecvList,
@@ -147,3 +150,4 @@ pub use td::ThreadDomain;
 #[cfg(feature = "tokio")]
 pub use tokio_io::{AsyncCompletionChannel, AsyncContextEvents};
 pub use wr::{Payload, PostList, RecvList, RecvRequest, SendList, SendRequest, Sge, WorkRequest};
+pub use xrcd::{XrcDomain, XrcdFile};

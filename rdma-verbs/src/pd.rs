@@ -12,8 +12,10 @@ use crate::td::ThreadDomain;
 pub(crate) struct PdInner {
     pub(crate) context: Context,
     raw: NonNull<ffi::ibv_pd>,
-    /// Set once `ibv_dealloc_pd` succeeded.
+    /// Set once `ibv_dealloc_pd` (or `ibv_unimport_pd`) succeeded.
     freed: bool,
+    /// Imported with `ibv_import_pd`: let go with `ibv_unimport_pd`, never deallocated here.
+    imported: bool,
     /// For a parent domain: the protection domain and thread domain it was made of, kept
     /// until it is freed.
     _parent: Option<(ProtectionDomain, Option<ThreadDomain>)>,
@@ -28,6 +30,13 @@ impl PdInner {
     /// `ibv_dealloc_pd`, once.
     fn dealloc(&mut self) -> Result<()> {
         if self.freed {
+            return Ok(());
+        }
+        if self.imported {
+            // SAFETY: a live imported PD (not yet let go); every object made in it holds an Arc
+            // to it, so none is left. The call cannot fail.
+            unsafe { ffi::ibv_unimport_pd(self.raw.as_ptr()) };
+            self.freed = true;
             return Ok(());
         }
         // SAFETY: live PD (not yet freed); every object in the domain holds an Arc to it, so
@@ -82,6 +91,41 @@ impl Context {
             context: self.clone(),
             raw,
             freed: false,
+            imported: false,
+            _parent: None,
+        })))
+    }
+
+    /// `ibv_import_pd`: the protection domain whose kernel handle is `handle`
+    /// ([`ProtectionDomain::handle`] in the process that made it), on a context imported
+    /// from that process's ([`Context::import`]). Dropping the import lets it go
+    /// (`ibv_unimport_pd`) and leaves the domain to its maker.
+    ///
+    /// # Safety
+    ///
+    /// The domain stays allocated by its maker while the import and everything made in it
+    /// live: its maker may not deallocate it before. (The kernel does not tie the two: a
+    /// domain freed under an import would leave this process's objects naming a handle the
+    /// kernel may give to another domain.)
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`] where the provider cannot import (Soft-RoCE; mlx5 can); else
+    /// [`Error::Verb`] with the call's errno (`EINVAL` for a handle that names no domain).
+    ///
+    /// # References
+    ///
+    /// [`ibv_import_pd(3)`](https://man7.org/linux/man-pages/man3/ibv_import_pd.3.html)
+    #[doc(alias = "ibv_import_pd")]
+    pub unsafe fn import_pd(&self, handle: u32) -> Result<ProtectionDomain> {
+        // SAFETY: live context; the handle is only looked up by the kernel.
+        let raw = unsafe { ffi::ibv_import_pd(self.as_raw(), handle) };
+        let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_import_pd"))?;
+        Ok(ProtectionDomain(Arc::new(PdInner {
+            context: self.clone(),
+            raw,
+            freed: false,
+            imported: true,
             _parent: None,
         })))
     }
@@ -89,7 +133,8 @@ impl Context {
 
 impl ProtectionDomain {
     /// `ibv_dealloc_pd`: what dropping the last handle does, with the failure reported. On
-    /// failure the domain is handed back, still usable; dropping it tries again.
+    /// failure the domain is handed back, still usable; dropping it tries again. (An imported
+    /// domain is let go with `ibv_unimport_pd` instead, which cannot fail.)
     ///
     /// # Errors
     ///
@@ -163,6 +208,7 @@ impl ProtectionDomain {
             context: self.context().clone(),
             raw,
             freed: false,
+            imported: false,
             _parent: Some((self.clone(), td.cloned())),
         })))
     }

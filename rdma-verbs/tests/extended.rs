@@ -189,6 +189,39 @@ fn extended_inline_send() {
         &dst.as_slice().unwrap()[..len],
         b"inline through ibv_wr_set_inline_data"
     );
+
+    // An inline gather list (three entries of a region, out of order): the receiver gets the
+    // entries' bytes in list order. It goes through `ibv_wr_set_inline_data_list`, except on
+    // Soft-RoCE, whose provider sent such lists with length 0 before rdma-core 64 (this check
+    // found it): there it takes `ibv_post_send`.
+    let mut src = f.pd.register(64, LOCAL).unwrap();
+    let data = pattern(64, 5);
+    src.as_mut_slice().unwrap().copy_from_slice(&data);
+    let entries = [
+        Sge::from(src.slice(40..60).unwrap()),
+        Sge::from(src.slice(0..7).unwrap()),
+        Sge::from(src.slice(20..33).unwrap()),
+    ];
+    let dst = f.pd.register(256, LOCAL).unwrap();
+    // SAFETY: `dst` lives until its completion is polled; inline data is copied by the post.
+    unsafe {
+        b.post_recv_one(&RecvRequest::new(3, dst.slice(..).unwrap()))
+            .unwrap();
+        a.post_send_one(
+            &SendRequest::send(4, Payload::List(&entries))
+                .flags(SendFlags::INLINE)
+                .signaled(),
+        )
+        .unwrap();
+    }
+    // The bytes are in the request: overwriting the source now changes nothing received.
+    src.as_mut_slice().unwrap().fill(0);
+    assert_ok(&wait_for(&mut cq_a, 1)[0], 4, WcOpcode::Send);
+    let wc = wait_for(&mut cq_b, 1)[0];
+    assert_ok(&wc, 3, WcOpcode::Recv);
+    assert_eq!(wc.byte_len(), 40);
+    let expected: Vec<u8> = [&data[40..60], &data[0..7], &data[20..33]].concat();
+    assert_eq!(&dst.as_slice().unwrap()[..40], &expected[..]);
 }
 
 #[test]
@@ -277,6 +310,81 @@ fn extended_rdma_write_and_read() {
     assert_eq!(&read[..100], &data[4096..4196]);
     assert!(read[100..4096].iter().all(|&x| x == 0));
     assert_eq!(&read[4096..], &data[..100]);
+}
+
+/// RDMA atomic write (`ibv_wr_atomic_write`): 8 bytes land at the remote address, nothing
+/// around them changes, and the completion says `AtomicWrite`. Where the device lacks it (rxe
+/// before Linux 6.2: the distribution's 6.1) the post is refused exactly and posts nothing;
+/// on 6.12 (the full tier's second kernel) rxe must have it. A classic queue pair refuses it
+/// everywhere: `ibv_post_send` cannot carry it.
+#[test]
+fn extended_atomic_write_stores_eight_bytes() {
+    let Some(f) = fixture() else { return };
+    let supported = f.context.query_device().unwrap().supports_atomic_write();
+    if is_rxe(&f) {
+        let newer = rdma_test_support::kernel_version() >= Some((6, 2));
+        assert_eq!(supported, newer, "rxe has atomic write from Linux 6.2");
+    }
+    let rights = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
+    let (mut cq_a, cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, _b) = mixed_rc_pair(&f, &cq_a, &cq_b, |a| a, |b| b, rights);
+    let target = f.pd.register(64, LOCAL | rights).unwrap();
+    let value = 0x1122_3344_5566_7788u64;
+    let request = SendRequest::atomic_write(7, target.remote(8..16).unwrap(), value).signaled();
+    // SAFETY: `target` outlives the polled completion; no local memory is involved.
+    let posted = unsafe { a.post_send_one(&request) };
+    let mut got = [0u8; 64];
+    if supported {
+        posted.unwrap();
+        assert_ok(&wait_for(&mut cq_a, 1)[0], 7, WcOpcode::AtomicWrite);
+        target.read_at(0, &mut got).unwrap();
+        let mut expected = [0u8; 64];
+        expected[8..16].copy_from_slice(&value.to_ne_bytes());
+        assert_eq!(got, expected);
+        assert_eq!(target.load_u64(8).unwrap(), value);
+    } else {
+        assert!(
+            matches!(posted, Err(Error::Unsupported("ibv_wr_atomic_write"))),
+            "{posted:?}"
+        );
+        assert_cq_empty(&mut cq_a);
+        target.read_at(0, &mut got).unwrap();
+        assert_eq!(got, [0u8; 64], "nothing was written");
+        assert_eq!(a.query_state().unwrap(), QpStateKind::Rts);
+    }
+
+    // A classic queue pair refuses it before posting anything, alone or in a list.
+    let (cq_c, cq_d) = (f.cq(4), f.cq(4));
+    let (mut c, _d) = f.rc_pair(
+        f.pd.qp_builder(&cq_c, &cq_c),
+        f.pd.qp_builder(&cq_d, &cq_d),
+        rights,
+    );
+    let request = SendRequest::atomic_write(8, target.remote(16..24).unwrap(), 1);
+    // SAFETY: as above.
+    let posted = unsafe { c.post_send_one(&request) };
+    assert!(
+        matches!(posted, Err(Error::Unsupported("ibv_wr_atomic_write"))),
+        "{posted:?}"
+    );
+    let mut list = SendList::with_capacity(2);
+    let src = f.pd.register(8, LOCAL).unwrap();
+    list.push(SendRequest::write(
+        9,
+        src.slice(..).unwrap(),
+        target.remote(24..32).unwrap(),
+    ))
+    .unwrap();
+    list.push(request).unwrap();
+    // SAFETY: as above; `src` outlives the call (nothing is posted).
+    let posted = unsafe { c.post_send(&mut list) };
+    assert!(
+        matches!(posted, Err(Error::Unsupported("ibv_wr_atomic_write"))),
+        "{posted:?}"
+    );
+    target.read_at(0, &mut got).unwrap();
+    assert_eq!(&got[16..], &[0u8; 48][..], "neither list posted anything");
+    assert_eq!(c.query_state().unwrap(), QpStateKind::Rts);
 }
 
 #[test]

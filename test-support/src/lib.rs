@@ -207,6 +207,21 @@ pub fn second_device() -> Option<String> {
     }
 }
 
+/// The running kernel's version as (major, minor), from `/proc/sys/kernel/osrelease`
+/// (`6.12.115+deb12-amd64` gives (6, 12)); `None` when it cannot be read. Soft-RoCE lives in
+/// the kernel, so where its answers changed between versions a test asks which it runs on.
+pub fn kernel_version() -> Option<(u32, u32)> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let mut numbers = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(str::parse::<u32>);
+    match (numbers.next(), numbers.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) => Some((major, minor)),
+        _ => None,
+    }
+}
+
 /// How many times to repeat a repeatable test (`RDMA_TEST_REPEAT`, set by
 /// `cargo xtask test --repeat N`); 1 when unset.
 ///

@@ -32,7 +32,11 @@ fn main() -> ExitCode {
     let root = workspace_root();
     let result = match args.first().map(String::as_str) {
         Some("bindgen") => run_bindgen(&root),
-        Some("setup") => setup::run(),
+        Some("setup") => match &args[1..] {
+            [] => setup::run(),
+            [flag, version] if flag == "--kernel" => setup::run_kernel(version),
+            _ => Err("usage: cargo xtask setup [--kernel VERSION]".to_string()),
+        },
         Some("test") => harness::run(&root, &args[1..]),
         Some("pingpong") => harness::pingpong(&root, &args[1..]),
         Some("harness-selftest") => harness::selftest(&root, &args[1..]),
@@ -69,14 +73,17 @@ fn main() -> ExitCode {
 
 const USAGE: &str = "usage: cargo xtask <task>
 tasks:
-  setup             install the packages a fresh machine needs (idempotent)
+  setup             install the packages a fresh machine needs (idempotent); --kernel
+                    VERSION: only the distribution's kernel VERSION (6.12), for test --kernel
   test              build all tests and run them on an RDMA device (Soft-RoCE VM if the host
                     has none); options: --vm, --host, --no-doc, --repeat N, --nodes N,
                     --lanes N (device binaries at once in the VM, default 2),
+                    --kernel VERSION (the VMs boot that kernel, not the distribution's),
                     -- <test filter and libtest arguments>
   ci                run .ci/run, the tier of CI every change runs; --full: then the second
                     tier (four-VM DSM job, criterion benches, bench-compare --smoke, the
-                    interop pairings 50 times each), logs in target/ci-full/
+                    interop pairings 50 times each, the suite on kernel 6.12), logs in
+                    target/ci-full/
   pingpong          run rc_pingpong server and client on the device (Soft-RoCE VM if the host
                     has none); extra arguments go to both, e.g. `cargo xtask pingpong -s 64`
   harness-selftest  prove the test harness fails on planted failures and stops a hung VM

@@ -32,6 +32,24 @@ const VM: &[&str] = &[
 /// virtme-ng (`vng`), from PyPI: boots the kernel with the host's root file system.
 const VIRTME_NG: &str = "virtme-ng==1.42";
 
+/// `cargo xtask setup --kernel VERSION`: installs the distribution's kernel `VERSION`
+/// (`linux-image-VERSION-amd64`, Debian 12 has `6.12` beside its default `6.1`) unless a kernel
+/// of that version with `rdma_rxe` is in `/boot`, for `cargo xtask test --kernel VERSION` (the
+/// full tier's second-kernel run).
+pub(crate) fn run_kernel(version: &str) -> Result<(), String> {
+    if let Ok(kernel) = crate::harness::choose_kernel(version) {
+        println!(
+            "setup: kernel {version} is installed ({})",
+            kernel.display()
+        );
+        return Ok(());
+    }
+    install_debs(&[&format!("linux-image-{version}-amd64")])?;
+    let kernel = crate::harness::choose_kernel(version)?;
+    println!("setup: kernel {version} installed ({})", kernel.display());
+    Ok(())
+}
+
 pub(crate) fn run() -> Result<(), String> {
     let mut wanted: Vec<&str> = BUILD.iter().chain(RUNTIME).chain(TOOLS).copied().collect();
     let need_vm = !host_has_active_device();

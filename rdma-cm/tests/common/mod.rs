@@ -55,7 +55,10 @@ pub fn send(qp: &mut QueuePair<Rc, Rts>, pool: &BufferPool, seed: u8) {
 }
 
 pub fn received(cq: &mut CompletionQueue, seed: u8, what: &str) {
-    let mut done = reap(cq, what);
+    check_received(reap(cq, what), seed, what);
+}
+
+fn check_received(mut done: Completion, seed: u8, what: &str) {
     assert_eq!(
         (done.status(), done.wc().opcode()),
         (WcStatus::Success, WcOpcode::Recv),
@@ -70,13 +73,32 @@ pub fn received(cq: &mut CompletionQueue, seed: u8, what: &str) {
 }
 
 pub fn sent(cq: &mut CompletionQueue, what: &str) {
-    let done = reap(cq, what);
+    check_sent(&reap(cq, what), what);
+}
+
+fn check_sent(done: &Completion, what: &str) {
     assert_eq!(
         (done.status(), done.wc().opcode()),
         (WcStatus::Success, WcOpcode::Send),
         "{what}: {:?}",
         done.wc()
     );
+}
+
+/// The completions of a SEND and of the receive of the peer's answer to it, from one queue, in
+/// either order: the send completes when its acknowledgement is processed, which Soft-RoCE
+/// (Linux 6.12) may do after the answer's receive has completed. The received bytes are
+/// `pattern(seed)`.
+pub fn sent_and_received(cq: &mut CompletionQueue, seed: u8, what: &str) {
+    let first = reap(cq, what);
+    let second = reap(cq, what);
+    let (send, recv) = if first.wc().opcode() == WcOpcode::Send {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    check_sent(&send, what);
+    check_received(recv, seed, what);
 }
 
 /// The private data an event carried: `sent` first, zeros after it.

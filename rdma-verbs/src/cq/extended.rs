@@ -57,9 +57,6 @@ bitflags! {
     }
 }
 
-/// Vendor ID Soft-RoCE reports.
-const RXE_VENDOR_ID: u32 = 0x00ff_ffff;
-
 /// What a completion queue created with `ibv_create_cq_ex` adds to a classic one.
 pub(crate) struct Extended {
     raw: NonNull<ffi::ibv_cq_ex>,
@@ -80,9 +77,7 @@ impl Extended {
     /// reads exactly one completion (`ibv_start_poll`, then `ibv_end_poll`), which all of them
     /// handle.
     pub(crate) fn new(context: &Context, raw: NonNull<ffi::ibv_cq_ex>, fields: WcFields) -> Self {
-        let one_per_session = context
-            .query_device()
-            .map_or(true, |attr| attr.vendor_id == RXE_VENDOR_ID);
+        let one_per_session = context.may_be_soft_roce();
         Self {
             raw,
             fields,

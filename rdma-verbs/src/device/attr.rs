@@ -332,6 +332,21 @@ impl DeviceAttr {
             != 0
     }
 
+    /// Whether the device supports RDMA atomic write (`IB_UVERBS_DEVICE_ATOMIC_WRITE` in
+    /// `device_cap_flags_ex`): [`SendRequest::atomic_write`](crate::SendRequest::atomic_write).
+    /// Soft-RoCE has it from Linux 6.2.
+    pub fn supports_atomic_write(&self) -> bool {
+        /// `IB_UVERBS_DEVICE_ATOMIC_WRITE` of the kernel's `ib_user_verbs.h`.
+        const ATOMIC_WRITE: u64 = 1 << 40;
+        self.device_cap_flags_ex & ATOMIC_WRITE != 0
+    }
+
+    /// Whether the device is Soft-RoCE (vendor ID 0xffffff), whose provider has bugs the crate
+    /// works around (`cq/extended.rs`, `qp/extended.rs`).
+    pub(crate) fn is_soft_roce(&self) -> bool {
+        self.vendor_id == 0x00ff_ffff
+    }
+
     pub(super) fn from_raw(ex: &ffi::ibv_device_attr_ex) -> Self {
         let a = &ex.orig_attr;
         let count = |v: i32| u32::try_from(v).unwrap_or(0);

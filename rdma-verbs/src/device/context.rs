@@ -1,7 +1,7 @@
 //! Device contexts: opening, borrowing, and the queries of a device, its ports and GIDs.
 
 use std::fmt;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, IntoRawFd};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -132,6 +132,44 @@ impl Context {
         device.open()
     }
 
+    /// `ibv_import_device`: a context on the command descriptor of another one (its
+    /// `cmd_fd`, passed from another process with `SCM_RIGHTS`, or duplicated here): both
+    /// share the device's objects and their handles, so that the unsafe
+    /// [`import_pd`](Self::import_pd) can reach a protection domain the other made. The
+    /// descriptor is duplicated for the new context, which closes its copy when it closes;
+    /// `fd` stays the caller's.
+    ///
+    /// When the call fails the duplicate is left open (one descriptor lost): the provider may
+    /// already have closed it, and closing it again could close a descriptor another thread
+    /// has just been given the same number.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`] where the provider cannot import (Soft-RoCE; mlx5 can);
+    /// [`Error::Verb`] with `EINVAL` for a descriptor that is not a character device,
+    /// `ENODEV` for one of no RDMA device, or the call's errno; [`Error::Verb`] with `dup`'s
+    /// errno when the descriptor cannot be duplicated.
+    ///
+    /// # References
+    ///
+    /// [`ibv_import_device(3)`](https://man7.org/linux/man-pages/man3/ibv_import_device.3.html)
+    #[doc(alias = "ibv_import_device")]
+    pub fn import(fd: BorrowedFd<'_>) -> Result<Self> {
+        let copy = fd.try_clone_to_owned().map_err(|e| {
+            Error::verb(
+                "dup",
+                Errno::from_raw(e.raw_os_error().unwrap_or(libc::EBADF)),
+            )
+        })?;
+        let raw_fd = copy.into_raw_fd();
+        // SAFETY: `raw_fd` is an open descriptor this call owns from here: on success the new
+        // context owns it and closes it on `ibv_close_device`; on failure it is never used again
+        // by this crate.
+        let raw = unsafe { ffi::ibv_import_device(raw_fd) };
+        let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_import_device"))?;
+        Ok(Self::opened(raw))
+    }
+
     /// Wraps a context this crate did not open, without taking over its closing.
     ///
     /// The context's descriptors stay the owner's, with one exception the owner must accept:
@@ -177,6 +215,13 @@ impl Context {
             // What `ibv_get_device_name` returns, read no further than the array's end.
             fixed_c_str(&(*device).name)
         }
+    }
+
+    /// Whether the device may be Soft-RoCE (vendor ID 0xffffff, or a device that cannot be
+    /// queried), whose provider has bugs the crate works around (`cq/extended.rs`,
+    /// `qp/extended.rs`).
+    pub(crate) fn may_be_soft_roce(&self) -> bool {
+        self.query_device().map_or(true, |attr| attr.is_soft_roce())
     }
 
     /// The number of completion vectors of the device (`num_comp_vectors`): the vectors a

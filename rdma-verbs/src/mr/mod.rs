@@ -3,8 +3,9 @@
 //! - here: [`MemoryRegion`], its registration (`ibv_reg_mr`), its bytes and deregistration;
 //! - `slice.rs`: [`MrSlice`] and [`MrSliceMut`], its byte ranges for the `unsafe` posts;
 //! - `remote.rs`: [`RemoteMemory`], a peer's memory as it advertises it;
-//! - `dmabuf.rs`: [`DmabufRegion`], memory another driver exports as a dmabuf (GPU memory),
-//!   registered by its file descriptor (`ibv_reg_dmabuf_mr`).
+//! - `device.rs`: [`DeviceRegion`], memory the CPU does not reach through the registration: a
+//!   dmabuf another driver exports (GPU memory, `ibv_reg_dmabuf_mr`) or the device's own memory
+//!   (`ibv_reg_dm_mr`).
 
 use std::alloc::Layout;
 use std::fmt;
@@ -18,12 +19,12 @@ use crate::flags::AccessFlags;
 use crate::pd::ProtectionDomain;
 use crate::shared::{copy_from_shared, copy_to_shared};
 
-mod dmabuf;
+mod device;
 mod null;
 mod remote;
 mod slice;
 
-pub use dmabuf::DmabufRegion;
+pub use device::DeviceRegion;
 pub use null::NullRegion;
 pub use remote::RemoteMemory;
 pub use slice::{MrSlice, MrSliceMut};

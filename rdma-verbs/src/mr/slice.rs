@@ -5,7 +5,7 @@ use super::MemoryRegion;
 use crate::error::{Error, Result};
 
 /// A bounds-checked byte range of a [`MemoryRegion`] (or a
-/// [`DmabufRegion`](crate::DmabufRegion)), for a scatter/gather entry.
+/// [`DeviceRegion`](crate::DeviceRegion)), for a scatter/gather entry.
 ///
 /// It borrows the region, so the region outlives the slice; whether the region outlives the work
 /// request that uses it is up to the post call.

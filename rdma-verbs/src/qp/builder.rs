@@ -13,6 +13,7 @@ use crate::ffi;
 use crate::inflight::QpTables;
 use crate::pd::ProtectionDomain;
 use crate::srq::SharedReceiveQueue;
+use crate::wr::op;
 
 /// Options of a new queue pair; see [`ProtectionDomain::qp_builder`].
 #[derive(Debug)]
@@ -243,10 +244,24 @@ impl<'a, T: Transport> QpBuilder<'a, T> {
         };
         let mut created = None;
         if self.send_path != SendPath::Classic {
+            // What the device adds to the transport's operations, or works around.
+            let device = self.pd.context().query_device().ok();
+            let inline_lists = device.as_ref().is_some_and(|d| !d.is_soft_roce());
+            let mut ops = T::OPS;
+            if !device.as_ref().is_some_and(|d| d.supports_atomic_write()) {
+                ops &= !op::ATOMIC_WRITE;
+            }
             // SAFETY: live PD, whose context's CQs and SRQ `init` names (checked above);
             // `create_ex` is `ibv_create_qp_ex` or a maker keeping its contract.
             let attempt = unsafe {
-                extended::create(self.pd.as_raw(), &init, T::OPS, T::DATAGRAM, &mut create_ex)
+                extended::create(
+                    self.pd.as_raw(),
+                    &init,
+                    ops,
+                    T::DATAGRAM,
+                    inline_lists,
+                    &mut create_ex,
+                )
             }?;
             let required = self.send_path == SendPath::Extended;
             match attempt {

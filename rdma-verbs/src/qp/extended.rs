@@ -14,7 +14,8 @@
 //! every post guarantees. A list goes to `ibv_post_send` when it holds an operation the queue
 //! pair was not created for (memory-window operations where the provider refused them), or a
 //! request the builders cannot express as the classic call would (inline data over the granted
-//! `max_inline_data`, inline data spread over several entries, more entries than
+//! `max_inline_data`, inline data spread over more than 16 entries (or over several on
+//! Soft-RoCE: see `ExtendedSend`), more entries than
 //! `max_send_sge`, an opcode without a builder). The translation finds these before
 //! `ibv_wr_complete`, aborts the batch (nothing reaches the device) and posts the list with the
 //! classic call, whose error then names the request at fault.
@@ -59,6 +60,11 @@ pub enum SendPath {
 pub(super) struct ExtendedSend {
     qpx: NonNull<ffi::ibv_qp_ex>,
     ops: u32,
+    /// Whether inline gather lists go through `ibv_wr_set_inline_data_list`: not on
+    /// Soft-RoCE, whose provider sent them with length 0 until rdma-core 64 (it copied the
+    /// bytes but never added up their length; upstream commit 1e8ed0aff), in versions that
+    /// cannot be told apart at run time. There they take `ibv_post_send`.
+    inline_lists: bool,
 }
 
 impl ExtendedSend {
@@ -68,6 +74,10 @@ impl ExtendedSend {
         ops & !self.ops == 0
     }
 }
+
+/// The most entries of an inline gather list the builders carry
+/// (`ibv_wr_set_inline_data_list`); a longer one goes to `ibv_post_send`.
+const INLINE_LIST_MAX: usize = 16;
 
 /// The memory-window operations, asked for only in the first creation attempt.
 const MW_OPS: u32 = op::BIND_MW | op::LOCAL_INV | op::SEND_WITH_INV;
@@ -87,6 +97,7 @@ fn send_ops_flags(ops: u32) -> u64 {
         (op::BIND_MW, ffi::IBV_QP_EX_WITH_BIND_MW),
         (op::LOCAL_INV, ffi::IBV_QP_EX_WITH_LOCAL_INV),
         (op::SEND_WITH_INV, ffi::IBV_QP_EX_WITH_SEND_WITH_INV),
+        (op::ATOMIC_WRITE, ffi::IBV_QP_EX_WITH_ATOMIC_WRITE),
     ];
     pairs
         .iter()
@@ -108,7 +119,8 @@ pub(super) enum Created {
 
 /// `ibv_create_qp_ex` (through `create_ex`) with the attributes of `init` and the send-ops
 /// flags of the transport's operations `ops` (first all, then without the memory-window
-/// operations).
+/// operations, then without atomic write either); inline gather lists go through the builders if `inline_lists` (see
+/// [`ExtendedSend`]).
 ///
 /// # Errors
 ///
@@ -124,13 +136,20 @@ pub(super) unsafe fn create(
     init: &ffi::ibv_qp_init_attr,
     ops: u32,
     datagram: bool,
+    inline_lists: bool,
     create_ex: &mut dyn FnMut(&mut ffi::ibv_qp_init_attr_ex) -> *mut ffi::ibv_qp,
 ) -> Result<Created> {
-    let full = ops;
-    let core = ops & !MW_OPS;
-    let attempts: &[u32] = if core == full { &[full] } else { &[full, core] };
+    // Every operation; then without the memory-window ones; then without atomic write too.
+    let mut attempts = [ops, ops & !MW_OPS, ops & !MW_OPS & !op::ATOMIC_WRITE];
+    let mut count = 1;
+    for i in 1..attempts.len() {
+        if attempts[i] != attempts[count - 1] {
+            attempts[count] = attempts[i];
+            count += 1;
+        }
+    }
     let mut refused = Errno::OPNOTSUPP;
-    for &wanted in attempts {
+    for &wanted in &attempts[..count] {
         let mut attr = attr_ex(init, pd);
         attr.comp_mask |= ffi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
         attr.send_ops_flags = send_ops_flags(wanted);
@@ -150,8 +169,14 @@ pub(super) unsafe fn create(
         let qpx = NonNull::new(unsafe { ffi::ibv_qp_to_qp_ex(raw.as_ptr()) });
         let extended = qpx.and_then(|qpx| {
             // SAFETY: the live `ibv_qp_ex` of the queue pair, only read.
-            let ops = unsafe { usable_ops(qpx.as_ref(), wanted, datagram) };
-            (ops != 0).then_some(ExtendedSend { qpx, ops })
+            let qpx_ref = unsafe { qpx.as_ref() };
+            let ops = usable_ops(qpx_ref, wanted, datagram);
+            let inline_lists = inline_lists && qpx_ref.wr_set_inline_data_list.is_some();
+            (ops != 0).then_some(ExtendedSend {
+                qpx,
+                ops,
+                inline_lists,
+            })
         });
         return Ok(Created::Qp {
             raw,
@@ -204,6 +229,7 @@ fn usable_ops(qpx: &ffi::ibv_qp_ex, wanted: u32, datagram: bool) -> u32 {
         (op::BIND_MW, qpx.wr_bind_mw.is_some()),
         (op::LOCAL_INV, qpx.wr_local_inv.is_some()),
         (op::SEND_WITH_INV, qpx.wr_send_inv.is_some()),
+        (op::ATOMIC_WRITE, qpx.wr_atomic_write.is_some()),
     ];
     builders
         .iter()
@@ -248,7 +274,7 @@ pub(super) unsafe fn post(
         let raw = unsafe { &*wr };
         // SAFETY: the batch started above is live; the request comes from the crate and its
         // memory is kept valid by the caller.
-        if !unsafe { build(qpx, raw, caps, datagram) } {
+        if !unsafe { build(qpx, raw, caps, datagram, ex.inline_lists) } {
             // SAFETY: the batch is live; aborting ends it with nothing posted.
             unsafe { ffi::ibv_wr_abort(qpx) };
             return None;
@@ -285,6 +311,7 @@ unsafe fn build(
     raw: &ffi::ibv_send_wr,
     caps: &QpCaps,
     datagram: bool,
+    inline_lists: bool,
 ) -> bool {
     let inline = raw.send_flags & ffi::IBV_SEND_INLINE != 0;
     let Ok(num_sge) = usize::try_from(raw.num_sge) else {
@@ -298,6 +325,13 @@ unsafe fn build(
     };
     let fits = match (inline, single) {
         (true, Some(sge)) => sge.length <= caps.max_inline_data,
+        (true, None) if inline_lists && (2..=INLINE_LIST_MAX).contains(&num_sge) => {
+            // SAFETY: a request of `num_sge` entries points at that many (the list's storage
+            // or the caller's slice).
+            let entries = unsafe { std::slice::from_raw_parts(raw.sg_list, num_sge) };
+            let total: u64 = entries.iter().map(|sge| u64::from(sge.length)).sum();
+            total <= u64::from(caps.max_inline_data)
+        }
         (true, None) => false,
         (false, _) => num_sge <= caps.max_send_sge as usize,
     };
@@ -343,6 +377,18 @@ unsafe fn build(
                 let a = raw.wr.atomic;
                 let ret = ffi::ibv_wr_atomic_fetch_add(qpx, a.rkey, a.remote_addr, a.compare_add);
                 (ret, true)
+            }
+            ffi::IBV_WR_ATOMIC_WRITE => {
+                let a = raw.wr.atomic;
+                // The provider copies the 8 bytes during the call.
+                let value = a.compare_add.to_ne_bytes();
+                let ret = ffi::ibv_wr_atomic_write(
+                    qpx,
+                    a.rkey,
+                    a.remote_addr,
+                    value.as_ptr().cast::<c_void>(),
+                );
+                (ret, false)
             }
             ffi::IBV_WR_SEND_WITH_INV => (
                 ffi::ibv_wr_send_inv(qpx, raw.__bindgen_anon_1.invalidate_rkey),
@@ -391,6 +437,7 @@ unsafe fn build(
                 sge.length as usize,
             ),
             (_, Some(sge)) => ffi::ibv_wr_set_sge(qpx, sge.lkey, sge.addr, sge.length),
+            (true, None) => set_inline_list(qpx, raw.sg_list, num_sge),
             // A zero-length request still gets its data setter, which some providers (mlx5)
             // need to finish the request.
             // No entry at all: an entry of length 0 may be read as 2 GiB (see `Payload::fill`).
@@ -399,4 +446,36 @@ unsafe fn build(
         }
     };
     ret == 0
+}
+
+/// `ibv_wr_set_inline_data_list` with the `num_sge` (2 to [`INLINE_LIST_MAX`]) entries at
+/// `sg_list` as host buffers. Out of line: the common requests do not pay for its array.
+///
+/// # Safety
+///
+/// The batch of `qpx` is live and its last request takes data; `sg_list` is readable for
+/// `num_sge` entries, each naming host memory readable during the call.
+#[cold]
+#[inline(never)]
+unsafe fn set_inline_list(
+    qpx: *mut ffi::ibv_qp_ex,
+    sg_list: *const ffi::ibv_sge,
+    num_sge: usize,
+) -> i32 {
+    let mut gather = [ffi::ibv_data_buf {
+        addr: std::ptr::null_mut(),
+        length: 0,
+    }; INLINE_LIST_MAX];
+    // SAFETY: readable for `num_sge` entries (the caller's guarantee).
+    let entries = unsafe { std::slice::from_raw_parts(sg_list, num_sge) };
+    for (buf, sge) in gather.iter_mut().zip(entries) {
+        *buf = ffi::ibv_data_buf {
+            addr: sge.addr as usize as *mut c_void,
+            length: sge.length as usize,
+        };
+    }
+    let count = num_sge.min(INLINE_LIST_MAX);
+    // SAFETY: the batch is live; the buffers are host memory readable during the call, which
+    // copies them into the request.
+    unsafe { ffi::ibv_wr_set_inline_data_list(qpx, count, gather.as_ptr()) }
 }

@@ -115,6 +115,7 @@ impl Transport for Rc {
         | op::WRITE_WITH_IMM
         | op::READ
         | op::ATOMIC
+        | op::ATOMIC_WRITE
         | op::BIND_MW
         | op::LOCAL_INV
         | op::SEND_WITH_INV;

@@ -20,6 +20,13 @@ pub(crate) fn may_have_posted(error: &Error) -> bool {
     }
 }
 
+/// An atomic write the queue pair cannot post: the classic call has no way to carry it.
+#[cold]
+#[inline(never)]
+fn no_atomic_write() -> Error {
+    Error::Unsupported("ibv_wr_atomic_write")
+}
+
 impl<T: Transport> QueuePair<T, Rts> {
     /// `ibv_post_send`: hands every request of `list` to the device in one call (one doorbell).
     ///
@@ -80,9 +87,11 @@ impl<T: Transport> QueuePair<T, Rts> {
     ///
     /// A list the batch cannot carry goes to `ibv_post_send` instead, with the errors above:
     /// one holding an operation the queue pair was not created for (see [`SendPath::Auto`](super::SendPath::Auto)),
-    /// inline data over the granted `max_inline_data` or in more than one entry, or more
-    /// entries than `max_send_sge`. The classic call is valid on these queue pairs, between
-    /// batches.
+    /// inline data over the granted `max_inline_data` or in more than 16 entries (in more than
+    /// one on Soft-RoCE, whose provider mishandles inline lists), or more entries than
+    /// `max_send_sge`. The classic call is valid on these queue pairs, between batches; it
+    /// cannot carry an atomic write, so a list holding one that the batch cannot carry is
+    /// refused with [`Error::Unsupported`]`("ibv_wr_atomic_write")`, nothing posted.
     ///
     /// # Examples
     ///
@@ -124,6 +133,9 @@ impl<T: Transport> QueuePair<T, Rts> {
             if let Some(result) = posted {
                 return result;
             }
+        }
+        if list.ops() & op::ATOMIC_WRITE != 0 {
+            return Err(no_atomic_write());
         }
         let mut bad: *mut ffi::ibv_send_wr = std::ptr::null_mut();
         // SAFETY: live queue pair; the list is a valid chain whose memory the caller keeps
@@ -182,6 +194,9 @@ impl<T: Transport> QueuePair<T, Rts> {
             if let Some(result) = posted {
                 return result;
             }
+        }
+        if ops & op::ATOMIC_WRITE != 0 {
+            return Err(no_atomic_write());
         }
         let mut bad: *mut ffi::ibv_send_wr = std::ptr::null_mut();
         // SAFETY: live queue pair; `raw` outlives the call; the caller keeps the memory valid

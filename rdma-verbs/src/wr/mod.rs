@@ -183,6 +183,8 @@ pub(crate) mod op {
     pub(crate) const BIND_MW: u32 = 1 << 6;
     pub(crate) const LOCAL_INV: u32 = 1 << 7;
     pub(crate) const SEND_WITH_INV: u32 = 1 << 8;
+    /// RDMA atomic write: only the extended path's builder (`ibv_wr_atomic_write`) carries it.
+    pub(crate) const ATOMIC_WRITE: u32 = 1 << 9;
     /// A malformed request: immediate data on an operation that cannot carry it, or inline
     /// data as the target of a read.
     pub(crate) const INVALID: u32 = 1 << 31;

@@ -11,8 +11,8 @@ use crate::mr::{MemoryRegion, MrSlice, RemoteMemory};
 use crate::mw::{BindRange, MemoryWindow, MwType, check_bind};
 
 /// A send work request (`struct ibv_send_wr`): SEND, SEND_WITH_IMM, RDMA_WRITE,
-/// RDMA_WRITE_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD, BIND_MW, LOCAL_INV
-/// or SEND_WITH_INV, with its options.
+/// RDMA_WRITE_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD, ATOMIC_WRITE,
+/// BIND_MW, LOCAL_INV or SEND_WITH_INV, with its options.
 ///
 /// Options chain by value:
 ///
@@ -137,6 +137,35 @@ impl<'a> SendRequest<'a> {
         );
         request.remote = (remote.addr, remote.rkey);
         request.atomic = (add, 0);
+        request
+    }
+
+    /// ATOMIC_WRITE (`IBV_WR_ATOMIC_WRITE`): writes the 8 bytes of `value`, as they lie in
+    /// this host's memory (native byte order), to `remote.addr` (8-byte aligned) in one
+    /// indivisible access: a peer never reads half of it. No local memory is involved.
+    ///
+    /// Only a reliable connected queue pair that [uses the extended
+    /// API](crate::QueuePair::uses_extended_post) on a device that
+    /// [supports it](crate::DeviceAttr::supports_atomic_write) posts it (through
+    /// `ibv_wr_atomic_write`); elsewhere the post fails with
+    /// [`Error::Unsupported`]`("ibv_wr_atomic_write")` and posts nothing of its list. Completes
+    /// with [`WcOpcode::AtomicWrite`](crate::WcOpcode::AtomicWrite).
+    ///
+    /// # References
+    ///
+    /// [`ibv_wr_post(3)`](https://man7.org/linux/man-pages/man3/ibv_wr_post.3.html)
+    #[doc(alias = "ibv_wr_atomic_write")]
+    #[doc(alias = "IBV_WR_ATOMIC_WRITE")]
+    #[inline]
+    pub fn atomic_write(wr_id: u64, remote: RemoteMemory, value: u64) -> Self {
+        let mut request = Self::new(
+            wr_id,
+            ffi::IBV_WR_ATOMIC_WRITE,
+            op::ATOMIC_WRITE,
+            Payload::None,
+        );
+        request.remote = (remote.addr, remote.rkey);
+        request.atomic = (value, 0);
         request
     }
 
@@ -405,7 +434,7 @@ impl<'a> SendRequest<'a> {
         raw.send_flags = self.flags.bits() | inline;
         raw.__bindgen_anon_1.imm_data = self.imm.to_be();
         match self.op & !op::INVALID {
-            op::ATOMIC => {
+            op::ATOMIC | op::ATOMIC_WRITE => {
                 raw.wr.atomic = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
                     remote_addr: self.remote.0,
                     compare_add: self.atomic.0,

@@ -45,7 +45,7 @@ pub(crate) use instructions::instructions;
 pub(crate) use kmsg::kernel_log;
 pub(crate) use pingpong::pingpong;
 pub(crate) use selftest::run as selftest;
-pub(crate) use vm::{find_kernel, find_vng, prefix_lines, shell_quote};
+pub(crate) use vm::{choose_kernel, find_kernel, find_vng, prefix_lines, shell_quote};
 
 /// Test targets whose name ends so run on the host, not on the device: compile-fail tests,
 /// which invoke the compiler (far too slow under the VM's software emulation) and touch no
@@ -62,8 +62,7 @@ fn runs_on_host(binary: &TestBinary) -> bool {
 }
 
 /// The options of `cargo xtask test`, for error messages.
-const OPTIONS: &str =
-    "--vm, --host, --no-doc, --repeat N, --nodes N, --lanes N, -- <test filter and libtest args>";
+const OPTIONS: &str = "--vm, --host, --no-doc, --repeat N, --nodes N, --lanes N, --kernel VERSION, -- <test filter and libtest args>";
 
 /// The most device binaries a VM may run at once.
 const MAX_LANES: usize = 8;
@@ -78,6 +77,8 @@ struct Options {
     nodes: Option<usize>,
     /// `--lanes N`: device binaries the VM runs at once.
     lanes: Option<usize>,
+    /// `--kernel VERSION`: the kernel the VMs boot (`6.12`), instead of the distribution's.
+    kernel: Option<String>,
     test_args: Vec<String>,
 }
 
@@ -122,6 +123,13 @@ pub(crate) struct Executed {
 
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
     let options = parse_options(args)?;
+    if let Some(version) = &options.kernel {
+        let kernel = vm::choose_kernel(version)?;
+        println!(
+            "harness: --kernel {version}: the VMs boot {}",
+            kernel.display()
+        );
+    }
     let started = Instant::now();
     let (host, device): (Vec<TestBinary>, Vec<TestBinary>) = build::build_tests(root)?
         .into_iter()
@@ -220,6 +228,13 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
                     .ok_or(format!("--lanes takes a count from 1 to {MAX_LANES}"))?;
                 options.lanes = Some(count);
             }
+            "--kernel" => {
+                let version = rest
+                    .next()
+                    .filter(|v| !v.is_empty() && !v.starts_with('-'))
+                    .ok_or("--kernel takes a kernel version (`6.12`)")?;
+                options.kernel = Some(version.clone());
+            }
             "--repeat" => {
                 let count = rest
                     .next()
@@ -247,6 +262,9 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
             "--lanes is for the single-node suite; the nodes run their binaries in step"
                 .to_string(),
         );
+    }
+    if options.kernel.is_some() && options.force_host {
+        return Err("--kernel chooses the VMs' kernel; --host runs none".to_string());
     }
     if options.nodes.is_some() && options.force_host {
         return Err(
@@ -658,6 +676,18 @@ mod tests {
                 .lanes,
             Some(3)
         );
+        assert_eq!(
+            parse_options(&strings(&["--kernel", "6.12", "--no-doc"]))
+                .expect("--kernel")
+                .kernel
+                .as_deref(),
+            Some("6.12")
+        );
+        assert!(vm::version_matches("6.12.115+deb12-amd64", "6.12"));
+        assert!(vm::version_matches("6.12.115+deb12-amd64", "6.12.115"));
+        assert!(vm::version_matches("6.1.0-56-amd64", "6.1"));
+        assert!(!vm::version_matches("6.12.115+deb12-amd64", "6.1"));
+        assert!(!vm::version_matches("6.1.0-56-amd64", "6.12"));
         for bad in [
             &["--repeat"][..],
             &["--repeat", "0"],
@@ -672,6 +702,9 @@ mod tests {
             &["--lanes", "9"],
             &["--lanes"],
             &["--nodes", "2", "--lanes", "2"],
+            &["--kernel"],
+            &["--kernel", "--no-doc"],
+            &["--kernel", "6.12", "--host"],
             &["--bogus"],
         ] {
             assert!(parse_options(&strings(bad)).is_err(), "{bad:?}");

@@ -4,6 +4,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
@@ -70,13 +71,51 @@ pub(crate) fn find_vng() -> Option<PathBuf> {
     })
 }
 
-/// The kernel to boot: `RDMA_TEST_KERNEL`, else the newest `/boot/vmlinuz-*` whose modules
-/// include `rdma_rxe`.
-pub(crate) fn find_kernel() -> Result<PathBuf, String> {
-    if let Some(kernel) = std::env::var_os("RDMA_TEST_KERNEL") {
-        return Ok(PathBuf::from(kernel));
+/// The kernel `--kernel` chose for this run, if it did.
+static CHOSEN_KERNEL: OnceLock<PathBuf> = OnceLock::new();
+
+/// `--kernel VERSION`: boots the newest `/boot/vmlinuz-VERSION…` with `rdma_rxe` (`6.12`
+/// matches `6.12.115+deb12-amd64`, not `6.1.0-56-amd64`) for the rest of this run.
+pub(crate) fn choose_kernel(version: &str) -> Result<PathBuf, String> {
+    let path = rxe_kernels()?
+        .into_iter()
+        .filter(|(v, _)| version_matches(v, version))
+        .max_by(|a, b| version_key(&a.0).cmp(&version_key(&b.0)))
+        .map(|(_, path)| path)
+        .ok_or_else(|| {
+            format!(
+                "no kernel {version} with the rdma_rxe module in /boot; run `cargo xtask \
+                 setup --kernel {version}`"
+            )
+        })?;
+    let chosen = CHOSEN_KERNEL.get_or_init(|| path.clone());
+    if *chosen != path {
+        return Err(format!(
+            "a run boots one kernel; {} was chosen first",
+            chosen.display()
+        ));
     }
-    let mut kernels: Vec<(String, PathBuf)> = std::fs::read_dir("/boot")
+    Ok(path)
+}
+
+/// Whether kernel `version` (`6.12.115+deb12-amd64`) is of `wanted` (`6.12`, `6.12.115`).
+pub(crate) fn version_matches(version: &str, wanted: &str) -> bool {
+    version
+        .strip_prefix(wanted)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '-', '+']))
+}
+
+/// The numbers of a kernel version in order, for comparing `6.12.99` below `6.12.115`.
+fn version_key(version: &str) -> Vec<u64> {
+    version
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .collect()
+}
+
+/// The kernels in `/boot` whose modules include `rdma_rxe`, as (version, image).
+fn rxe_kernels() -> Result<Vec<(String, PathBuf)>, String> {
+    Ok(std::fs::read_dir("/boot")
         .map_err(|e| format!("reading /boot: {e}"))?
         .flatten()
         .filter_map(|entry| {
@@ -87,8 +126,40 @@ pub(crate) fn find_kernel() -> Result<PathBuf, String> {
                 .join("kernel/drivers/infiniband/sw/rxe");
             rxe.is_dir().then(|| (version, entry.path()))
         })
-        .collect();
-    kernels.sort();
+        .collect())
+}
+
+/// The kernel version the distribution's kernel package (`linux-image-amd64`) installs, as
+/// dpkg names its dependency (`linux-image-6.1.0-56-amd64 (= …)` gives `6.1.0-56-amd64`).
+fn distribution_kernel() -> Option<String> {
+    let output = Command::new("dpkg-query")
+        .args(["-W", "-f=${Depends}", "linux-image-amd64"])
+        .output()
+        .ok()?;
+    let depends = String::from_utf8_lossy(&output.stdout);
+    let first = depends.split([',', '|']).next()?.trim();
+    let package = first.split_whitespace().next()?;
+    package.strip_prefix("linux-image-").map(str::to_string)
+}
+
+/// The kernel to boot: the one `--kernel` chose, else `RDMA_TEST_KERNEL`, else the
+/// distribution's (what `linux-image-amd64` installs: a second kernel installed for the full
+/// tier does not change what the first tier boots), else the newest `/boot/vmlinuz-*` whose
+/// modules include `rdma_rxe`.
+pub(crate) fn find_kernel() -> Result<PathBuf, String> {
+    if let Some(kernel) = CHOSEN_KERNEL.get() {
+        return Ok(kernel.clone());
+    }
+    if let Some(kernel) = std::env::var_os("RDMA_TEST_KERNEL") {
+        return Ok(PathBuf::from(kernel));
+    }
+    let mut kernels = rxe_kernels()?;
+    if let Some(default) = distribution_kernel() {
+        if let Some(index) = kernels.iter().position(|(v, _)| *v == default) {
+            return Ok(kernels.swap_remove(index).1);
+        }
+    }
+    kernels.sort_by_key(|(version, _)| version_key(version));
     kernels.pop().map(|(_, path)| path).ok_or_else(|| {
         "no kernel with the rdma_rxe module in /boot; run `cargo xtask setup` \
          (Debian package linux-image-amd64)"

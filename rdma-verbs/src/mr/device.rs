@@ -1,40 +1,48 @@
-//! [`DmabufRegion`]: memory another driver exports as a dmabuf (a GPU's memory, through
-//! CUDA's `cuMemGetHandleForAddressRange` or ROCm's `hsa_amd_portable_export_dmabuf`),
-//! registered by its file descriptor (`ibv_reg_dmabuf_mr`). The CPU never reaches it through
-//! the region: it has keys, an I/O virtual address and slices for scatter/gather entries (whose
-//! addresses are I/O virtual addresses, not host ones: never sent inline), and no bytes.
+//! [`DeviceRegion`]: a registration of memory the CPU does not reach through it: a dmabuf
+//! another driver exports (a GPU's memory, through CUDA's `cuMemGetHandleForAddressRange` or
+//! ROCm's `hsa_amd_portable_export_dmabuf`), registered by its file descriptor
+//! (`ibv_reg_dmabuf_mr`), or the device's own memory ([`DeviceMemory`], `ibv_reg_dm_mr`). It
+//! has keys, an I/O virtual address and slices for scatter/gather entries (whose addresses are
+//! I/O virtual addresses, not host ones: never sent inline), and no bytes.
 
 use std::fmt;
 use std::ops::RangeBounds;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 
+use std::sync::Arc;
+
 use super::{MrSlice, Registration, RemoteMemory, sge_range};
+use crate::dm::{DeviceMemory, DmInner};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::flags::AccessFlags;
 use crate::pd::ProtectionDomain;
 
-/// A registered dmabuf (`struct ibv_mr` of `ibv_reg_dmabuf_mr`): device memory that requests
-/// address at [`iova`](Self::iova) + offset, with [`lkey`](Self::lkey) locally and
-/// [`rkey`](Self::rkey) for peers. Made by the `unsafe`
-/// [`ProtectionDomain::register_dmabuf`]; deregistered by [`close`](Self::close) or on drop.
+/// A registration of memory the CPU does not reach through it (`struct ibv_mr` of
+/// `ibv_reg_dmabuf_mr` or `ibv_reg_dm_mr`): requests address it at [`iova`](Self::iova) +
+/// offset, with [`lkey`](Self::lkey) locally and [`rkey`](Self::rkey) for peers. Made by the
+/// `unsafe` [`ProtectionDomain::register_dmabuf`] (a dmabuf: GPU memory) or by
+/// [`DeviceMemory::register`] (the device's own memory, addressed from 0); deregistered by
+/// [`close`](Self::close) or on drop.
 ///
-/// Not `Clone`: the one owner of its registration. It keeps its protection domain alive. `Send`
-/// and `Sync`: it only holds numbers and the registration handle.
-pub struct DmabufRegion {
+/// Not `Clone`: the one owner of its registration. It keeps its protection domain (and device
+/// memory) alive. `Send` and `Sync`: it only holds numbers and the registration handle.
+pub struct DeviceRegion {
     reg: Registration,
     iova: u64,
     len: usize,
     access: AccessFlags,
     pd: ProtectionDomain,
+    /// The device memory under a registration of it, kept until the registration ends.
+    _dm: Option<Arc<DmInner>>,
 }
 
 // SAFETY: the registration handle may be used and deregistered from any thread; the region
 // gives no access to the memory itself.
-unsafe impl Send for DmabufRegion {}
+unsafe impl Send for DeviceRegion {}
 // SAFETY: as above; `&self` methods only read the handle's keys.
-unsafe impl Sync for DmabufRegion {}
+unsafe impl Sync for DeviceRegion {}
 
 impl ProtectionDomain {
     /// `ibv_reg_dmabuf_mr`: registers `len` bytes of the dmabuf `fd`, from byte `offset` of
@@ -77,7 +85,7 @@ impl ProtectionDomain {
         len: usize,
         iova: u64,
         access: AccessFlags,
-    ) -> Result<DmabufRegion> {
+    ) -> Result<DeviceRegion> {
         if len == 0 {
             return Err(Error::invalid("a dmabuf region of 0 bytes"));
         }
@@ -96,17 +104,79 @@ impl ProtectionDomain {
             ffi::ibv_reg_dmabuf_mr(self.as_raw(), offset, len, iova, fd.as_raw_fd(), access_raw)
         };
         let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_reg_dmabuf_mr"))?;
-        Ok(DmabufRegion {
+        Ok(DeviceRegion {
             reg: Registration::new(raw),
             iova,
             len,
             access,
             pd: self.clone(),
+            _dm: None,
         })
     }
 }
 
-impl DmabufRegion {
+impl DeviceMemory {
+    /// `ibv_reg_dm_mr`: registers the bytes `range` of the device memory in `pd` with `access`
+    /// rights (remote rights also need [`AccessFlags::LOCAL_WRITE`], as for any region). The
+    /// registration is zero-based (`IBV_ACCESS_ZERO_BASED`, which the call requires): requests
+    /// and peers address its first byte as 0. It keeps the device memory allocated until it
+    /// ends.
+    ///
+    /// Safe, unlike [`register_dmabuf`](ProtectionDomain::register_dmabuf): device memory is
+    /// never host memory a Rust reference could point into; the CPU reaches it only through
+    /// [`write`](Self::write) and [`read`](Self::read).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty range or one past the end, a protection domain
+    /// of another context, or rights the crate refuses for any region (nothing is called);
+    /// else [`Error::Verb`] with the call's errno, or [`Error::Unsupported`].
+    ///
+    /// # References
+    ///
+    /// [`ibv_reg_dm_mr(3)`](https://man7.org/linux/man-pages/man3/ibv_reg_dm_mr.3.html)
+    #[doc(alias = "ibv_reg_dm_mr")]
+    pub fn register(
+        &self,
+        pd: &ProtectionDomain,
+        range: impl RangeBounds<usize>,
+        access: AccessFlags,
+    ) -> Result<DeviceRegion> {
+        let (offset, len) = sge_range(range, self.len())?;
+        if len == 0 {
+            return Err(Error::invalid("a device memory region of 0 bytes"));
+        }
+        if pd.context().as_raw() != self.context().as_raw() {
+            return Err(Error::invalid(
+                "the protection domain belongs to another device context",
+            ));
+        }
+        super::check_access(access)?;
+        let flags = access | AccessFlags::ZERO_BASED;
+        // SAFETY: a live protection domain and live device memory of the same context; the
+        // range lies inside the allocation (checked above).
+        let raw = unsafe {
+            ffi::ibv_reg_dm_mr(
+                pd.as_raw(),
+                self.as_raw(),
+                offset as u64,
+                len as usize,
+                flags.bits() as std::ffi::c_uint,
+            )
+        };
+        let raw = NonNull::new(raw).ok_or_else(|| Error::last("ibv_reg_dm_mr"))?;
+        Ok(DeviceRegion {
+            reg: Registration::new(raw),
+            iova: 0,
+            len: len as usize,
+            access,
+            pd: pd.clone(),
+            _dm: Some(Arc::clone(&self.0)),
+        })
+    }
+}
+
+impl DeviceRegion {
     /// The local key, for scatter/gather entries.
     pub fn lkey(&self) -> u32 {
         self.reg.lkey()
@@ -199,7 +269,7 @@ impl DmabufRegion {
     }
 }
 
-impl Drop for DmabufRegion {
+impl Drop for DeviceRegion {
     fn drop(&mut self) {
         // Cannot report; never panics. A failed deregistration leaves the registration (and
         // the kernel's hold on the dmabuf) in place until the context closes.
@@ -207,9 +277,9 @@ impl Drop for DmabufRegion {
     }
 }
 
-impl fmt::Debug for DmabufRegion {
+impl fmt::Debug for DeviceRegion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DmabufRegion")
+        f.debug_struct("DeviceRegion")
             .field("iova", &format_args!("{:#x}", self.iova))
             .field("len", &self.len)
             .field("lkey", &self.lkey())
