@@ -34,7 +34,8 @@ impl PdInner {
         }
         if self.imported {
             // SAFETY: a live imported PD (not yet let go); every object made in it holds an Arc
-            // to it, so none is left. The call cannot fail.
+            // to it, so none is left. The call reports no failure (mlx5 asserts on one it
+            // meets, and otherwise leaves the domain to the context's close).
             unsafe { ffi::ibv_unimport_pd(self.raw.as_ptr()) };
             self.freed = true;
             return Ok(());
@@ -111,7 +112,8 @@ impl Context {
     /// # Errors
     ///
     /// [`Error::Unsupported`] where the provider cannot import (Soft-RoCE; mlx5 can); else
-    /// [`Error::Verb`] with the call's errno (`EINVAL` for a handle that names no domain).
+    /// [`Error::Verb`] with the call's errno (the kernel's, for a handle that names no
+    /// domain).
     ///
     /// # References
     ///
@@ -134,7 +136,7 @@ impl Context {
 impl ProtectionDomain {
     /// `ibv_dealloc_pd`: what dropping the last handle does, with the failure reported. On
     /// failure the domain is handed back, still usable; dropping it tries again. (An imported
-    /// domain is let go with `ibv_unimport_pd` instead, which cannot fail.)
+    /// domain is let go with `ibv_unimport_pd` instead, which reports no failure.)
     ///
     /// # Errors
     ///

@@ -99,8 +99,9 @@ impl Context {
     /// # Errors
     ///
     /// [`Error::Unsupported`] where the provider has no XRC (Soft-RoCE); else
-    /// [`Error::Verb`] with the call's errno (`EINVAL` for [`XrcdFile::Existing`] on a file
-    /// with no domain, `EEXIST` for [`XrcdFile::New`] on one that has one).
+    /// [`Error::Verb`] with the call's errno, among them the kernel's refusals of
+    /// [`XrcdFile::Existing`] on a file with no domain and of [`XrcdFile::New`] on one that has
+    /// one.
     ///
     /// # References
     ///

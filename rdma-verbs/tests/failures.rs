@@ -922,8 +922,9 @@ fn fail_the_verbs_soft_roce_lacks_are_refused_exactly() {
         Err(Error::InvalidArgument(_))
     ));
     // No importing: not the context's own command descriptor (duplicated), nor a domain of
-    // it by handle. A descriptor of no RDMA device is refused by libibverbs itself: a socket
-    // is not a character device (`EINVAL`), `/dev/null` is one of no RDMA device (`ENODEV`).
+    // it by handle. A descriptor of no RDMA device is refused with libibverbs' errnos: a
+    // socket is not a character device (`EINVAL`, before anything is duplicated), `/dev/null`
+    // is one of no RDMA device (`ENODEV`).
     // SAFETY: the context's command descriptor is open while the context lives (the fixture).
     let cmd_fd = unsafe { std::os::fd::BorrowedFd::borrow_raw((*f.context.as_raw()).cmd_fd) };
     refused(Context::import(cmd_fd).map(drop), "ibv_import_device");

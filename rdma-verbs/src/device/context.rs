@@ -1,7 +1,7 @@
 //! Device contexts: opening, borrowing, and the queries of a device, its ports and GIDs.
 
 use std::fmt;
-use std::os::fd::{AsFd, BorrowedFd, IntoRawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -139,9 +139,10 @@ impl Context {
     /// descriptor is duplicated for the new context, which closes its copy when it closes;
     /// `fd` stays the caller's.
     ///
-    /// When the call fails the duplicate is left open (one descriptor lost): the provider may
-    /// already have closed it, and closing it again could close a descriptor another thread
-    /// has just been given the same number.
+    /// A descriptor that is not a character device is refused before anything is duplicated.
+    /// When the call itself fails the duplicate is left open (one descriptor lost): the
+    /// provider may already have closed it, and closing it again could close a descriptor
+    /// another thread has just been given the same number.
     ///
     /// # Errors
     ///
@@ -155,6 +156,16 @@ impl Context {
     /// [`ibv_import_device(3)`](https://man7.org/linux/man-pages/man3/ibv_import_device.3.html)
     #[doc(alias = "ibv_import_device")]
     pub fn import(fd: BorrowedFd<'_>) -> Result<Self> {
+        // libibverbs' own first check, made before the duplicate exists, so that the commonest
+        // wrong descriptor loses none.
+        // SAFETY: `stat` is plain data the call fills; `fd` is open for the call (borrowed).
+        let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0
+            || stat.st_mode & libc::S_IFMT != libc::S_IFCHR
+        {
+            return Err(Error::verb("ibv_import_device", Errno::INVAL));
+        }
         let copy = fd.try_clone_to_owned().map_err(|e| {
             Error::verb(
                 "dup",

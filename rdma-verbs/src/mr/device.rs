@@ -142,10 +142,14 @@ impl DeviceMemory {
         range: impl RangeBounds<usize>,
         access: AccessFlags,
     ) -> Result<DeviceRegion> {
-        let (offset, len) = sge_range(range, self.len())?;
-        if len == 0 {
-            return Err(Error::invalid("a device memory region of 0 bytes"));
+        let (offset, end) = super::range_bounds(range, self.len());
+        if offset >= end || end > self.len() {
+            return Err(Error::InvalidArgument(format!(
+                "bytes {offset}..{end} of {} bytes of device memory",
+                self.len()
+            )));
         }
+        let len = end - offset;
         if pd.context().as_raw() != self.context().as_raw() {
             return Err(Error::invalid(
                 "the protection domain belongs to another device context",
@@ -160,7 +164,7 @@ impl DeviceMemory {
                 pd.as_raw(),
                 self.as_raw(),
                 offset as u64,
-                len as usize,
+                len,
                 flags.bits() as std::ffi::c_uint,
             )
         };
@@ -168,7 +172,7 @@ impl DeviceMemory {
         Ok(DeviceRegion {
             reg: Registration::new(raw),
             iova: 0,
-            len: len as usize,
+            len,
             access,
             pd: pd.clone(),
             _dm: Some(Arc::clone(&self.0)),

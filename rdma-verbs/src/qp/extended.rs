@@ -44,9 +44,10 @@ pub enum SendPath {
     /// tells which).
     ///
     /// Creation tries `ibv_create_qp_ex` with the send-ops flags of every operation of the
-    /// transport, then without the memory-window operations (`BIND_MW`, `LOCAL_INV`,
-    /// `SEND_WITH_INV`), and falls back to `ibv_create_qp` when the provider lacks
-    /// `create_qp_ex` or refuses both (`EOPNOTSUPP`, `ENOSYS`, `EINVAL`). It also stays classic
+    /// transport (atomic write only where the device reports it), then without the
+    /// memory-window operations (`BIND_MW`, `LOCAL_INV`, `SEND_WITH_INV`), then without atomic
+    /// write either, and falls back to `ibv_create_qp` when the provider lacks `create_qp_ex` or
+    /// refuses every attempt (`EOPNOTSUPP`, `ENOSYS`, `EINVAL`). It also stays classic
     /// when the queue pair it gets has no `ibv_qp_ex` or lacks a builder it needs.
     Auto,
     /// The extended path or nothing: as [`Auto`](Self::Auto), but where `Auto` would fall back,
@@ -324,6 +325,8 @@ unsafe fn build(
         None
     };
     let fits = match (inline, single) {
+        // Nothing to copy (an atomic write, an empty payload): the flag asks nothing.
+        (_, None) if num_sge == 0 => true,
         (true, Some(sge)) => sge.length <= caps.max_inline_data,
         (true, None) if inline_lists && (2..=INLINE_LIST_MAX).contains(&num_sge) => {
             // SAFETY: a request of `num_sge` entries points at that many (the list's storage
@@ -437,11 +440,11 @@ unsafe fn build(
                 sge.length as usize,
             ),
             (_, Some(sge)) => ffi::ibv_wr_set_sge(qpx, sge.lkey, sge.addr, sge.length),
-            (true, None) => set_inline_list(qpx, raw.sg_list, num_sge),
             // A zero-length request still gets its data setter, which some providers (mlx5)
             // need to finish the request.
             // No entry at all: an entry of length 0 may be read as 2 GiB (see `Payload::fill`).
             _ if num_sge == 0 => ffi::ibv_wr_set_sge_list(qpx, 0, std::ptr::null()),
+            (true, None) => set_inline_list(qpx, raw.sg_list, num_sge),
             _ => ffi::ibv_wr_set_sge_list(qpx, num_sge, raw.sg_list),
         }
     };

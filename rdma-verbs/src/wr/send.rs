@@ -147,9 +147,10 @@ impl<'a> SendRequest<'a> {
     /// Only a reliable connected queue pair that [uses the extended
     /// API](crate::QueuePair::uses_extended_post) on a device that
     /// [supports it](crate::DeviceAttr::supports_atomic_write) posts it (through
-    /// `ibv_wr_atomic_write`); elsewhere the post fails with
-    /// [`Error::Unsupported`]`("ibv_wr_atomic_write")` and posts nothing of its list. Completes
-    /// with [`WcOpcode::AtomicWrite`](crate::WcOpcode::AtomicWrite).
+    /// `ibv_wr_atomic_write`). Another RC queue pair refuses the post with
+    /// [`Error::Unsupported`]`("ibv_wr_atomic_write")`, and UC and UD with
+    /// [`Error::InvalidArgument`] (they have no atomics), posting nothing of the list.
+    /// Completes with [`WcOpcode::AtomicWrite`](crate::WcOpcode::AtomicWrite).
     ///
     /// # References
     ///
