@@ -862,6 +862,54 @@ fn fail_dmabuf_registration_is_refused_by_rxe() {
             Err(Error::InvalidArgument(_))
         ));
     }
+
+    // A real dmabuf, where the kernel can make one (6.12 has the system dma-buf heap; 6.1 has
+    // none): refused the same way, so the refusal is rxe's, not the descriptor's.
+    let heap = std::path::Path::new("/dev/dma_heap/system");
+    if rdma_test_support::kernel_version() >= Some((6, 12)) {
+        assert!(heap.exists(), "Linux 6.12 has the system dma-buf heap");
+    }
+    if heap.exists() {
+        let dmabuf = system_heap_dmabuf(heap, 65536);
+        // SAFETY: as above; no Rust reference points into the heap's memory.
+        let result = unsafe {
+            f.pd.register_dmabuf(dmabuf.as_fd(), 0, 65536, 0x10000, REMOTE_WRITABLE)
+        };
+        assert_eq!(refusal(result), ("ibv_reg_dmabuf_mr", libc::EOPNOTSUPP));
+    }
+}
+
+/// A dmabuf of `len` bytes from the dma-buf heap `heap` (`DMA_HEAP_IOCTL_ALLOC`).
+fn system_heap_dmabuf(heap: &std::path::Path, len: u64) -> std::os::fd::OwnedFd {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    /// `struct dma_heap_allocation_data` of `linux/dma-heap.h`.
+    #[repr(C)]
+    struct Allocation {
+        len: u64,
+        fd: u32,
+        fd_flags: u32,
+        heap_flags: u64,
+    }
+    /// `_IOWR('H', 0, struct dma_heap_allocation_data)`.
+    const DMA_HEAP_IOCTL_ALLOC: libc::c_ulong = 0xc018_4800;
+    let heap = std::fs::File::open(heap).expect("the heap");
+    let mut allocation = Allocation {
+        len,
+        fd: 0,
+        fd_flags: (libc::O_RDWR | libc::O_CLOEXEC) as u32,
+        heap_flags: 0,
+    };
+    // SAFETY: the heap's descriptor is open; `allocation` is the structure the ioctl reads and
+    // writes, live for the call.
+    let ret = unsafe { libc::ioctl(heap.as_raw_fd(), DMA_HEAP_IOCTL_ALLOC, &mut allocation) };
+    assert_eq!(
+        ret,
+        0,
+        "DMA_HEAP_IOCTL_ALLOC: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: the ioctl returned a new descriptor, owned by no one else.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(allocation.fd as i32) }
 }
 
 /// The error of a call the provider refused, as (verb, errno).
