@@ -11,7 +11,7 @@ mod tool;
 use std::process::Output;
 
 use common::text;
-use rdma_benches::bw::BW_HEADER;
+use rdma_benches::bw::{BW_HEADER, BW_HEADER_GBITS};
 use rdma_test_support::TestDevice;
 
 const BW: &str = env!("CARGO_BIN_EXE_bw");
@@ -23,8 +23,13 @@ fn run(device: &TestDevice, server_args: &[&str], client_args: &[&str]) -> (Outp
 /// The client's one result row, after checking the report's frame: (size, iterations, peak,
 /// average, message rate).
 fn result(out: &Output, title: &str) -> (usize, u32, f64, f64, f64) {
+    result_under(out, title, BW_HEADER)
+}
+
+/// As [`result`], under the header `expected` (MiB/s or Gb/s).
+fn result_under(out: &Output, title: &str, expected: &str) -> (usize, u32, f64, f64, f64) {
     let lines = tool::report(out, title);
-    let header = lines.iter().position(|l| l == BW_HEADER).expect("header");
+    let header = lines.iter().position(|l| l == expected).expect("header");
     let fields: Vec<&str> = lines[header + 1].split_whitespace().collect();
     let [size, iters, peak, average, rate] = fields[..] else {
         panic!("not a result row: {:?}", lines[header + 1]);
@@ -44,17 +49,18 @@ fn message_rate_with_post_lists_and_checked_data() {
     let Some(device) = rdma_test_support::device() else {
         return;
     };
-    let cases: [(&str, &str, &str, &str); 7] = [
-        ("send", "Send BW Test", "64", "1"),
-        ("send", "Send BW Test", "64", "8"),
-        ("send", "Send BW Test", "64", "32"),
-        ("send", "Send BW Test", "4096", "8"),
-        ("write", "RDMA_Write BW Test", "64", "1"),
-        ("write", "RDMA_Write BW Test", "64", "32"),
-        ("write", "RDMA_Write BW Test", "4096", "8"),
+    // The last case reports in Gb/s (`--report_gbits`).
+    let cases: [(&str, &str, &str, &str, bool); 7] = [
+        ("send", "Send BW Test", "64", "1", false),
+        ("send", "Send BW Test", "64", "8", false),
+        ("send", "Send BW Test", "64", "32", false),
+        ("send", "Send BW Test", "4096", "8", false),
+        ("write", "RDMA_Write BW Test", "64", "1", false),
+        ("write", "RDMA_Write BW Test", "64", "32", false),
+        ("write", "RDMA_Write BW Test", "4096", "8", true),
     ];
-    for (test, title, size, list) in cases {
-        let args = [
+    for (test, title, size, list, gbits) in cases {
+        let mut args = vec![
             test,
             "-s",
             size,
@@ -66,20 +72,29 @@ fn message_rate_with_post_lists_and_checked_data() {
             "30",
             "--count-allocs",
         ];
+        if gbits {
+            args.push("--report_gbits");
+        }
         let (server, client) = run(&device, &args, &args);
-        let what = format!("{test} -s {size} -l {list}");
+        let what = format!(
+            "{test} -s {size} -l {list}{}",
+            if gbits { " --report_gbits" } else { "" }
+        );
         // Neither the client's posting loop nor the server's receiving loop allocated.
         tool::assert_no_loop_allocations("bw", &client, &what);
         tool::assert_no_loop_allocations("bw", &server, &what);
-        let (got_size, iters, peak, average, rate) = result(&client, title);
+        let header = if gbits { BW_HEADER_GBITS } else { BW_HEADER };
+        let (got_size, iters, peak, average, rate) = result_under(&client, title, header);
         assert_eq!(
             (got_size.to_string().as_str(), iters),
             (size, 2048),
             "{what}"
         );
         assert!(rate > 0.0 && average > 0.0, "{what}");
-        // The average is the message rate times the size (MiB/s against millions per second).
-        let expected = rate * 1e6 * got_size as f64 / 1_048_576.0;
+        // The average is the message rate times the size (MiB/s, or Gb/s, against millions
+        // per second).
+        let unit = if gbits { 1e9 / 8.0 } else { 1_048_576.0 };
+        let expected = rate * 1e6 * got_size as f64 / unit;
         assert!(
             (average - expected).abs() <= expected * 0.01 + 0.01,
             "{what}: average {average} against rate {rate}"
@@ -91,10 +106,11 @@ fn message_rate_with_post_lists_and_checked_data() {
         // The server counted every message and checked the last one.
         assert!(server.status.success(), "{what}: {}", text(&server.stderr));
         assert!(
-            !text(&server.stdout).contains(BW_HEADER),
+            !text(&server.stdout).contains(header),
             "{what}: the server does not measure"
         );
-        common::note(&format!("{what}: {rate:.4} Mpps, {average:.2} MiB/s"));
+        let unit = if gbits { "Gb/s" } else { "MiB/s" };
+        common::note(&format!("{what}: {rate:.4} Mpps, {average:.2} {unit}"));
     }
 }
 

@@ -51,6 +51,9 @@ struct Args {
     /// A completion every this many requests (default 100, or the post list's length).
     #[arg(short = 'Q', long = "cq-mod")]
     cq_mod: Option<u32>,
+    /// Report bandwidths in Gb/s (10^9 bits per second) instead of MiB/s.
+    #[arg(long = "report_gbits")]
+    report_gbits: bool,
     /// Duration mode (no BW peak then, as perftest; the send server reports too).
     #[command(flatten)]
     duration: DurationArgs,
@@ -85,6 +88,7 @@ fn main() -> ExitCode {
         rx_depth: args.rx_depth,
         post_list: args.post_list,
         cq_mod: args.cq_mod,
+        report_gbits: args.report_gbits,
         seed: args.conn.seed,
         pair: args.conn.pair(args.servername),
     };

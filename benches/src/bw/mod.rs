@@ -79,6 +79,8 @@ pub struct Config {
     /// A completion every this many requests; `None`: perftest's default (100, or the post
     /// list when it is longer than 1).
     pub cq_mod: Option<u32>,
+    /// perftest's `--report_gbits`: bandwidths in Gb/s instead of MiB/s.
+    pub report_gbits: bool,
     /// Seed of the pattern the data check sends.
     pub seed: u8,
     /// Connection options (the client has a server name).
@@ -87,7 +89,7 @@ pub struct Config {
 
 mod rate;
 
-pub use rate::{BW_HEADER, Bandwidth, Shape, shape};
+pub use rate::{BW_HEADER, BW_HEADER_GBITS, Bandwidth, Shape, bw_header, shape};
 
 /// Completions reaped per poll, as perftest's `CTX_POLL_BATCH`.
 const POLL_BATCH: usize = 16;
@@ -147,7 +149,7 @@ pub fn run(config: &Config) -> Result<u64, String> {
         }
         check(config, true, &mut conn)?;
         if let (Test::Send, Some(window)) = (config.test, window) {
-            print_window(&window, size, conn.io.per_us)?;
+            print_window(&window, size, conn.io.per_us, config.report_gbits)?;
         }
         println!("{RULE}");
         conn.finish()?;
@@ -170,6 +172,7 @@ pub fn run(config: &Config) -> Result<u64, String> {
             let loop_allocations = allocations() - before;
             let bandwidth = Bandwidth::from_stamps(&posted, &completed, &shape, size, per_us)
                 .ok_or("the run took no time")?;
+            let bandwidth = bandwidth.in_units(config.report_gbits);
             (loop_allocations, sent, bandwidth.row(size, sent))
         }
         Some(duration) => {
@@ -190,12 +193,13 @@ pub fn run(config: &Config) -> Result<u64, String> {
             let bandwidth = Bandwidth::from_window(completions, ticks, shape.cq_mod, size, per_us)
                 .ok_or("the run took no time")?;
             let requests = completions * u64::from(shape.cq_mod);
+            let bandwidth = bandwidth.in_units(config.report_gbits);
             (loop_allocations, sent, bandwidth.row(size, requests))
         }
     };
     conn.exchange(sent)?;
     check(config, false, &mut conn)?;
-    println!("{BW_HEADER}");
+    println!("{}", bw_header(config.report_gbits));
     println!("{row}");
     println!("{RULE}");
     conn.finish()?;
@@ -207,11 +211,12 @@ const NOTHING_MEASURED: &str =
     "nothing completed in the measured window: lengthen the duration or shorten the margin";
 
 /// Prints the duration-mode send server's report: the messages received in its window.
-fn print_window(window: &Window, size: usize, per_us: f64) -> Result<(), String> {
+fn print_window(window: &Window, size: usize, per_us: f64, gbits: bool) -> Result<(), String> {
     let (messages, ticks) = window.result().ok_or(NOTHING_MEASURED)?;
-    let bandwidth =
-        Bandwidth::from_window(messages, ticks, 1, size, per_us).ok_or("the run took no time")?;
-    println!("{BW_HEADER}");
+    let bandwidth = Bandwidth::from_window(messages, ticks, 1, size, per_us)
+        .ok_or("the run took no time")?
+        .in_units(gbits);
+    println!("{}", bw_header(gbits));
     println!("{}", bandwidth.row(size, messages));
     Ok(())
 }

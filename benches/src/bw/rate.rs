@@ -7,6 +7,15 @@ use super::Config;
 pub const BW_HEADER: &str =
     " #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]";
 
+/// The header with `--report_gbits`, as perftest prints it then.
+pub const BW_HEADER_GBITS: &str =
+    " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]";
+
+/// The header of a report in Gb/s (`gbits`) or MiB/s.
+pub fn bw_header(gbits: bool) -> &'static str {
+    if gbits { BW_HEADER_GBITS } else { BW_HEADER }
+}
+
 /// MiB, perftest's format factor.
 const MIB: f64 = 1_048_576.0;
 
@@ -143,6 +152,20 @@ impl Bandwidth {
         })
     }
 
+    /// The same rates with the bandwidths in Gb/s (10^9 bits per second) where `gbits`, as
+    /// perftest's `--report_gbits` reports them; unchanged (MiB/s) otherwise.
+    pub fn in_units(self, gbits: bool) -> Self {
+        if !gbits {
+            return self;
+        }
+        let factor = MIB * 8.0 / 1e9;
+        Self {
+            peak: self.peak * factor,
+            average: self.average * factor,
+            msg_rate: self.msg_rate,
+        }
+    }
+
     /// The result line, laid out as perftest's `REPORT_FMT`.
     pub fn row(&self, size: usize, iters: u64) -> String {
         format!(
@@ -169,6 +192,7 @@ mod tests {
             rx_depth: 512,
             post_list,
             cq_mod,
+            report_gbits: false,
             seed: 0,
             pair: PairArgs {
                 port: 1,
@@ -180,6 +204,22 @@ mod tests {
                 servername: None,
             },
         }
+    }
+
+    #[test]
+    fn gigabits_are_mebibytes_times_8_388_608_over_a_billion() {
+        let b = Bandwidth {
+            peak: 2000.0,
+            average: 1000.0,
+            msg_rate: 16.384,
+        };
+        assert_eq!(b.in_units(false), b);
+        let g = b.in_units(true);
+        assert!((g.average - 8.388_608).abs() < 1e-9, "{g:?}");
+        assert!((g.peak - 16.777_216).abs() < 1e-9, "{g:?}");
+        assert_eq!(g.msg_rate, b.msg_rate);
+        assert_eq!(bw_header(true), BW_HEADER_GBITS);
+        assert_eq!(bw_header(false), BW_HEADER);
     }
 
     #[test]
