@@ -49,8 +49,8 @@ fn message_rate_with_post_lists_and_checked_data() {
     let Some(device) = rdma_test_support::device() else {
         return;
     };
-    // The last case reports in Gb/s (`--report_gbits`).
-    let cases: [(&str, &str, &str, &str, bool); 7] = [
+    // One case reports in Gb/s (`--report_gbits`).
+    let cases: [(&str, &str, &str, &str, bool); 8] = [
         ("send", "Send BW Test", "64", "1", false),
         ("send", "Send BW Test", "64", "8", false),
         ("send", "Send BW Test", "64", "32", false),
@@ -58,6 +58,7 @@ fn message_rate_with_post_lists_and_checked_data() {
         ("write", "RDMA_Write BW Test", "64", "1", false),
         ("write", "RDMA_Write BW Test", "64", "32", false),
         ("write", "RDMA_Write BW Test", "4096", "8", true),
+        ("read", "RDMA_Read BW Test", "4096", "8", false),
     ];
     for (test, title, size, list, gbits) in cases {
         let mut args = vec![

@@ -1,5 +1,6 @@
-//! `bw`: message rate and bandwidth of SEND and RDMA WRITE between two processes, measured and
-//! reported as perftest's `ib_send_bw` and `ib_write_bw` measure and report them, on
+//! `bw`: message rate and bandwidth of SEND, RDMA WRITE and RDMA READ between two processes,
+//! measured and reported as perftest's `ib_send_bw`, `ib_write_bw` and `ib_read_bw` measure and
+//! report them, on
 //! rdma-verbs' `unsafe` post calls, `-l` requests per doorbell. Start the server without a
 //! host, then the client with the server's host:
 //!
@@ -36,7 +37,7 @@ struct Args {
     /// Message size in bytes.
     #[arg(short = 's', long = "size", default_value_t = 65536)]
     size: usize,
-    /// Requests (default: 1000 for send, 5000 for write, as perftest).
+    /// Requests (default: 1000 for send and read, 5000 for write, as perftest).
     #[arg(short = 'n', long = "iters")]
     iters: Option<u32>,
     /// Most requests outstanding.
@@ -71,6 +72,7 @@ fn main() -> ExitCode {
     let default_iters = match args.test {
         Test::Send => 1000,
         Test::Write => 5000,
+        Test::Read => 1000,
     };
     let duration = match args.duration.duration() {
         Ok(duration) => duration,

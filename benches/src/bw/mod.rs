@@ -1,5 +1,5 @@
-//! The message-rate and bandwidth tests of the `bw` tool, measured as perftest's `ib_send_bw`
-//! and `ib_write_bw` measure them, on the `unsafe` post calls of rdma-verbs with
+//! The message-rate and bandwidth tests of the `bw` tool, measured as perftest's `ib_send_bw`,
+//! `ib_write_bw` and `ib_read_bw` measure them, on the `unsafe` post calls of rdma-verbs with
 //! doorbell-batched post lists.
 //!
 //! The client keeps up to `tx_depth` requests outstanding, posting `post_list` of them per
@@ -40,6 +40,8 @@ pub enum Test {
     Send,
     /// RDMA WRITE (`ib_write_bw`).
     Write,
+    /// RDMA READ of the server's memory (`ib_read_bw`).
+    Read,
 }
 
 impl Test {
@@ -47,6 +49,7 @@ impl Test {
         match self {
             Test::Send => "Send BW Test",
             Test::Write => "RDMA_Write BW Test",
+            Test::Read => "RDMA_Read BW Test",
         }
     }
 
@@ -54,6 +57,7 @@ impl Test {
         match self {
             Test::Send => WcOpcode::Send,
             Test::Write => WcOpcode::RdmaWrite,
+            Test::Read => WcOpcode::RdmaRead,
         }
     }
 }
@@ -132,7 +136,7 @@ pub fn run(config: &Config) -> Result<u64, String> {
             (Test::Send, Some(window)) => {
                 receive_until_stop(&mut conn.io, &conn.target, size, window)?
             }
-            (Test::Write, _) => {
+            (Test::Write | Test::Read, _) => {
                 // Nothing to do but wait; in duration mode for as long as the client runs.
                 if let Some(duration) = config.duration {
                     std::thread::sleep(duration.total());
@@ -320,6 +324,7 @@ fn post_all(
                 let request = match config.test {
                     Test::Send => SendRequest::send(k, local),
                     Test::Write => SendRequest::write(k, local, to),
+                    Test::Read => SendRequest::read(k, local, to),
                 };
                 let signaled = (k + 1) % cq_mod == 0 || limit == Some(k + 1);
                 list.push(if signaled {
@@ -331,8 +336,8 @@ fn post_all(
             }
             record.posted(sent, clock::ticks());
             // SAFETY: `source` and the peer's `target` stay registered until the queue pair is
-            // destroyed (`Conn`'s field order); Rust writes `source` only after every request
-            // completed (the check after the run).
+            // destroyed (`Conn`'s field order); Rust reads or writes `source` (which reads
+            // write) only after every request completed (the check after the run).
             unsafe { io.qp.post_send(&mut list) }
                 .map_err(|e| format!("couldn't post send: {e}"))?;
             sent += post_list;
@@ -425,6 +430,25 @@ fn receive_all(
 fn check(config: &Config, server: bool, conn: &mut Conn) -> Result<(), String> {
     let err = |e: rdma_verbs::Error| e.to_string();
     let size = config.size;
+    if config.test == Test::Read {
+        // The server writes the pattern; the client reads it and checks it.
+        if server {
+            conn.target
+                .write_at(0, &fill(config.seed, size))
+                .map_err(err)?;
+            conn.sync()?;
+            return conn.sync();
+        }
+        conn.sync()?;
+        let local = conn.source.slice(..size).map_err(err)?;
+        let from = conn.remote.slice(0, size as u32).map_err(err)?;
+        conn.io
+            .post_send(SendRequest::read(0, local, from), WcOpcode::RdmaRead)?;
+        let mut got = vec![0u8; size];
+        conn.source.read_at(0, &mut got).map_err(err)?;
+        compare("the region read from the peer", &got, config.seed)?;
+        return conn.sync();
+    }
     if server {
         let check_id = match config.duration {
             None => 1,
@@ -450,6 +474,7 @@ fn check(config: &Config, server: bool, conn: &mut Conn) -> Result<(), String> {
         let what = match config.test {
             Test::Send => "the message received",
             Test::Write => "the region the peer wrote",
+            Test::Read => "the region read from the peer",
         };
         return compare(what, &got, config.seed);
     }
@@ -460,7 +485,7 @@ fn check(config: &Config, server: bool, conn: &mut Conn) -> Result<(), String> {
     let local = conn.source.slice(..size).map_err(err)?;
     let request = match config.test {
         Test::Send => SendRequest::send(0, local),
-        Test::Write => {
+        Test::Write | Test::Read => {
             SendRequest::write(0, local, conn.remote.slice(0, size as u32).map_err(err)?)
         }
     };
