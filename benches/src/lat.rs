@@ -116,6 +116,8 @@ pub fn run(config: &Config) -> Result<u64, String> {
         max_recv_wr: RX_SLOTS as u32,
         max_inline_data: config.inline,
         separate_recv_cq: true,
+        // One round trip in flight.
+        outstanding_reads: 1,
     };
     let mut conn = Conn::open(
         &config.pair,

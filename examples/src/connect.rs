@@ -18,6 +18,9 @@ pub struct QpShape {
     pub max_inline_data: u32,
     /// Receives complete on [`Pair::recv_cq`] instead of the setup's queue.
     pub separate_recv_cq: bool,
+    /// RDMA reads and atomics outstanding at once, each way (`max_rd_atomic` and
+    /// `max_dest_rd_atomic`; 1 as the C pingpongs set them).
+    pub outstanding_reads: u8,
 }
 
 use crate::exchange::{self, Dest, Link};
@@ -77,6 +80,7 @@ pub fn connect(args: &PairArgs, access: AccessFlags, max_send_wr: u32) -> Result
         max_recv_wr: 1,
         max_inline_data: 0,
         separate_recv_cq: false,
+        outstanding_reads: 1,
     };
     connect_shaped(args, access, &shape)
 }
@@ -138,10 +142,14 @@ pub fn connect_shaped(
     };
     pingpong::print_address("remote", &remote, false);
     let av = pingpong::address_vector(&options, &remote, 1)?;
+    let mut rtr = Rc::rtr(av, &remote, mtu);
+    rtr.max_dest_rd_atomic = shape.outstanding_reads;
+    let mut rts = Rc::rts(mine.psn);
+    rts.max_rd_atomic = shape.outstanding_reads;
     let qp = qp
-        .into_rtr(&Rc::rtr(av, &remote, mtu))
+        .into_rtr(&rtr)
         .map_err(|e| format!("failed to modify QP to RTR: {e}"))?
-        .into_rts(&Rc::rts(mine.psn))
+        .into_rts(&rts)
         .map_err(|e| format!("failed to modify QP to RTS: {e}"))?;
     let link = match (link, pending) {
         (Some(link), _) => link,

@@ -52,6 +52,10 @@ struct Args {
     /// A completion every this many requests (default 100, or the post list's length).
     #[arg(short = 'Q', long = "cq-mod")]
     cq_mod: Option<u32>,
+    /// RDMA reads outstanding at once (perftest's default is the device's maximum: 16 on
+    /// mlx5; rxe allows 128). Give both sides the same.
+    #[arg(short = 'o', long = "outs", default_value_t = 16)]
+    outs: u8,
     /// Report bandwidths in Gb/s (10^9 bits per second) instead of MiB/s.
     #[arg(long = "report_gbits")]
     report_gbits: bool,
@@ -90,6 +94,7 @@ fn main() -> ExitCode {
         rx_depth: args.rx_depth,
         post_list: args.post_list,
         cq_mod: args.cq_mod,
+        outstanding_reads: args.outs,
         report_gbits: args.report_gbits,
         seed: args.conn.seed,
         pair: args.conn.pair(args.servername),

@@ -83,6 +83,8 @@ pub struct Config {
     /// A completion every this many requests; `None`: perftest's default (100, or the post
     /// list when it is longer than 1).
     pub cq_mod: Option<u32>,
+    /// RDMA reads outstanding at once (perftest's `-o`).
+    pub outstanding_reads: u8,
     /// perftest's `--report_gbits`: bandwidths in Gb/s instead of MiB/s.
     pub report_gbits: bool,
     /// Seed of the pattern the data check sends.
@@ -117,6 +119,7 @@ pub fn run(config: &Config) -> Result<u64, String> {
         max_recv_wr: rx_depth as u32 + 1,
         max_inline_data: 0,
         separate_recv_cq: true,
+        outstanding_reads: config.outstanding_reads,
     };
     let mut conn = Conn::open(&config.pair, &qp_shape, size, size, config.test.title())?;
     if server && config.test == Test::Send {

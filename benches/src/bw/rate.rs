@@ -43,6 +43,9 @@ pub fn shape(config: &Config) -> Result<Shape, String> {
             crate::lat::MAX_SIZE
         ));
     }
+    if config.outstanding_reads == 0 {
+        return Err("the outstanding reads (-o) must be positive".into());
+    }
     if post_list == 0 || config.tx_depth == 0 || config.rx_depth == 0 {
         return Err("the depths and the post list must be positive".into());
     }
@@ -192,6 +195,7 @@ mod tests {
             rx_depth: 512,
             post_list,
             cq_mod,
+            outstanding_reads: 16,
             report_gbits: false,
             seed: 0,
             pair: PairArgs {
