@@ -8,7 +8,7 @@ use rdma_examples::connect::{self, PairArgs, QpShape};
 use rdma_examples::exchange::Link;
 use rdma_verbs::{
     AccessFlags, CompletionQueue, MemoryRegion, QueuePair, Rc, RecvRequest, RemoteMemory, Rts,
-    SendRequest, WcOpcode, WorkCompletion,
+    SendFlags, SendRequest, WcOpcode, WorkCompletion,
 };
 
 use crate::clock::{self, Deadline};
@@ -214,7 +214,7 @@ impl Io {
         // SAFETY: every region a request names is deregistered only after the queue pair is
         // destroyed (see `post_recv`), and the request completes before this returns, so Rust
         // touches no memory it uses while it is in flight.
-        unsafe { self.qp.post_send_one(&request.signaled()) }
+        unsafe { self.qp.post_send_one(&request.flags(SendFlags::SIGNALED)) }
             .map_err(|e| format!("couldn't post send: {e}"))?;
         let wc = self.poll_send()?;
         expect_opcode(&wc, opcode)

@@ -105,7 +105,7 @@ fn extended_send_and_receive() {
     unsafe {
         b.post_recv_one(&RecvRequest::new(11, dst.slice(..).unwrap()))
             .unwrap();
-        a.post_send_one(&SendRequest::send(22, src.slice(..1000).unwrap()).signaled())
+        a.post_send_one(&SendRequest::send(22, src.slice(..1000).unwrap()))
             .unwrap();
     }
     assert_ok(&wait_for(&mut cq_a, 1)[0], 22, WcOpcode::Send);
@@ -133,12 +133,8 @@ fn extended_send_and_receive() {
     unsafe {
         b2.post_recv_one(&RecvRequest::new(12, dst.slice(..).unwrap()))
             .unwrap();
-        a2.post_send_one(
-            &SendRequest::send(23, &parts[..])
-                .with_imm(0xfeed_f00d)
-                .signaled(),
-        )
-        .unwrap();
+        a2.post_send_one(&SendRequest::send(23, &parts[..]).with_imm(0xfeed_f00d))
+            .unwrap();
     }
     assert_ok(&wait_for(&mut cq_a, 1)[0], 23, WcOpcode::Send);
     let wc = wait_for(&mut cq_b, 1)[0];
@@ -172,12 +168,8 @@ fn extended_inline_send() {
     unsafe {
         b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
             .unwrap();
-        a.post_send_one(
-            &SendRequest::send(2, Payload::Inline(&message))
-                .with_imm(0xdead_beef)
-                .signaled(),
-        )
-        .unwrap();
+        a.post_send_one(&SendRequest::send(2, Payload::Inline(&message)).with_imm(0xdead_beef))
+            .unwrap();
     }
     drop(message);
     assert_ok(&wait_for(&mut cq_a, 1)[0], 2, WcOpcode::Send);
@@ -207,12 +199,8 @@ fn extended_inline_send() {
     unsafe {
         b.post_recv_one(&RecvRequest::new(3, dst.slice(..).unwrap()))
             .unwrap();
-        a.post_send_one(
-            &SendRequest::send(4, Payload::List(&entries))
-                .flags(SendFlags::INLINE)
-                .signaled(),
-        )
-        .unwrap();
+        a.post_send_one(&SendRequest::send(4, Payload::List(&entries)).flags(SendFlags::INLINE))
+            .unwrap();
     }
     // The bytes are in the request: overwriting the source now changes nothing received.
     src.as_mut_slice().unwrap().fill(0);
@@ -246,14 +234,11 @@ fn extended_rdma_write_and_read() {
     // RDMA write to the second half of the target.
     // SAFETY: buffers outlive the polled completions.
     unsafe {
-        a.post_send_one(
-            &SendRequest::write(
-                1,
-                src.slice(..4096).unwrap(),
-                remote.slice(4096, 4096).unwrap(),
-            )
-            .signaled(),
-        )
+        a.post_send_one(&SendRequest::write(
+            1,
+            src.slice(..4096).unwrap(),
+            remote.slice(4096, 4096).unwrap(),
+        ))
         .unwrap();
     }
     assert_ok(&wait_for(&mut cq_a, 1)[0], 1, WcOpcode::RdmaWrite);
@@ -277,8 +262,7 @@ fn extended_rdma_write_and_read() {
                 src.slice(4096..4196).unwrap(),
                 remote.slice(0, 100).unwrap(),
             )
-            .with_imm(42)
-            .signaled(),
+            .with_imm(42),
         )
         .unwrap();
     }
@@ -293,14 +277,11 @@ fn extended_rdma_write_and_read() {
     let sink = f.pd.register(8192, LOCAL).unwrap();
     // SAFETY: buffers outlive the polled completion; the target is not written meanwhile.
     unsafe {
-        a.post_send_one(
-            &SendRequest::read(
-                3,
-                sink.slice(..4196).unwrap(),
-                remote.slice(0, 4196).unwrap(),
-            )
-            .signaled(),
-        )
+        a.post_send_one(&SendRequest::read(
+            3,
+            sink.slice(..4196).unwrap(),
+            remote.slice(0, 4196).unwrap(),
+        ))
         .unwrap();
     }
     let wc = wait_for(&mut cq_a, 1)[0];
@@ -330,7 +311,7 @@ fn extended_atomic_write_stores_eight_bytes() {
     let (mut a, _b) = mixed_rc_pair(&f, &cq_a, &cq_b, |a| a, |b| b, rights);
     let target = f.pd.register(64, LOCAL | rights).unwrap();
     let value = 0x1122_3344_5566_7788u64;
-    let request = SendRequest::atomic_write(7, target.remote(8..16).unwrap(), value).signaled();
+    let request = SendRequest::atomic_write(7, target.remote(8..16).unwrap(), value);
     // SAFETY: `target` outlives the polled completion; no local memory is involved.
     let posted = unsafe { a.post_send_one(&request) };
     let mut got = [0u8; 64];
@@ -403,7 +384,7 @@ fn extended_atomics_return_the_old_value() {
     let slice = old.slice(..).unwrap();
     let mut op = |request: SendRequest<'_>, wr_id: u64, opcode: WcOpcode| -> u64 {
         // SAFETY: `old` and `word` outlive the polled completion.
-        unsafe { a.post_send_one(&request.signaled()).unwrap() };
+        unsafe { a.post_send_one(&request).unwrap() };
         assert_ok(&wait_for(&mut cq_a, 1)[0], wr_id, opcode);
         old.load_u64(0).unwrap()
     };
@@ -460,7 +441,7 @@ fn extended_post_list_of_32_completes_in_order() {
                 dst.slice(range.clone()).unwrap(),
             ))
             .unwrap();
-        let request = SendRequest::send(100 + i as u64, src.slice(range).unwrap()).signaled();
+        let request = SendRequest::send(100 + i as u64, src.slice(range).unwrap());
         sends.push(request).unwrap();
     }
     // SAFETY: buffers outlive the polled completions.
@@ -499,9 +480,9 @@ fn extended_unsignaled_sends_with_a_periodic_signaled_one() {
     for i in 0..16u64 {
         let request = SendRequest::send(i, src.slice(..).unwrap());
         let request = if i % 4 == 3 {
-            request.signaled()
-        } else {
             request
+        } else {
+            request.unsignaled()
         };
         sends.push(request).unwrap();
         let at = i as usize * 64;
@@ -551,18 +532,13 @@ fn extended_ud_send_with_grh() {
     // Two datagrams in one batch: `ibv_wr_set_ud_addr` on each, the second with immediate.
     let mut sends = SendList::with_capacity(2);
     sends
-        .push(
-            SendRequest::send(3, src.slice(..).unwrap())
-                .to(&ah, b.qp_num(), QKEY)
-                .signaled(),
-        )
+        .push(SendRequest::send(3, src.slice(..).unwrap()).to(&ah, b.qp_num(), QKEY))
         .unwrap();
     sends
         .push(
             SendRequest::send(4, src.slice(..64).unwrap())
                 .with_imm(0x0bad_cafe)
-                .to(&ah, b.qp_num(), QKEY)
-                .signaled(),
+                .to(&ah, b.qp_num(), QKEY),
         )
         .unwrap();
     // SAFETY: the buffers and the address handle live until the completions are polled below.
@@ -614,13 +590,14 @@ fn extended_uc_send_and_write() {
             .unwrap();
     let mut sends = SendList::with_capacity(2);
     sends
-        .push(SendRequest::send(1, src.slice(..128).unwrap()).signaled())
+        .push(SendRequest::send(1, src.slice(..128).unwrap()))
         .unwrap();
     sends
-        .push(
-            SendRequest::write(2, src.slice(128..).unwrap(), target.remote(..128).unwrap())
-                .signaled(),
-        )
+        .push(SendRequest::write(
+            2,
+            src.slice(128..).unwrap(),
+            target.remote(..128).unwrap(),
+        ))
         .unwrap();
     // SAFETY: buffers outlive the polled completions.
     unsafe {
@@ -659,7 +636,7 @@ fn extended_full_send_queue_is_a_typed_error() {
     // A batch larger than the queue fails whole: nothing of it is posted.
     let mut big = SendList::with_capacity(depth * 4);
     for i in 0..depth * 4 {
-        let request = SendRequest::send(1000 + i as u64, src.slice(..).unwrap()).signaled();
+        let request = SendRequest::send(1000 + i as u64, src.slice(..).unwrap());
         big.push(request).unwrap();
     }
     // SAFETY: `src` outlives the queue pair's flush below.
@@ -679,9 +656,7 @@ fn extended_full_send_queue_is_a_typed_error() {
     let mut outcome = Ok(());
     for i in 0..depth * 4 {
         // SAFETY: as above.
-        outcome = unsafe {
-            a.post_send_one(&SendRequest::send(i as u64, src.slice(..).unwrap()).signaled())
-        };
+        outcome = unsafe { a.post_send_one(&SendRequest::send(i as u64, src.slice(..).unwrap())) };
         if outcome.is_err() {
             break;
         }
@@ -747,9 +722,9 @@ fn extended_lists_the_batch_cannot_carry_go_to_post_send() {
     // ibv_post_send, which posts request 0 and refuses request 1 as it always has.
     let too_long = vec![7u8; a.caps().max_inline_data as usize + 1];
     let mut list = SendList::with_capacity(2);
-    list.push(SendRequest::send(1, src.slice(..100).unwrap()).signaled())
+    list.push(SendRequest::send(1, src.slice(..100).unwrap()))
         .unwrap();
-    list.push(SendRequest::send(2, Payload::Inline(&too_long)).signaled())
+    list.push(SendRequest::send(2, Payload::Inline(&too_long)))
         .unwrap();
     // SAFETY: `src` outlives the polled completions; inline data is copied by the post.
     let outcome = unsafe { a.post_send(&mut list) };
@@ -769,9 +744,9 @@ fn extended_lists_the_batch_cannot_carry_go_to_post_send() {
 
     // The queue pair goes on through the builders, in order after the classic post.
     let mut list = list.reuse::<SendRequest<'_>>();
-    list.push(SendRequest::send(3, src.slice(100..200).unwrap()).signaled())
+    list.push(SendRequest::send(3, src.slice(100..200).unwrap()))
         .unwrap();
-    list.push(SendRequest::send(4, Payload::Inline(&data[200..216])).signaled())
+    list.push(SendRequest::send(4, Payload::Inline(&data[200..216])))
         .unwrap();
     // SAFETY: as above.
     unsafe { a.post_send(&mut list).unwrap() };
@@ -818,10 +793,8 @@ fn extended_memory_window_operations() {
         };
         // SAFETY: `src` outlives the polled completion.
         unsafe {
-            a.post_send_one(
-                &SendRequest::write(wr_id, src.slice(..64).unwrap(), remote).signaled(),
-            )
-            .unwrap();
+            a.post_send_one(&SendRequest::write(wr_id, src.slice(..64).unwrap(), remote))
+                .unwrap();
         }
         let wc = wait_for(&mut cq_a, 1)[0];
         assert_eq!(wc.wr_id(), wr_id, "{wc:?}");
@@ -830,7 +803,7 @@ fn extended_memory_window_operations() {
 
     // Bind, then a write through the window lands.
     let bind = SendRequest::bind_mw(1, &mut mw, &target, 0..4096, AccessFlags::REMOTE_WRITE);
-    let bind = bind.unwrap().signaled();
+    let bind = bind.unwrap();
     let rkey = bind.bind_rkey().unwrap();
     // SAFETY: `target` outlives the bind's completion (and the window).
     unsafe { b.post_send_one(&bind).unwrap() };
@@ -844,7 +817,7 @@ fn extended_memory_window_operations() {
     // Local invalidate revokes the key.
     // SAFETY: LOCAL_INV names no memory.
     unsafe {
-        b.post_send_one(&SendRequest::local_invalidate(3, rkey).signaled())
+        b.post_send_one(&SendRequest::local_invalidate(3, rkey))
             .unwrap();
     }
     assert_ok(&wait_for(&mut cq_b, 1)[0], 3, WcOpcode::LocalInv);
@@ -863,7 +836,7 @@ fn extended_memory_window_operations() {
         .is_empty()
     {}
     let bind = SendRequest::bind_mw(5, &mut mw, &target, 0..4096, AccessFlags::REMOTE_WRITE);
-    let bind = bind.unwrap().signaled();
+    let bind = bind.unwrap();
     let rkey = bind.bind_rkey().unwrap();
     let inbox = f.pd.register(256, LOCAL).unwrap();
     // SAFETY: `target`, `inbox` and `src` outlive the completions polled below.
@@ -875,9 +848,11 @@ fn extended_memory_window_operations() {
     assert_ok(&wait_for(&mut cq_b, 1)[0], 5, WcOpcode::BindMw);
     // SAFETY: as above.
     unsafe {
-        a.post_send_one(
-            &SendRequest::send_with_invalidate(7, src.slice(..128).unwrap(), rkey).signaled(),
-        )
+        a.post_send_one(&SendRequest::send_with_invalidate(
+            7,
+            src.slice(..128).unwrap(),
+            rkey,
+        ))
         .unwrap();
     }
     assert_ok(&wait_for(&mut cq_a, 1)[0], 7, WcOpcode::Send);
@@ -892,7 +867,7 @@ fn extended_memory_window_operations() {
     };
     // SAFETY: `src` outlives the polled completion.
     unsafe {
-        a.post_send_one(&SendRequest::write(8, src.slice(..64).unwrap(), remote).signaled())
+        a.post_send_one(&SendRequest::write(8, src.slice(..64).unwrap(), remote))
             .unwrap();
     }
     let wc = wait_for(&mut cq_a, 1)[0];

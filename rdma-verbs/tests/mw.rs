@@ -137,7 +137,7 @@ fn bind_type2(
         SendRequest::bind_mw(wr_id, mw, mr, range, AccessFlags::REMOTE_WRITE).expect("bind_mw");
     let rkey = request.bind_rkey().expect("a bind request has a key");
     // SAFETY: `mr` outlives the bind's completion, polled below.
-    unsafe { qp.post_send_one(&request.signaled()).expect("post BIND_MW") };
+    unsafe { qp.post_send_one(&request).expect("post BIND_MW") };
     assert_ok(&wait_for(cq, 1)[0], wr_id, WcOpcode::BindMw);
     assert_eq!(rkey, mw.rkey());
     assert_ne!(rkey, old, "a bind gives the window a new key");
@@ -267,7 +267,7 @@ fn mw_type2_local_invalidate_revokes_the_key() {
 
     // SAFETY: LOCAL_INV names no memory.
     unsafe {
-        p.b.post_send_one(&SendRequest::local_invalidate(3, rkey).signaled())
+        p.b.post_send_one(&SendRequest::local_invalidate(3, rkey))
             .unwrap();
     }
     assert_ok(&wait_for(&mut p.cq_b, 1)[0], 3, WcOpcode::LocalInv);
@@ -295,13 +295,11 @@ fn mw_type2_rebind_after_invalidate_gets_a_new_key() {
         WcStatus::Success
     );
     // Invalidated and bound again, to another range, in one post list.
-    let request = SendRequest::bind_mw(4, &mut mw, &target, 2048..4096, AccessFlags::REMOTE_WRITE)
-        .unwrap()
-        .signaled();
+    let request =
+        SendRequest::bind_mw(4, &mut mw, &target, 2048..4096, AccessFlags::REMOTE_WRITE).unwrap();
     let second = request.bind_rkey().unwrap();
     let mut list = SendList::with_capacity(2);
-    list.push(SendRequest::local_invalidate(3, first).signaled())
-        .unwrap();
+    list.push(SendRequest::local_invalidate(3, first)).unwrap();
     list.push(request).unwrap();
     // SAFETY: `target` outlives the bind's completion.
     unsafe { p.b.post_send(&mut list).unwrap() };
@@ -345,9 +343,11 @@ fn mw_type2_send_with_invalidate_revokes_the_key() {
     unsafe {
         p.b.post_recv_one(&RecvRequest::new(3, inbox.slice(..).unwrap()))
             .unwrap();
-        p.a.post_send_one(
-            &SendRequest::send_with_invalidate(4, src.slice(..128).unwrap(), rkey).signaled(),
-        )
+        p.a.post_send_one(&SendRequest::send_with_invalidate(
+            4,
+            src.slice(..128).unwrap(),
+            rkey,
+        ))
         .unwrap();
     }
     assert_ok(&wait_for(&mut p.cq_a, 1)[0], 4, WcOpcode::Send);
@@ -430,10 +430,11 @@ fn mw_bad_binds_are_refused_before_posting() {
     let marker = f.pd.register(8, LOCAL).unwrap();
     // SAFETY: `marker` and `target` outlive the completion polled below.
     unsafe {
-        p.b.post_send_one(
-            &SendRequest::write(99, marker.slice(..).unwrap(), target.remote(..8).unwrap())
-                .signaled(),
-        )
+        p.b.post_send_one(&SendRequest::write(
+            99,
+            marker.slice(..).unwrap(),
+            target.remote(..8).unwrap(),
+        ))
         .unwrap();
     }
     assert_ok(&wait_for(&mut p.cq_b, 1)[0], 99, WcOpcode::RdmaWrite);

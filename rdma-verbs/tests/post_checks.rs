@@ -62,7 +62,7 @@ fn binds_refuse_a_window_of_another_domain() {
             SendRequest::bind_mw(2, &mut type2, &region, 0..4096, AccessFlags::REMOTE_WRITE)
                 .unwrap();
         // SAFETY: refused before posting.
-        assert_foreign(unsafe { a.post_send_one(&request.signaled()) });
+        assert_foreign(unsafe { a.post_send_one(&request) });
         a.scope(ScopeCqs::shared(&mut cq_a), |s| {
             let request =
                 SendRequest::bind_mw(3, &mut type2, &region, 0..4096, AccessFlags::REMOTE_WRITE)
@@ -107,8 +107,8 @@ fn atomics_refuse_a_result_that_is_not_one_word() {
 
     for len in [4u32, 16] {
         let short = results.slice(..len as usize).unwrap();
-        let add = SendRequest::fetch_add(1, short, remote, 1).signaled();
-        let swap = SendRequest::compare_swap(2, short, remote, 41, 0).signaled();
+        let add = SendRequest::fetch_add(1, short, remote, 1);
+        let swap = SendRequest::compare_swap(2, short, remote, 41, 0);
         for request in [add, swap] {
             // SAFETY: refused before posting.
             match unsafe { a.post_send_one(&request) } {

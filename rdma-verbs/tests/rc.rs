@@ -26,7 +26,7 @@ fn send_and_receive() {
     unsafe {
         b.post_recv_one(&RecvRequest::new(11, dst.slice(..).unwrap()))
             .unwrap();
-        a.post_send_one(&SendRequest::send(22, src.slice(..1000).unwrap()).signaled())
+        a.post_send_one(&SendRequest::send(22, src.slice(..1000).unwrap()))
             .unwrap();
     }
     let sent = wait_for(&mut cq_a, 1);
@@ -57,12 +57,8 @@ fn send_with_immediate_and_inline() {
     unsafe {
         b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
             .unwrap();
-        a.post_send_one(
-            &SendRequest::send(2, Payload::Inline(&message))
-                .with_imm(0xdead_beef)
-                .signaled(),
-        )
-        .unwrap();
+        a.post_send_one(&SendRequest::send(2, Payload::Inline(&message)).with_imm(0xdead_beef))
+            .unwrap();
     }
     drop(message);
     assert_ok(&wait_for(&mut cq_a, 1)[0], 2, WcOpcode::Send);
@@ -96,14 +92,11 @@ fn rdma_write_and_write_with_immediate() {
 
     // SAFETY: buffers outlive the polled completions.
     unsafe {
-        a.post_send_one(
-            &SendRequest::write(
-                1,
-                src.slice(..4096).unwrap(),
-                remote.slice(4096, 4096).unwrap(),
-            )
-            .signaled(),
-        )
+        a.post_send_one(&SendRequest::write(
+            1,
+            src.slice(..4096).unwrap(),
+            remote.slice(4096, 4096).unwrap(),
+        ))
         .unwrap();
     }
     assert_ok(&wait_for(&mut cq_a, 1)[0], 1, WcOpcode::RdmaWrite);
@@ -128,8 +121,7 @@ fn rdma_write_and_write_with_immediate() {
                 src.slice(4096..4196).unwrap(),
                 remote.slice(0, 100).unwrap(),
             )
-            .with_imm(42)
-            .signaled(),
+            .with_imm(42),
         )
         .unwrap();
     }
@@ -160,14 +152,11 @@ fn rdma_read() {
     let sink = f.pd.register(4096, LOCAL).unwrap();
     // SAFETY: buffers outlive the polled completion.
     unsafe {
-        a.post_send_one(
-            &SendRequest::read(
-                3,
-                sink.slice(..2048).unwrap(),
-                source.remote(1024..3072).unwrap(),
-            )
-            .signaled(),
-        )
+        a.post_send_one(&SendRequest::read(
+            3,
+            sink.slice(..2048).unwrap(),
+            source.remote(1024..3072).unwrap(),
+        ))
         .unwrap();
     }
     let wc = wait_for(&mut cq_a, 1)[0];
@@ -199,7 +188,7 @@ fn atomics_return_the_old_value() {
     let remote = word.remote(..).unwrap();
     let mut op = |request: SendRequest<'_>, wr_id: u64, opcode: WcOpcode| -> u64 {
         // SAFETY: `old` and `word` outlive the polled completion.
-        unsafe { a.post_send_one(&request.signaled()).unwrap() };
+        unsafe { a.post_send_one(&request).unwrap() };
         assert_ok(&wait_for(&mut cq_a, 1)[0], wr_id, opcode);
         old.load_u64(0).unwrap()
     };
@@ -260,10 +249,10 @@ fn post_list_of_32_completes_in_order() {
             ))
             .unwrap();
         sends
-            .push(
-                SendRequest::send(100 + i as u64, src.slice(i * 64..(i + 1) * 64).unwrap())
-                    .signaled(),
-            )
+            .push(SendRequest::send(
+                100 + i as u64,
+                src.slice(i * 64..(i + 1) * 64).unwrap(),
+            ))
             .unwrap();
     }
     assert!(
@@ -320,9 +309,9 @@ fn unsignaled_sends_with_a_periodic_signaled_one() {
         let request = SendRequest::send(i, src.slice(..).unwrap());
         sends
             .push(if i % 4 == 3 {
-                request.signaled()
-            } else {
                 request
+            } else {
+                request.unsignaled()
             })
             .unwrap();
         let at = i as usize * 64;
@@ -360,7 +349,7 @@ fn wrong_rkey_is_a_remote_access_error() {
     bad.rkey ^= 0x5a5a_5a00;
     // SAFETY: buffers outlive the polled completion.
     unsafe {
-        a.post_send_one(&SendRequest::write(9, src.slice(..).unwrap(), bad).signaled())
+        a.post_send_one(&SendRequest::write(9, src.slice(..).unwrap(), bad))
             .unwrap();
     }
     let wc = wait_for(&mut cq_a, 1)[0];
@@ -370,8 +359,7 @@ fn wrong_rkey_is_a_remote_access_error() {
     // says ERR, and a new post is flushed or refused, never undefined.
     assert_eq!(a.query_state().unwrap(), QpStateKind::Error);
     // SAFETY: as above.
-    let posted =
-        unsafe { a.post_send_one(&SendRequest::send(10, src.slice(..).unwrap()).signaled()) };
+    let posted = unsafe { a.post_send_one(&SendRequest::send(10, src.slice(..).unwrap())) };
     if posted.is_ok() {
         let wc = wait_for(&mut cq_a, 1)[0];
         assert_eq!(wc.status(), WcStatus::WrFlushErr, "{wc:?}");
@@ -473,9 +461,7 @@ fn full_send_queue_is_a_typed_error() {
     let mut outcome = Ok(());
     for i in 0..depth * 4 {
         // SAFETY: `src` outlives the queue pair's flush below.
-        outcome = unsafe {
-            a.post_send_one(&SendRequest::send(i as u64, src.slice(..).unwrap()).signaled())
-        };
+        outcome = unsafe { a.post_send_one(&SendRequest::send(i as u64, src.slice(..).unwrap())) };
         if outcome.is_err() {
             break;
         }
@@ -555,7 +541,7 @@ fn receive_into_a_scatter_list() {
     // SAFETY: the regions outlive the polled completions and are not touched meanwhile.
     unsafe {
         b.post_recv_one(&RecvRequest::new(1, &list[..])).unwrap();
-        a.post_send_one(&SendRequest::send(2, src.slice(..).unwrap()).signaled())
+        a.post_send_one(&SendRequest::send(2, src.slice(..).unwrap()))
             .unwrap();
     }
     assert_ok(&wait_for(&mut cq_a, 1)[0], 2, WcOpcode::Send);
@@ -741,12 +727,13 @@ fn queue_pairs_connect_from_records_exchanged_as_bytes() {
     unsafe {
         a.post_recv_one(&RecvRequest::new(5, dst.slice(..).unwrap()))
             .unwrap();
-        b.post_send_one(
-            &SendRequest::write(6, src.slice(..).unwrap(), remote.slice(0, 8192).unwrap())
-                .signaled(),
-        )
+        b.post_send_one(&SendRequest::write(
+            6,
+            src.slice(..).unwrap(),
+            remote.slice(0, 8192).unwrap(),
+        ))
         .unwrap();
-        b.post_send_one(&SendRequest::send(7, src.slice(..4096).unwrap()).signaled())
+        b.post_send_one(&SendRequest::send(7, src.slice(..4096).unwrap()))
             .unwrap();
     }
     let sent = wait_for(&mut cq_b, 2);
@@ -785,7 +772,7 @@ fn a_completion_queue_resizes_and_keeps_its_completions() {
                 .unwrap();
         }
         for i in 0..5u64 {
-            a.post_send_one(&SendRequest::send(i, src.slice(..).unwrap()).signaled())
+            a.post_send_one(&SendRequest::send(i, src.slice(..).unwrap()))
                 .unwrap();
         }
     }

@@ -250,7 +250,7 @@ fn scope_discards_a_completion_left_in_its_queue() {
     unsafe {
         b.post_recv_one(&RecvRequest::new(900, stale_buf.slice(..).unwrap()))
             .unwrap();
-        a.post_send_one(&SendRequest::send(901, first.slice(..).unwrap()).signaled())
+        a.post_send_one(&SendRequest::send(901, first.slice(..).unwrap()))
             .unwrap();
     }
     assert_ok(&wait_for(&mut cq_a, 1)[0], 901, WcOpcode::Send);

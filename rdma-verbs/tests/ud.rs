@@ -28,12 +28,8 @@ fn ud_send_with_grh_and_reply_through_ah_from_wc() {
     unsafe {
         b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
             .unwrap();
-        a.post_send_one(
-            &SendRequest::send(2, src.slice(..).unwrap())
-                .to(&ah, b.qp_num(), QKEY)
-                .signaled(),
-        )
-        .unwrap();
+        a.post_send_one(&SendRequest::send(2, src.slice(..).unwrap()).to(&ah, b.qp_num(), QKEY))
+            .unwrap();
     }
     assert_ok(&wait_for(&mut cq_a, 1)[0], 2, WcOpcode::Send);
     let wc = wait_for(&mut cq_b, 1)[0];
@@ -96,8 +92,7 @@ fn ud_send_with_grh_and_reply_through_ah_from_wc() {
         b.post_send_one(
             &SendRequest::send(4, reply.slice(..).unwrap())
                 .with_imm(0x0bad_cafe)
-                .to(&back, wc.src_qp(), QKEY)
-                .signaled(),
+                .to(&back, wc.src_qp(), QKEY),
         )
         .unwrap();
     }
@@ -122,18 +117,14 @@ fn ud_send_without_destination_is_refused() {
     let src = f.pd.register(64, LOCAL).unwrap();
 
     // SAFETY: refused before anything reaches the device.
-    let one = unsafe { qp.post_send_one(&SendRequest::send(1, src.slice(..).unwrap()).signaled()) };
+    let one = unsafe { qp.post_send_one(&SendRequest::send(1, src.slice(..).unwrap())) };
     assert!(matches!(one, Err(Error::InvalidArgument(_))), "{one:?}");
 
     // In a list, one request without a destination refuses the whole list.
     let mut list = SendList::with_capacity(2);
-    list.push(
-        SendRequest::send(2, src.slice(..).unwrap())
-            .to(&ah, qp.qp_num(), QKEY)
-            .signaled(),
-    )
-    .unwrap();
-    list.push(SendRequest::send(3, src.slice(..).unwrap()).signaled())
+    list.push(SendRequest::send(2, src.slice(..).unwrap()).to(&ah, qp.qp_num(), QKEY))
+        .unwrap();
+    list.push(SendRequest::send(3, src.slice(..).unwrap()))
         .unwrap();
     // SAFETY: as above.
     let listed = unsafe { qp.post_send(&mut list) };
@@ -163,12 +154,8 @@ fn ud_send_without_destination_is_refused() {
     // The queue pair still works: the same addressed request alone goes out.
     // SAFETY: `src` outlives the polled completion.
     unsafe {
-        qp.post_send_one(
-            &SendRequest::send(5, src.slice(..).unwrap())
-                .to(&ah, qp.qp_num(), QKEY)
-                .signaled(),
-        )
-        .unwrap();
+        qp.post_send_one(&SendRequest::send(5, src.slice(..).unwrap()).to(&ah, qp.qp_num(), QKEY))
+            .unwrap();
     }
     assert_ok(&wait_for(&mut cq, 1)[0], 5, WcOpcode::Send);
     assert_cq_empty(&mut cq);
@@ -190,11 +177,11 @@ fn ud_wrong_qkey_is_dropped_but_the_send_succeeds() {
     unsafe {
         b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
             .unwrap();
-        a.post_send_one(
-            &SendRequest::send(2, src.slice(..64).unwrap())
-                .to(&ah, b.qp_num(), 0x2222_2222)
-                .signaled(),
-        )
+        a.post_send_one(&SendRequest::send(2, src.slice(..64).unwrap()).to(
+            &ah,
+            b.qp_num(),
+            0x2222_2222,
+        ))
         .unwrap();
     }
     // Unreliable: the sender learns nothing of the drop.
@@ -205,12 +192,8 @@ fn ud_wrong_qkey_is_dropped_but_the_send_succeeds() {
     // The receive is still posted: a datagram with the right Q_Key takes it.
     // SAFETY: as above.
     unsafe {
-        a.post_send_one(
-            &SendRequest::send(3, src.slice(64..).unwrap())
-                .to(&ah, b.qp_num(), QKEY)
-                .signaled(),
-        )
-        .unwrap();
+        a.post_send_one(&SendRequest::send(3, src.slice(64..).unwrap()).to(&ah, b.qp_num(), QKEY))
+            .unwrap();
     }
     assert_ok(&wait_for(&mut cq_a, 1)[0], 3, WcOpcode::Send);
     let wc = wait_for(&mut cq_b, 1)[0];

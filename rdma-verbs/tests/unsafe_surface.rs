@@ -114,9 +114,11 @@ fn write_at_then_peer_read_and_load_u64_on_a_remotely_writable_region() {
     let copy = f.pd.register(SIZE, LOCAL).unwrap();
     // SAFETY: `copy` and `exposed` stay registered and untouched until the completion below.
     unsafe {
-        a.post_send_one(
-            &SendRequest::read(1, copy.slice(..).unwrap(), exposed.remote(..).unwrap()).signaled(),
-        )
+        a.post_send_one(&SendRequest::read(
+            1,
+            copy.slice(..).unwrap(),
+            exposed.remote(..).unwrap(),
+        ))
         .unwrap();
     }
     assert_ok(&wait_for(&mut cq_a, 1)[0], 1, WcOpcode::RdmaRead);
@@ -177,12 +179,8 @@ fn assert_only_the_good_datagram_arrives(
 ) {
     // SAFETY: `src` stays registered and unchanged until the completion is polled below.
     unsafe {
-        a.post_send_one(
-            &SendRequest::send(100, src.slice(..).unwrap())
-                .to(good, b.qp_num(), QKEY)
-                .signaled(),
-        )
-        .unwrap();
+        a.post_send_one(&SendRequest::send(100, src.slice(..).unwrap()).to(good, b.qp_num(), QKEY))
+            .unwrap();
     }
     assert_ok(&wait_for(cq_a, 1)[0], 100, WcOpcode::Send);
     let wc = wait_for(cq_b, 1)[0];
@@ -221,9 +219,7 @@ fn address_handle_of_another_pd_or_context_is_refused_and_nothing_is_posted() {
         ("another PD", &same_context),
         ("another context", &other_context),
     ] {
-        let request = SendRequest::send(1, src.slice(..).unwrap())
-            .to(bad, b.qp_num(), QKEY)
-            .signaled();
+        let request = SendRequest::send(1, src.slice(..).unwrap()).to(bad, b.qp_num(), QKEY);
         // SAFETY: refused before anything is posted (asserted); `src` outlives the call.
         let one = unsafe { a.post_send_one(&request) };
         assert!(
@@ -231,9 +227,7 @@ fn address_handle_of_another_pd_or_context_is_refused_and_nothing_is_posted() {
             "post_send_one, {what}: {one:?}"
         );
         // In a list: alone, and after a good request (nothing of the list is posted).
-        let good_request = SendRequest::send(2, src.slice(..).unwrap())
-            .to(&good, b.qp_num(), QKEY)
-            .signaled();
+        let good_request = SendRequest::send(2, src.slice(..).unwrap()).to(&good, b.qp_num(), QKEY);
         for requests in [vec![request], vec![good_request, request]] {
             let mut list = SendList::with_capacity(2);
             for r in requests {
@@ -248,11 +242,7 @@ fn address_handle_of_another_pd_or_context_is_refused_and_nothing_is_posted() {
         }
         // Through a scope, which posts the same way.
         let scoped = a.scope(ScopeCqs::shared(&mut cq_a), |s| {
-            s.send(
-                SendRequest::send(3, src.slice(..).unwrap())
-                    .to(bad, b.qp_num(), QKEY)
-                    .signaled(),
-            )
+            s.send(SendRequest::send(3, src.slice(..).unwrap()).to(bad, b.qp_num(), QKEY))
         });
         assert!(
             matches!(scoped, Ok(Err(Error::InvalidArgument(_)))),
@@ -291,9 +281,7 @@ fn address_handle_of_another_device_is_refused() {
         b.post_recv_one(&RecvRequest::new(7, dst.slice(..).unwrap()))
             .unwrap()
     };
-    let request = SendRequest::send(1, src.slice(..).unwrap())
-        .to(&foreign, b.qp_num(), QKEY)
-        .signaled();
+    let request = SendRequest::send(1, src.slice(..).unwrap()).to(&foreign, b.qp_num(), QKEY);
     // SAFETY: refused before anything is posted (asserted).
     let one = unsafe { a.post_send_one(&request) };
     assert!(matches!(one, Err(Error::InvalidArgument(_))), "{one:?}");

@@ -331,9 +331,9 @@ fn post_all(
                 };
                 let signaled = (k + 1) % cq_mod == 0 || limit == Some(k + 1);
                 list.push(if signaled {
-                    request.signaled()
-                } else {
                     request
+                } else {
+                    request.unsignaled()
                 })
                 .map_err(|e| e.to_string())?;
             }

@@ -626,11 +626,12 @@ impl Prepared<'_> {
         if let Some(imm) = self.imm {
             request = request.with_imm(imm);
         }
-        request = request.flags(self.flags);
-        if signal {
-            request = request.signaled();
-        }
-        request
+        let flags = if signal {
+            self.flags | SendFlags::SIGNALED
+        } else {
+            self.flags
+        };
+        request.set_flags(flags)
     }
 }
 
@@ -723,7 +724,7 @@ impl<T: Transport> QueuePair<T, Rts> {
                 // `max_send_wr - 1` unsignaled sends of the safe paths in a row.
                 let run = qp.next_unsignaled(asked || last_slot, qp.caps().max_send_wr);
                 let request = if run == 0 {
-                    request.signaled()
+                    request.flags(SendFlags::SIGNALED)
                 } else {
                     request
                 };

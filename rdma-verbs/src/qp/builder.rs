@@ -121,8 +121,8 @@ impl<'a, T: Transport> QpBuilder<'a, T> {
         self
     }
 
-    /// Every send request generates a completion (`sq_sig_all`); otherwise only those marked
-    /// [`SendRequest::signaled`](crate::SendRequest::signaled).
+    /// Every send request generates a completion (`sq_sig_all`), even one marked
+    /// [`SendRequest::unsignaled`](crate::SendRequest::unsignaled).
     pub fn sq_sig_all(mut self, all: bool) -> Self {
         self.sq_sig_all = all;
         self

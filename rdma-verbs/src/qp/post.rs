@@ -104,7 +104,7 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// for i in 0..16 {
     ///     let request = SendRequest::send(i, mr.slice(i as usize * 64..(i as usize + 1) * 64)?);
     ///     // Signal every fourth request only: fewer completions to poll.
-    ///     list.push(if i % 4 == 3 { request.signaled() } else { request })?;
+    ///     list.push(if i % 4 == 3 { request } else { request.unsignaled() })?;
     /// }
     /// // SAFETY: `mr` stays registered and untouched until the completions are polled.
     /// unsafe { qp.post_send(&mut list)? };

@@ -379,7 +379,7 @@ impl<T: Transport> QueuePair<T, Rts> {
             }
         }
         .owned(id)
-        .flags(flags);
+        .set_flags(flags);
         if let Some(imm) = imm {
             request = request.with_imm(imm);
         }

@@ -19,7 +19,7 @@ use crate::mw::{BindRange, MemoryWindow, MwType, check_bind};
 /// ```no_run
 /// # use rdma_verbs::{SendRequest, MemoryRegion};
 /// # fn f(mr: &MemoryRegion) -> rdma_verbs::Result<()> {
-/// let request = SendRequest::send(1, mr.slice(..64)?).with_imm(0xfeed).signaled();
+/// let request = SendRequest::send(1, mr.slice(..64)?).with_imm(0xfeed).fenced();
 /// # Ok(()) }
 /// ```
 #[derive(Copy, Clone, Debug)]
@@ -60,7 +60,7 @@ impl<'a> SendRequest<'a> {
             opcode,
             op,
             payload,
-            flags: SendFlags::empty(),
+            flags: SendFlags::SIGNALED,
             imm: 0,
             remote: (0, 0),
             atomic: (0, 0),
@@ -216,7 +216,7 @@ impl<'a> SendRequest<'a> {
     /// let mut mw = pd.alloc_mw(MwType::Type2)?;
     /// let bind = SendRequest::bind_mw(1, &mut mw, &mr, 0..4096, AccessFlags::REMOTE_WRITE)?;
     /// // SAFETY: `mr` outlives the bind's completion (and the window).
-    /// unsafe { qp.post_send_one(&bind.signaled())? };
+    /// unsafe { qp.post_send_one(&bind)? };
     /// // ... poll the completion, then send `mr.addr()`, 4096 and `mw.rkey()` to the peer.
     /// # Ok(()) }
     /// ```
@@ -317,11 +317,14 @@ impl<'a> SendRequest<'a> {
         self
     }
 
-    /// Asks for a completion (`IBV_SEND_SIGNALED`) even on a queue pair that does not signal
-    /// every request.
+    /// Asks for no completion (clears `IBV_SEND_SIGNALED`, which every request has unless
+    /// this is called): the request's resources are free once a later signaled request of
+    /// the queue pair completes. A queue pair built with
+    /// [`QpBuilder::sq_sig_all`](crate::QpBuilder::sq_sig_all) signals every request whatever
+    /// this says.
     #[inline]
-    pub fn signaled(mut self) -> Self {
-        self.flags |= SendFlags::SIGNALED;
+    pub fn unsignaled(mut self) -> Self {
+        self.flags.remove(SendFlags::SIGNALED);
         self
     }
 
@@ -343,6 +346,13 @@ impl<'a> SendRequest<'a> {
     #[inline]
     pub fn flags(mut self, flags: SendFlags) -> Self {
         self.flags |= flags;
+        self
+    }
+
+    /// Sets the `IBV_SEND_*` flags to exactly `flags` (the safe paths, which decide signaling).
+    #[inline]
+    pub(crate) fn set_flags(mut self, flags: SendFlags) -> Self {
+        self.flags = flags;
         self
     }
 

@@ -1,19 +1,19 @@
 // A request, a slice or a transition's attributes do nothing until they are used: building
-// one and dropping it is a mistake the compiler reports (`#[must_use]`). Here `signaled()`
-// returns a new request, which is dropped, and the request posted below is not signaled.
+// one and dropping it is a mistake the compiler reports (`#[must_use]`). Here `unsignaled()`
+// returns a new request, which is dropped, and the request posted below is still signaled.
 // Under `deny(unused_must_use)` that is an error.
 
 #![deny(unused_must_use)]
 
 use rdma_verbs::{MemoryRegion, QueuePair, Rc, Rts, SendRequest};
 
-fn post_unsignaled_by_mistake(qp: &mut QueuePair<Rc, Rts>, mr: &MemoryRegion) {
+fn post_signaled_by_mistake(qp: &mut QueuePair<Rc, Rts>, mr: &MemoryRegion) {
     let request = SendRequest::send(1, mr.slice(..).unwrap());
-    request.signaled();
+    request.unsignaled();
     // SAFETY: never runs; only compiled.
     let _ = unsafe { qp.post_send_one(&request) };
 }
 
 fn main() {
-    let _ = post_unsignaled_by_mistake;
+    let _ = post_signaled_by_mistake;
 }

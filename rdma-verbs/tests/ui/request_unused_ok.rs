@@ -1,17 +1,17 @@
 // The control of `request_unused`: the same code compiles under `deny(unused_must_use)` when
-// the signaled request is the one posted.
+// the unsignaled request is the one posted.
 
 #![deny(unused_must_use)]
 
 use rdma_verbs::{MemoryRegion, QueuePair, Rc, Rts, SendRequest};
 
-fn post_signaled(qp: &mut QueuePair<Rc, Rts>, mr: &MemoryRegion) {
+fn post_unsignaled(qp: &mut QueuePair<Rc, Rts>, mr: &MemoryRegion) {
     let request = SendRequest::send(1, mr.slice(..).unwrap());
-    let request = request.signaled();
+    let request = request.unsignaled();
     // SAFETY: never runs; only compiled.
     let _ = unsafe { qp.post_send_one(&request) };
 }
 
 fn main() {
-    let _ = post_signaled;
+    let _ = post_unsignaled;
 }
