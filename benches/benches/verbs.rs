@@ -165,11 +165,11 @@ fn send_latency(c: &mut Criterion) {
         ok(unsafe { a.post_recv_one(&RecvRequest::new(2, into_a)) });
         let ran = run(&mut group, BenchmarkId::new("unsafe", size), || {
             // SAFETY: as above.
-            ok(unsafe { a.post_send_one(&SendRequest::send(3, payload)) });
+            ok(unsafe { a.post_send_one(&SendRequest::send(payload).tag(3)) });
             ok(spin(cq_b, 1, &[WcOpcode::Recv], wcs));
             // `b` answers with what it received.
             // SAFETY: as above.
-            ok(unsafe { b.post_send_one(&SendRequest::send(4, at_b)) });
+            ok(unsafe { b.post_send_one(&SendRequest::send(at_b).tag(4)) });
             ok(spin(cq_a, 2, &[WcOpcode::Send, WcOpcode::Recv], wcs));
             // SAFETY: as above.
             ok(unsafe { a.post_recv_one(&RecvRequest::new(2, into_a)) });
@@ -484,12 +484,12 @@ fn write_latency(c: &mut Criterion) {
                 ok(mr_a.slice(..size)).into()
             };
             // SAFETY: see `Bench`.
-            ok(unsafe { a.post_send_one(&SendRequest::write(1, payload, to_b)) });
+            ok(unsafe { a.post_send_one(&SendRequest::write(payload, to_b).tag(1)) });
             wait_byte(mr_b, size - 1, seq);
             let back = ok(mr_b.slice(..size));
             // SAFETY: see `Bench`; `a` writes these bytes again only in the next
             // iteration, after this write completed.
-            ok(unsafe { b.post_send_one(&SendRequest::write(2, back, to_a)) });
+            ok(unsafe { b.post_send_one(&SendRequest::write(back, to_a).tag(2)) });
             wait_byte(mr_a, BACK + size - 1, seq);
             ok(spin(cq_a, 1, &[WcOpcode::RdmaWrite], wcs));
             ok(spin(cq_b, 1, &[WcOpcode::RdmaWrite], wcs));
@@ -590,7 +590,9 @@ fn read_latency(c: &mut Criterion) {
         let into_a = ok(mr_a.slice(BACK..BACK + size));
         let ran = run(&mut group, BenchmarkId::new("unsafe", size), || {
             // SAFETY: see `Bench`.
-            ok(unsafe { lb.a.post_send_one(&SendRequest::read(1, into_a, from_b)) });
+            ok(unsafe {
+                lb.a.post_send_one(&SendRequest::read(into_a, from_b).tag(1))
+            });
             ok(spin(&mut lb.cq_a, 1, &[WcOpcode::RdmaRead], wcs));
         });
         let (mr_a, _) = bench.finish();
@@ -643,7 +645,7 @@ fn atomic_latency(c: &mut Criterion) {
     let old = ok(mr_a.slice(REGION - 8..));
     let mut adds = 0u64;
     let ran = run(&mut group, BenchmarkId::new("unsafe", 8), || {
-        let add = SendRequest::fetch_add(1, old, counter, 1);
+        let add = SendRequest::fetch_add(old, counter, 1).tag(1);
         // SAFETY: see `Bench`.
         ok(unsafe { lb.a.post_send_one(&add) });
         ok(spin(&mut lb.cq_a, 1, &[WcOpcode::FetchAdd], wcs));
@@ -724,7 +726,7 @@ fn message_rate(c: &mut Criterion) {
             for first in (0..BATCH).step_by(post_list) {
                 sends.clear();
                 for k in first..first + post_list {
-                    let request = SendRequest::send(k as u64, message);
+                    let request = SendRequest::send(message).tag(k as u64);
                     // One completion per iteration: the last request's, which comes after
                     // the others' (a send queue completes in order).
                     ok(sends.push(if k == BATCH - 1 {
@@ -834,7 +836,7 @@ fn post_poll(c: &mut Criterion) {
     let ran = run(&mut group, BenchmarkId::from_parameter("unsafe"), || {
         // SAFETY: see `Bench`.
         ok(unsafe { b.post_recv_one(&RecvRequest::new(1, ok(mr_b.slice(..64)))) });
-        let send = SendRequest::send(2, ok(mr_a.slice(..64)));
+        let send = SendRequest::send(ok(mr_a.slice(..64))).tag(2);
         // SAFETY: see `Bench`.
         ok(unsafe { a.post_send_one(&send) });
         ok(spin(cq_a, 1, &[WcOpcode::Send], wcs));

@@ -7,8 +7,8 @@ use std::time::Duration;
 use rdma_examples::connect::{self, PairArgs, QpShape};
 use rdma_examples::exchange::Link;
 use rdma_verbs::{
-    AccessFlags, CompletionQueue, MemoryRegion, QueuePair, Rc, RecvRequest, RemoteMemory, Rts,
-    SendFlags, SendRequest, WcOpcode, WorkCompletion,
+    AccessFlags, CompletionQueue, MemoryRegion, Operation, QueuePair, Rc, RecvRequest,
+    RemoteMemory, Rts, SendFlags, SendRequest, WcOpcode, WorkCompletion,
 };
 
 use crate::clock::{self, Deadline};
@@ -210,7 +210,11 @@ impl Io {
 
     /// Posts one signaled request and polls its completion, which must be `opcode`.
     #[inline]
-    pub fn post_send(&mut self, request: SendRequest<'_>, opcode: WcOpcode) -> Result<(), String> {
+    pub fn post_send<K: Operation>(
+        &mut self,
+        request: SendRequest<'_, K>,
+        opcode: WcOpcode,
+    ) -> Result<(), String> {
         // SAFETY: every region a request names is deregistered only after the queue pair is
         // destroyed (see `post_recv`), and the request completes before this returns, so Rust
         // touches no memory it uses while it is in flight.

@@ -348,7 +348,7 @@ fn check(
                     conn.source.write_at(0, &fill(seed, size)).map_err(err)?;
                     let slice = conn.source.slice(..size).map_err(err)?;
                     conn.io
-                        .post_send(SendRequest::send(0, slice), WcOpcode::Send)?;
+                        .post_send(SendRequest::send(slice), WcOpcode::Send)?;
                 } else {
                     let wc = conn.io.recv(size)?;
                     let slot = wc.wr_id() as usize;
@@ -370,7 +370,7 @@ fn check(
                     let to = conn.remote.slice(0, size as u32).map_err(err)?;
                     let from = conn.source.slice(..size).map_err(err)?;
                     conn.io
-                        .post_send(SendRequest::write(0, from, to), WcOpcode::RdmaWrite)?;
+                        .post_send(SendRequest::write(from, to), WcOpcode::RdmaWrite)?;
                     conn.sync()?;
                 } else {
                     conn.sync()?;
@@ -455,7 +455,7 @@ fn send_loop(
             if !pace.stamp(clock::ticks()) {
                 break;
             }
-            io.post_send(SendRequest::send(1, payload), WcOpcode::Send)?;
+            io.post_send(SendRequest::send(payload).tag(1), WcOpcode::Send)?;
             sent += 1;
         }
     }
@@ -491,13 +491,13 @@ fn write_loop(
             let request = match inline.as_deref_mut() {
                 Some(bytes) => {
                     bytes[last] = sent as u8;
-                    SendRequest::write(1, Payload::Inline(bytes), to)
+                    SendRequest::write(Payload::Inline(bytes), to).tag(1)
                 }
                 None => {
                     source
                         .write_at(last, &[sent as u8])
                         .map_err(|e| e.to_string())?;
-                    SendRequest::write(1, source.slice(..size).map_err(|e| e.to_string())?, to)
+                    SendRequest::write(source.slice(..size).map_err(|e| e.to_string())?, to).tag(1)
                 }
             };
             io.post_send(request, WcOpcode::RdmaWrite)?;
@@ -550,7 +550,7 @@ fn read_loop(
     let local = source.slice(..size).map_err(|e| e.to_string())?;
     let mut sent = 0;
     while pace.more(sent) && pace.stamp(clock::ticks()) {
-        io.post_send(SendRequest::read(1, local, from), WcOpcode::RdmaRead)?;
+        io.post_send(SendRequest::read(local, from).tag(1), WcOpcode::RdmaRead)?;
         sent += 1;
     }
     Ok(sent)
@@ -567,7 +567,7 @@ fn atomic_loop(
     let mut sent = 0;
     while pace.more(sent) && pace.stamp(clock::ticks()) {
         io.post_send(
-            SendRequest::fetch_add(1, local, counter, 1),
+            SendRequest::fetch_add(local, counter, 1).tag(1),
             WcOpcode::FetchAdd,
         )?;
         sent += 1;

@@ -497,7 +497,9 @@ struct SendPlan<'a> {
 impl<'a> SendPlan<'a> {
     fn post<T: Transport>(&self, s: &mut PostScope<'a, '_, T>) -> Result<(), String> {
         // With IBV_SEND_INLINE in the flags the provider copies the bytes during the post.
-        let request = SendRequest::send(SEND_WRID, self.source).flags(self.flags);
+        let request = SendRequest::send(self.source)
+            .tag(SEND_WRID)
+            .flags(self.flags);
         let posted = match self.ah {
             Some(ah) => s.send(request.to(ah, self.remote_qpn, UD_QKEY)),
             None => s.send(request),

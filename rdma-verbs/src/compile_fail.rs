@@ -106,6 +106,17 @@ case!(
 case!(OwnedWriteToUd, "owned_write_to_ud.rs", "compile_fail,E0599");
 case!(OwnedOpsOk, "owned_ops_ok.rs", "rust");
 case!(
+    RequestAtomicWithImm,
+    "request_atomic_with_imm.rs",
+    "compile_fail,E0599"
+);
+case!(
+    RequestWriteToUd,
+    "request_write_to_ud.rs",
+    "compile_fail,E0599"
+);
+case!(RequestOpsOk, "request_ops_ok.rs", "rust");
+case!(
     OwnedBindWindowDropped,
     "owned_bind_window_dropped.rs",
     "compile_fail,E0505"

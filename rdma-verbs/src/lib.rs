@@ -132,8 +132,7 @@ pub use flags::{AccessFlags, SendFlags, WcFlags};
 pub use mr::{Advice, DeviceRegion, MemoryRegion, MrSlice, MrSliceMut, NullRegion, RemoteMemory};
 pub use mw::{MemoryWindow, MwType};
 pub use owned::{
-    AtomicOp, BindOp, Completion, ImmOp, InvalidateOp, OwnedOp, OwnedRecv, OwnedRecvList,
-    OwnedSend, OwnedSendList, PostRefused, ReadOp, RegionRange, SendOp, WriteOp,
+    Completion, OwnedRecv, OwnedRecvList, OwnedSend, OwnedSendList, PostRefused, RegionRange,
 };
 pub use pd::ProtectionDomain;
 pub use qp::{
@@ -149,5 +148,8 @@ pub use srq::{SharedReceiveQueue, SrqBuilder};
 pub use td::ThreadDomain;
 #[cfg(feature = "tokio")]
 pub use tokio_io::{AsyncCompletionChannel, AsyncContextEvents};
-pub use wr::{Payload, PostList, RecvList, RecvRequest, SendList, SendRequest, Sge, WorkRequest};
+pub use wr::{
+    AnyOp, AtomicOp, BindOp, ImmOp, InvalidateOp, Operation, Payload, PostList, ReadOp, RecvList,
+    RecvRequest, SendList, SendOp, SendRequest, Sge, WorkRequest, WriteOp,
+};
 pub use xrcd::{XrcDomain, XrcdFile};

@@ -28,7 +28,7 @@ use crate::ffi;
 use crate::flags::SendFlags;
 use crate::mr::{MrSliceMut, RemoteMemory};
 use crate::qp::{QpStateKind, QueuePair, Rts, Transport, may_have_posted};
-use crate::wr::{Payload, RecvRequest, SendRequest, op};
+use crate::wr::{Operation, Payload, RecvRequest, SendRequest, SendWr, op};
 
 /// How long the end of a scope waits for outstanding completions before flushing them.
 const DRAIN: Duration = Duration::from_secs(5);
@@ -145,7 +145,7 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// let target = mr.slice_mut(..64)?;
     /// qp.scope(ScopeCqs::shared(cq), |s| -> Result<()> {
     ///     s.recv(1, &target)?;
-    ///     s.send(SendRequest::send(2, src.slice(..64)?))?;
+    ///     s.send(SendRequest::send(src.slice(..64)?).tag(2))?;
     ///     let mut wcs = [WorkCompletion::default(); 4];
     ///     while s.outstanding() > 0 {
     ///         for wc in s.poll(&mut wcs)? {
@@ -283,7 +283,8 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
     /// [`compare_swap`](Self::compare_swap), [`fetch_add`](Self::fetch_add): the device writes
     /// their targets, which must be borrowed exclusively), else as
     /// [`QueuePair::post_send`](crate::QueuePair::post_send).
-    pub fn send(&mut self, request: SendRequest<'scope>) -> Result<()> {
+    pub fn send<K: Operation>(&mut self, request: SendRequest<'scope, K>) -> Result<()> {
+        let request = request.into_wr();
         if request.op() & (op::READ | op::ATOMIC) != 0 {
             return Err(Error::InvalidArgument(
                 "post RDMA reads and atomics with PostScope::read, compare_swap or fetch_add"
@@ -306,7 +307,11 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
         remote_qpn: u32,
         remote_qkey: u32,
     ) -> Result<()> {
-        self.send(SendRequest::send(wr_id, payload).to(ah, remote_qpn, remote_qkey))
+        self.send(
+            SendRequest::send(payload)
+                .tag(wr_id)
+                .to(ah, remote_qpn, remote_qkey),
+        )
     }
 
     /// Posts an RDMA READ of `remote` into `target`.
@@ -320,7 +325,11 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
         target: &'scope MrSliceMut<'scope>,
         remote: RemoteMemory,
     ) -> Result<()> {
-        self.post(SendRequest::read(wr_id, target.as_slice(), remote))
+        self.post(
+            SendRequest::read(target.as_slice(), remote)
+                .tag(wr_id)
+                .into_wr(),
+        )
     }
 
     /// Posts an ATOMIC_CMP_AND_SWP on the word at `remote`; the old value lands in `result`
@@ -337,13 +346,11 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
         compare: u64,
         swap: u64,
     ) -> Result<()> {
-        self.post(SendRequest::compare_swap(
-            wr_id,
-            result.as_slice(),
-            remote,
-            compare,
-            swap,
-        ))
+        self.post(
+            SendRequest::compare_swap(result.as_slice(), remote, compare, swap)
+                .tag(wr_id)
+                .into_wr(),
+        )
     }
 
     /// Posts an ATOMIC_FETCH_AND_ADD on the word at `remote`; the old value lands in `result`.
@@ -358,12 +365,11 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
         remote: RemoteMemory,
         add: u64,
     ) -> Result<()> {
-        self.post(SendRequest::fetch_add(
-            wr_id,
-            result.as_slice(),
-            remote,
-            add,
-        ))
+        self.post(
+            SendRequest::fetch_add(result.as_slice(), remote, add)
+                .tag(wr_id)
+                .into_wr(),
+        )
     }
 
     /// Posts a receive into `target`. Several receives may share one target.
@@ -391,13 +397,13 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
         self.count(posted)
     }
 
-    fn post(&mut self, request: SendRequest<'scope>) -> Result<()> {
-        let request = request.flags(SendFlags::SIGNALED);
+    fn post(&mut self, request: SendWr<'scope>) -> Result<()> {
+        let request = request.add_flags(SendFlags::SIGNALED);
         // SAFETY: everything the request borrows lives for 'scope, which outlasts the scope's
         // end; sources are shared borrows (Rust cannot change them) and targets exclusive ones
         // (Rust cannot touch them); the scope does not end before the completion is reaped,
         // flushed, or the queue pair reset (`count`).
-        let posted = unsafe { self.qp.post_send_one(&request) };
+        let posted = unsafe { self.qp.post_send_wr(&request) };
         self.count(posted)
     }
 

@@ -87,7 +87,8 @@ fn an_extended_queue_reads_the_fields_asked_for_once_each() {
         }
         for (i, &len) in lens.iter().enumerate() {
             let at = i * 1024;
-            let send = SendRequest::send(20 + i as u64, src.slice(at..at + len as usize).unwrap());
+            let send =
+                SendRequest::send(src.slice(at..at + len as usize).unwrap()).tag(20 + i as u64);
             let send = if i == 0 {
                 send.with_imm(0x1234_5678)
             } else {
@@ -146,9 +147,9 @@ fn an_extended_queue_reads_the_fields_asked_for_once_each() {
             .unwrap();
         b.post_recv_one(&RecvRequest::new(33, dst.slice(8..16).unwrap()))
             .unwrap();
-        a.post_send_one(&SendRequest::send(30, src.slice(..8).unwrap()))
+        a.post_send_one(&SendRequest::send(src.slice(..8).unwrap()).tag(30))
             .unwrap();
-        a.post_send_one(&SendRequest::send(32, src.slice(..8).unwrap()))
+        a.post_send_one(&SendRequest::send(src.slice(..8).unwrap()).tag(32))
             .unwrap();
     }
     let next = drain(&mut cq_a, 2);
@@ -191,11 +192,10 @@ fn sessions_end_on_every_way_out() {
         for id in ids {
             // SAFETY: the buffers live until the completions are read below.
             unsafe {
-                a.post_send_one(&SendRequest::write(
-                    id,
-                    src.slice(..64).unwrap(),
-                    remote.remote(..).unwrap(),
-                ))
+                a.post_send_one(
+                    &SendRequest::write(src.slice(..64).unwrap(), remote.remote(..).unwrap())
+                        .tag(id),
+                )
                 .unwrap();
             }
         }
@@ -354,8 +354,12 @@ fn a_ud_receive_read_in_a_session_names_its_sender() {
     unsafe {
         b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
             .unwrap();
-        a.post_send_one(&SendRequest::send(2, src.slice(..).unwrap()).to(&ah, b.qp_num(), QKEY))
-            .unwrap();
+        a.post_send_one(&SendRequest::send(src.slice(..).unwrap()).tag(2).to(
+            &ah,
+            b.qp_num(),
+            QKEY,
+        ))
+        .unwrap();
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let mut found = Vec::new();

@@ -105,7 +105,7 @@ fn extended_send_and_receive() {
     unsafe {
         b.post_recv_one(&RecvRequest::new(11, dst.slice(..).unwrap()))
             .unwrap();
-        a.post_send_one(&SendRequest::send(22, src.slice(..1000).unwrap()))
+        a.post_send_one(&SendRequest::send(src.slice(..1000).unwrap()).tag(22))
             .unwrap();
     }
     assert_ok(&wait_for(&mut cq_a, 1)[0], 22, WcOpcode::Send);
@@ -133,7 +133,7 @@ fn extended_send_and_receive() {
     unsafe {
         b2.post_recv_one(&RecvRequest::new(12, dst.slice(..).unwrap()))
             .unwrap();
-        a2.post_send_one(&SendRequest::send(23, &parts[..]).with_imm(0xfeed_f00d))
+        a2.post_send_one(&SendRequest::send(&parts[..]).tag(23).with_imm(0xfeed_f00d))
             .unwrap();
     }
     assert_ok(&wait_for(&mut cq_a, 1)[0], 23, WcOpcode::Send);
@@ -168,8 +168,12 @@ fn extended_inline_send() {
     unsafe {
         b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
             .unwrap();
-        a.post_send_one(&SendRequest::send(2, Payload::Inline(&message)).with_imm(0xdead_beef))
-            .unwrap();
+        a.post_send_one(
+            &SendRequest::send(Payload::Inline(&message))
+                .tag(2)
+                .with_imm(0xdead_beef),
+        )
+        .unwrap();
     }
     drop(message);
     assert_ok(&wait_for(&mut cq_a, 1)[0], 2, WcOpcode::Send);
@@ -199,8 +203,12 @@ fn extended_inline_send() {
     unsafe {
         b.post_recv_one(&RecvRequest::new(3, dst.slice(..).unwrap()))
             .unwrap();
-        a.post_send_one(&SendRequest::send(4, Payload::List(&entries)).flags(SendFlags::INLINE))
-            .unwrap();
+        a.post_send_one(
+            &SendRequest::send(Payload::List(&entries))
+                .tag(4)
+                .flags(SendFlags::INLINE),
+        )
+        .unwrap();
     }
     // The bytes are in the request: overwriting the source now changes nothing received.
     src.as_mut_slice().unwrap().fill(0);
@@ -234,11 +242,13 @@ fn extended_rdma_write_and_read() {
     // RDMA write to the second half of the target.
     // SAFETY: buffers outlive the polled completions.
     unsafe {
-        a.post_send_one(&SendRequest::write(
-            1,
-            src.slice(..4096).unwrap(),
-            remote.slice(4096, 4096).unwrap(),
-        ))
+        a.post_send_one(
+            &SendRequest::write(
+                src.slice(..4096).unwrap(),
+                remote.slice(4096, 4096).unwrap(),
+            )
+            .tag(1),
+        )
         .unwrap();
     }
     assert_ok(&wait_for(&mut cq_a, 1)[0], 1, WcOpcode::RdmaWrite);
@@ -258,10 +268,10 @@ fn extended_rdma_write_and_read() {
         b.post_recv_one(&RecvRequest::empty(5)).unwrap();
         a.post_send_one(
             &SendRequest::write(
-                2,
                 src.slice(4096..4196).unwrap(),
                 remote.slice(0, 100).unwrap(),
             )
+            .tag(2)
             .with_imm(42),
         )
         .unwrap();
@@ -277,11 +287,9 @@ fn extended_rdma_write_and_read() {
     let sink = f.pd.register(8192, LOCAL).unwrap();
     // SAFETY: buffers outlive the polled completion; the target is not written meanwhile.
     unsafe {
-        a.post_send_one(&SendRequest::read(
-            3,
-            sink.slice(..4196).unwrap(),
-            remote.slice(0, 4196).unwrap(),
-        ))
+        a.post_send_one(
+            &SendRequest::read(sink.slice(..4196).unwrap(), remote.slice(0, 4196).unwrap()).tag(3),
+        )
         .unwrap();
     }
     let wc = wait_for(&mut cq_a, 1)[0];
@@ -311,7 +319,7 @@ fn extended_atomic_write_stores_eight_bytes() {
     let (mut a, _b) = mixed_rc_pair(&f, &cq_a, &cq_b, |a| a, |b| b, rights);
     let target = f.pd.register(64, LOCAL | rights).unwrap();
     let value = 0x1122_3344_5566_7788u64;
-    let request = SendRequest::atomic_write(7, target.remote(8..16).unwrap(), value);
+    let request = SendRequest::atomic_write(target.remote(8..16).unwrap(), value).tag(7);
     // SAFETY: `target` outlives the polled completion; no local memory is involved.
     let posted = unsafe { a.post_send_one(&request) };
     let mut got = [0u8; 64];
@@ -341,7 +349,7 @@ fn extended_atomic_write_stores_eight_bytes() {
         f.pd.qp_builder(&cq_d, &cq_d),
         rights,
     );
-    let request = SendRequest::atomic_write(8, target.remote(16..24).unwrap(), 1);
+    let request = SendRequest::atomic_write(target.remote(16..24).unwrap(), 1).tag(8);
     // SAFETY: as above.
     let posted = unsafe { c.post_send_one(&request) };
     assert!(
@@ -350,12 +358,8 @@ fn extended_atomic_write_stores_eight_bytes() {
     );
     let mut list = SendList::with_capacity(2);
     let src = f.pd.register(8, LOCAL).unwrap();
-    list.push(SendRequest::write(
-        9,
-        src.slice(..).unwrap(),
-        target.remote(24..32).unwrap(),
-    ))
-    .unwrap();
+    list.push(SendRequest::write(src.slice(..).unwrap(), target.remote(24..32).unwrap()).tag(9))
+        .unwrap();
     list.push(request).unwrap();
     // SAFETY: as above; `src` outlives the call (nothing is posted).
     let posted = unsafe { c.post_send(&mut list) };
@@ -382,7 +386,7 @@ fn extended_atomics_return_the_old_value() {
     let old = f.pd.register(8, LOCAL).unwrap();
     let remote = word.remote(..).unwrap();
     let slice = old.slice(..).unwrap();
-    let mut op = |request: SendRequest<'_>, wr_id: u64, opcode: WcOpcode| -> u64 {
+    let mut op = |request: SendRequest<'_, AtomicOp>, wr_id: u64, opcode: WcOpcode| -> u64 {
         // SAFETY: `old` and `word` outlive the polled completion.
         unsafe { a.post_send_one(&request).unwrap() };
         assert_ok(&wait_for(&mut cq_a, 1)[0], wr_id, opcode);
@@ -390,7 +394,7 @@ fn extended_atomics_return_the_old_value() {
     };
 
     let fetched = op(
-        SendRequest::fetch_add(1, slice, remote, 5),
+        SendRequest::fetch_add(slice, remote, 5).tag(1),
         1,
         WcOpcode::FetchAdd,
     );
@@ -398,7 +402,7 @@ fn extended_atomics_return_the_old_value() {
     assert_eq!(word.load_u64(0).unwrap(), 105);
     // A matching compare swaps.
     let swapped = op(
-        SendRequest::compare_swap(2, slice, remote, 105, 7),
+        SendRequest::compare_swap(slice, remote, 105, 7).tag(2),
         2,
         WcOpcode::CompSwap,
     );
@@ -406,7 +410,7 @@ fn extended_atomics_return_the_old_value() {
     assert_eq!(word.load_u64(0).unwrap(), 7);
     // A failing compare leaves the word and still returns the old value.
     let kept = op(
-        SendRequest::compare_swap(3, slice, remote, 1, 9),
+        SendRequest::compare_swap(slice, remote, 1, 9).tag(3),
         3,
         WcOpcode::CompSwap,
     );
@@ -441,7 +445,7 @@ fn extended_post_list_of_32_completes_in_order() {
                 dst.slice(range.clone()).unwrap(),
             ))
             .unwrap();
-        let request = SendRequest::send(100 + i as u64, src.slice(range).unwrap());
+        let request = SendRequest::send(src.slice(range).unwrap()).tag(100 + i as u64);
         sends.push(request).unwrap();
     }
     // SAFETY: buffers outlive the polled completions.
@@ -478,7 +482,7 @@ fn extended_unsignaled_sends_with_a_periodic_signaled_one() {
     let mut sends = SendList::with_capacity(16);
     let mut recvs = RecvList::with_capacity(16);
     for i in 0..16u64 {
-        let request = SendRequest::send(i, src.slice(..).unwrap());
+        let request = SendRequest::send(src.slice(..).unwrap()).tag(i);
         let request = if i % 4 == 3 {
             request
         } else {
@@ -532,11 +536,16 @@ fn extended_ud_send_with_grh() {
     // Two datagrams in one batch: `ibv_wr_set_ud_addr` on each, the second with immediate.
     let mut sends = SendList::with_capacity(2);
     sends
-        .push(SendRequest::send(3, src.slice(..).unwrap()).to(&ah, b.qp_num(), QKEY))
+        .push(
+            SendRequest::send(src.slice(..).unwrap())
+                .tag(3)
+                .to(&ah, b.qp_num(), QKEY),
+        )
         .unwrap();
     sends
         .push(
-            SendRequest::send(4, src.slice(..64).unwrap())
+            SendRequest::send(src.slice(..64).unwrap())
+                .tag(4)
                 .with_imm(0x0bad_cafe)
                 .to(&ah, b.qp_num(), QKEY),
         )
@@ -590,14 +599,10 @@ fn extended_uc_send_and_write() {
             .unwrap();
     let mut sends = SendList::with_capacity(2);
     sends
-        .push(SendRequest::send(1, src.slice(..128).unwrap()))
+        .push(SendRequest::send(src.slice(..128).unwrap()).tag(1))
         .unwrap();
     sends
-        .push(SendRequest::write(
-            2,
-            src.slice(128..).unwrap(),
-            target.remote(..128).unwrap(),
-        ))
+        .push(SendRequest::write(src.slice(128..).unwrap(), target.remote(..128).unwrap()).tag(2))
         .unwrap();
     // SAFETY: buffers outlive the polled completions.
     unsafe {
@@ -636,7 +641,7 @@ fn extended_full_send_queue_is_a_typed_error() {
     // A batch larger than the queue fails whole: nothing of it is posted.
     let mut big = SendList::with_capacity(depth * 4);
     for i in 0..depth * 4 {
-        let request = SendRequest::send(1000 + i as u64, src.slice(..).unwrap());
+        let request = SendRequest::send(src.slice(..).unwrap()).tag(1000 + i as u64);
         big.push(request).unwrap();
     }
     // SAFETY: `src` outlives the queue pair's flush below.
@@ -656,7 +661,8 @@ fn extended_full_send_queue_is_a_typed_error() {
     let mut outcome = Ok(());
     for i in 0..depth * 4 {
         // SAFETY: as above.
-        outcome = unsafe { a.post_send_one(&SendRequest::send(i as u64, src.slice(..).unwrap())) };
+        outcome =
+            unsafe { a.post_send_one(&SendRequest::send(src.slice(..).unwrap()).tag(i as u64)) };
         if outcome.is_err() {
             break;
         }
@@ -722,9 +728,9 @@ fn extended_lists_the_batch_cannot_carry_go_to_post_send() {
     // ibv_post_send, which posts request 0 and refuses request 1 as it always has.
     let too_long = vec![7u8; a.caps().max_inline_data as usize + 1];
     let mut list = SendList::with_capacity(2);
-    list.push(SendRequest::send(1, src.slice(..100).unwrap()))
+    list.push(SendRequest::send(src.slice(..100).unwrap()).tag(1))
         .unwrap();
-    list.push(SendRequest::send(2, Payload::Inline(&too_long)))
+    list.push(SendRequest::send(Payload::Inline(&too_long)).tag(2))
         .unwrap();
     // SAFETY: `src` outlives the polled completions; inline data is copied by the post.
     let outcome = unsafe { a.post_send(&mut list) };
@@ -744,9 +750,9 @@ fn extended_lists_the_batch_cannot_carry_go_to_post_send() {
 
     // The queue pair goes on through the builders, in order after the classic post.
     let mut list = list.reuse::<SendRequest<'_>>();
-    list.push(SendRequest::send(3, src.slice(100..200).unwrap()))
+    list.push(SendRequest::send(src.slice(100..200).unwrap()).tag(3))
         .unwrap();
-    list.push(SendRequest::send(4, Payload::Inline(&data[200..216])))
+    list.push(SendRequest::send(Payload::Inline(&data[200..216])).tag(4))
         .unwrap();
     // SAFETY: as above.
     unsafe { a.post_send(&mut list).unwrap() };
@@ -793,7 +799,7 @@ fn extended_memory_window_operations() {
         };
         // SAFETY: `src` outlives the polled completion.
         unsafe {
-            a.post_send_one(&SendRequest::write(wr_id, src.slice(..64).unwrap(), remote))
+            a.post_send_one(&SendRequest::write(src.slice(..64).unwrap(), remote).tag(wr_id))
                 .unwrap();
         }
         let wc = wait_for(&mut cq_a, 1)[0];
@@ -802,9 +808,9 @@ fn extended_memory_window_operations() {
     };
 
     // Bind, then a write through the window lands.
-    let bind = SendRequest::bind_mw(1, &mut mw, &target, 0..4096, AccessFlags::REMOTE_WRITE);
-    let bind = bind.unwrap();
-    let rkey = bind.bind_rkey().unwrap();
+    let bind = SendRequest::bind_mw(&mut mw, &target, 0..4096, AccessFlags::REMOTE_WRITE);
+    let bind = bind.unwrap().tag(1);
+    let rkey = bind.rkey();
     // SAFETY: `target` outlives the bind's completion (and the window).
     unsafe { b.post_send_one(&bind).unwrap() };
     assert_ok(&wait_for(&mut cq_b, 1)[0], 1, WcOpcode::BindMw);
@@ -817,7 +823,7 @@ fn extended_memory_window_operations() {
     // Local invalidate revokes the key.
     // SAFETY: LOCAL_INV names no memory.
     unsafe {
-        b.post_send_one(&SendRequest::local_invalidate(3, rkey))
+        b.post_send_one(&SendRequest::local_invalidate(rkey).tag(3))
             .unwrap();
     }
     assert_ok(&wait_for(&mut cq_b, 1)[0], 3, WcOpcode::LocalInv);
@@ -835,9 +841,9 @@ fn extended_memory_window_operations() {
         .unwrap()
         .is_empty()
     {}
-    let bind = SendRequest::bind_mw(5, &mut mw, &target, 0..4096, AccessFlags::REMOTE_WRITE);
-    let bind = bind.unwrap();
-    let rkey = bind.bind_rkey().unwrap();
+    let bind = SendRequest::bind_mw(&mut mw, &target, 0..4096, AccessFlags::REMOTE_WRITE);
+    let bind = bind.unwrap().tag(5);
+    let rkey = bind.rkey();
     let inbox = f.pd.register(256, LOCAL).unwrap();
     // SAFETY: `target`, `inbox` and `src` outlive the completions polled below.
     unsafe {
@@ -848,12 +854,8 @@ fn extended_memory_window_operations() {
     assert_ok(&wait_for(&mut cq_b, 1)[0], 5, WcOpcode::BindMw);
     // SAFETY: as above.
     unsafe {
-        a.post_send_one(&SendRequest::send_with_invalidate(
-            7,
-            src.slice(..128).unwrap(),
-            rkey,
-        ))
-        .unwrap();
+        a.post_send_one(&SendRequest::send_with_invalidate(src.slice(..128).unwrap(), rkey).tag(7))
+            .unwrap();
     }
     assert_ok(&wait_for(&mut cq_a, 1)[0], 7, WcOpcode::Send);
     let wc = wait_for(&mut cq_b, 1)[0];
@@ -867,7 +869,7 @@ fn extended_memory_window_operations() {
     };
     // SAFETY: `src` outlives the polled completion.
     unsafe {
-        a.post_send_one(&SendRequest::write(8, src.slice(..64).unwrap(), remote))
+        a.post_send_one(&SendRequest::write(src.slice(..64).unwrap(), remote).tag(8))
             .unwrap();
     }
     let wc = wait_for(&mut cq_a, 1)[0];

@@ -99,7 +99,7 @@ impl Pair {
         // SAFETY: `src` outlives the completion polled below and is not touched meanwhile.
         unsafe {
             self.a
-                .post_send_one(&SendRequest::write(wr_id, src.slice(..).unwrap(), remote))
+                .post_send_one(&SendRequest::write(src.slice(..).unwrap(), remote).tag(wr_id))
                 .unwrap();
         }
         wait_for(&mut self.cq_a, 1)[0]
@@ -128,7 +128,7 @@ fn fail_send_longer_than_the_receive() {
     unsafe {
         p.b.post_recv_one(&RecvRequest::new(1, dst.slice(..64).unwrap()))
             .unwrap();
-        p.a.post_send_one(&SendRequest::send(2, src.slice(..).unwrap()))
+        p.a.post_send_one(&SendRequest::send(src.slice(..).unwrap()).tag(2))
             .unwrap();
     }
     // Specified: the receive completes with a local length error, and the requester gets the
@@ -323,7 +323,7 @@ fn fail_bad_lkey() {
     unsafe {
         p.b.post_recv_one(&RecvRequest::new(3, dst.slice(..).unwrap()))
             .unwrap();
-        p.a.post_send_one(&SendRequest::send(4, foreign.slice(..).unwrap()))
+        p.a.post_send_one(&SendRequest::send(foreign.slice(..).unwrap()).tag(4))
             .unwrap();
     }
     let wc = wait_for(&mut p.cq_a, 1)[0];
@@ -353,7 +353,7 @@ fn fail_receive_into_a_region_without_local_write() {
     unsafe {
         p.b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
             .unwrap();
-        p.a.post_send_one(&SendRequest::send(2, src.slice(..).unwrap()))
+        p.a.post_send_one(&SendRequest::send(src.slice(..).unwrap()).tag(2))
             .unwrap();
     }
     let received = wait_for(&mut p.cq_b, 1)[0];
@@ -394,7 +394,7 @@ fn fail_misaligned_atomic() {
         len: 8,
         rkey: word.rkey(),
     };
-    let request = SendRequest::fetch_add(1, old.slice(..).unwrap(), remote, 1);
+    let request = SendRequest::fetch_add(old.slice(..).unwrap(), remote, 1).tag(1);
     // SAFETY: `old` and `word` outlive the completion polled below.
     let posted = unsafe { p.a.post_send_one(&request) };
     match posted {
@@ -418,12 +418,9 @@ fn fail_misaligned_atomic() {
             };
             // SAFETY: as above.
             unsafe {
-                p.a.post_send_one(&SendRequest::fetch_add(
-                    2,
-                    old.slice(..).unwrap(),
-                    aligned,
-                    1,
-                ))
+                p.a.post_send_one(
+                    &SendRequest::fetch_add(old.slice(..).unwrap(), aligned, 1).tag(2),
+                )
             }
             .unwrap();
             assert_ok(&wait_for(&mut p.cq_a, 1)[0], 2, WcOpcode::FetchAdd);
@@ -473,7 +470,7 @@ fn fail_receiver_not_ready_recovers_once_a_receive_is_posted() {
     let before = port_counter(&f, "rcvd_rnr_err");
     // SAFETY: `src` outlives the completion polled below.
     unsafe {
-        p.a.post_send_one(&SendRequest::send(1, src.slice(..).unwrap()))
+        p.a.post_send_one(&SendRequest::send(src.slice(..).unwrap()).tag(1))
             .unwrap();
     }
     // Wait for the event that proves the receiver said "not ready": the requester's RNR NAK
@@ -575,10 +572,10 @@ fn fail_full_receive_queue_is_queue_full() {
     let send = |a: &mut QueuePair<Rc, Rts>, i: usize| {
         // SAFETY: `src` outlives every completion, polled before the end.
         unsafe {
-            a.post_send_one(&SendRequest::send(
-                100 + i as u64,
-                src.slice(i * SLOT..(i + 1) * SLOT).unwrap(),
-            ))
+            a.post_send_one(
+                &SendRequest::send(src.slice(i * SLOT..(i + 1) * SLOT).unwrap())
+                    .tag(100 + i as u64),
+            )
         }
         .unwrap()
     };
@@ -663,10 +660,10 @@ fn fail_full_srq_is_queue_full() {
     let send = |a: &mut QueuePair<Rc, Rts>, i: usize| {
         // SAFETY: `src` outlives every completion, polled before the end.
         unsafe {
-            a.post_send_one(&SendRequest::send(
-                100 + i as u64,
-                src.slice(i * SLOT..(i + 1) * SLOT).unwrap(),
-            ))
+            a.post_send_one(
+                &SendRequest::send(src.slice(i * SLOT..(i + 1) * SLOT).unwrap())
+                    .tag(100 + i as u64),
+            )
         }
         .unwrap()
     };

@@ -133,9 +133,10 @@ fn bind_type2(
     wr_id: u64,
 ) -> u32 {
     let old = mw.rkey();
-    let request =
-        SendRequest::bind_mw(wr_id, mw, mr, range, AccessFlags::REMOTE_WRITE).expect("bind_mw");
-    let rkey = request.bind_rkey().expect("a bind request has a key");
+    let request = SendRequest::bind_mw(mw, mr, range, AccessFlags::REMOTE_WRITE)
+        .expect("bind_mw")
+        .tag(wr_id);
+    let rkey = request.rkey();
     // SAFETY: `mr` outlives the bind's completion, polled below.
     unsafe { qp.post_send_one(&request).expect("post BIND_MW") };
     assert_ok(&wait_for(cq, 1)[0], wr_id, WcOpcode::BindMw);
@@ -267,7 +268,7 @@ fn mw_type2_local_invalidate_revokes_the_key() {
 
     // SAFETY: LOCAL_INV names no memory.
     unsafe {
-        p.b.post_send_one(&SendRequest::local_invalidate(3, rkey))
+        p.b.post_send_one(&SendRequest::local_invalidate(rkey).tag(3))
             .unwrap();
     }
     assert_ok(&wait_for(&mut p.cq_b, 1)[0], 3, WcOpcode::LocalInv);
@@ -295,11 +296,13 @@ fn mw_type2_rebind_after_invalidate_gets_a_new_key() {
         WcStatus::Success
     );
     // Invalidated and bound again, to another range, in one post list.
-    let request =
-        SendRequest::bind_mw(4, &mut mw, &target, 2048..4096, AccessFlags::REMOTE_WRITE).unwrap();
-    let second = request.bind_rkey().unwrap();
+    let request = SendRequest::bind_mw(&mut mw, &target, 2048..4096, AccessFlags::REMOTE_WRITE)
+        .unwrap()
+        .tag(4);
+    let second = request.rkey();
     let mut list = SendList::with_capacity(2);
-    list.push(SendRequest::local_invalidate(3, first)).unwrap();
+    list.push(SendRequest::local_invalidate(first).tag(3))
+        .unwrap();
     list.push(request).unwrap();
     // SAFETY: `target` outlives the bind's completion.
     unsafe { p.b.post_send(&mut list).unwrap() };
@@ -343,11 +346,9 @@ fn mw_type2_send_with_invalidate_revokes_the_key() {
     unsafe {
         p.b.post_recv_one(&RecvRequest::new(3, inbox.slice(..).unwrap()))
             .unwrap();
-        p.a.post_send_one(&SendRequest::send_with_invalidate(
-            4,
-            src.slice(..128).unwrap(),
-            rkey,
-        ))
+        p.a.post_send_one(
+            &SendRequest::send_with_invalidate(src.slice(..128).unwrap(), rkey).tag(4),
+        )
         .unwrap();
     }
     assert_ok(&wait_for(&mut p.cq_a, 1)[0], 4, WcOpcode::Send);
@@ -430,11 +431,9 @@ fn mw_bad_binds_are_refused_before_posting() {
     let marker = f.pd.register(8, LOCAL).unwrap();
     // SAFETY: `marker` and `target` outlive the completion polled below.
     unsafe {
-        p.b.post_send_one(&SendRequest::write(
-            99,
-            marker.slice(..).unwrap(),
-            target.remote(..8).unwrap(),
-        ))
+        p.b.post_send_one(
+            &SendRequest::write(marker.slice(..).unwrap(), target.remote(..8).unwrap()).tag(99),
+        )
         .unwrap();
     }
     assert_ok(&wait_for(&mut p.cq_b, 1)[0], 99, WcOpcode::RdmaWrite);
@@ -448,24 +447,14 @@ fn mw_bad_binds_are_refused_before_posting() {
         assert!(invalid(&unsafe {
             p.b.bind_mw(&mut t2, 1, &target, .., write, true)
         }));
-        let wrong = SendRequest::bind_mw(1, &mut t1, &target, .., write);
+        let wrong = SendRequest::bind_mw(&mut t1, &target, .., write);
         assert!(matches!(wrong, Err(Error::InvalidArgument(_))), "{wrong:?}");
         // Type 2 windows cannot be bound to nothing.
-        let empty = SendRequest::bind_mw(1, &mut t2, &target, 0..0, write);
+        let empty = SendRequest::bind_mw(&mut t2, &target, 0..0, write);
         assert!(matches!(empty, Err(Error::InvalidArgument(_))), "{empty:?}");
         // Refused requests leave the key alone.
         assert_eq!(t2.rkey(), key);
     }
-
-    // Immediate data cannot ride on SEND_WITH_INV.
-    let src = f.pd.register(64, LOCAL).unwrap();
-    let request = SendRequest::send_with_invalidate(1, src.slice(..).unwrap(), 1).with_imm(5);
-    // SAFETY: refused before posting.
-    let posted = unsafe { p.a.post_send_one(&request) };
-    assert!(
-        matches!(posted, Err(Error::InvalidArgument(_))),
-        "{posted:?}"
-    );
 
     // UD queue pairs have neither binds nor invalidation.
     let cq = f.cq(4);
@@ -474,7 +463,7 @@ fn mw_bad_binds_are_refused_before_posting() {
     let bound = unsafe { ud.bind_mw(&mut t1, 1, &target, .., write, true) };
     assert!(invalid(&bound), "{bound:?}");
     // SAFETY: refused before posting.
-    let inv = unsafe { ud.post_send_one(&SendRequest::local_invalidate(1, 1)) };
+    let inv = unsafe { ud.post_send_one(&SendRequest::local_invalidate(1).tag(1)) };
     assert!(matches!(inv, Err(Error::InvalidArgument(_))), "{inv:?}");
 }
 

@@ -113,7 +113,7 @@ fn no_alloc_post_and_poll_round_trips() {
             // SAFETY: `dst` lives until after the loop, which polls this receive's completion
             // before the next round, and is not touched meanwhile.
             unsafe { b.post_recv(&mut recvs) }.unwrap();
-            sends.push(SendRequest::send(round, src_slice)).unwrap();
+            sends.push(SendRequest::send(src_slice).tag(round)).unwrap();
             // SAFETY: `src` lives until after the loop and is only read; the send's completion
             // is polled before the next round.
             unsafe { a.post_send(&mut sends) }.unwrap();
@@ -181,12 +181,12 @@ fn extended_no_alloc_post_and_poll_round_trips() {
             unsafe { b.post_recv_one(&RecvRequest::new(round, dst_slice)) }.unwrap();
             if round % 2 == 0 {
                 sends.clear();
-                sends.push(SendRequest::send(round, src_slice)).unwrap();
+                sends.push(SendRequest::send(src_slice).tag(round)).unwrap();
                 // SAFETY: `src` lives until after the loop and is only read; the send's
                 // completion is polled before the next round.
                 unsafe { a.post_send(&mut sends) }.unwrap();
             } else {
-                let request = SendRequest::send(round, Payload::Inline(&inline));
+                let request = SendRequest::send(Payload::Inline(&inline)).tag(round);
                 // SAFETY: inline data is copied by the post.
                 unsafe { a.post_send_one(&request) }.unwrap();
             }

@@ -346,7 +346,7 @@ fn owned_refusals_give_the_buffer_back() {
 
     // Reserved ids: the unsafe path and the scope refuse them.
     let src = f.pd.register(8, AccessFlags::LOCAL_WRITE).unwrap();
-    let reserved = SendRequest::send(1 << 63, src.slice(..).unwrap());
+    let reserved = SendRequest::send(src.slice(..).unwrap()).tag(1 << 63);
     // SAFETY: refused before posting.
     let posted = unsafe { a.post_send_one(&reserved) };
     assert!(
@@ -354,7 +354,7 @@ fn owned_refusals_give_the_buffer_back() {
         "{posted:?}"
     );
     let scoped = a.scope(ScopeCqs::shared(&mut cq_a), |s| {
-        s.send(SendRequest::send(u64::MAX, src.slice(..).unwrap()))
+        s.send(SendRequest::send(src.slice(..).unwrap()).tag(u64::MAX))
     });
     assert!(
         matches!(scoped, Ok(Err(Error::InvalidArgument(_)))),

@@ -12,7 +12,7 @@ use rdma_verbs::*;
 const SIZE: usize = 128;
 
 /// Pushes `request` tagged `m`, signaled only when `m % 4 == 3`.
-fn push_every_fourth_signaled<'a, K: OwnedOp>(
+fn push_every_fourth_signaled<'a, K: Operation>(
     list: &mut OwnedSendList<'a>,
     request: OwnedSend<'a, K>,
     m: u64,

@@ -59,13 +59,12 @@ fn binds_refuse_a_window_of_another_domain() {
         assert_foreign(bound.map(|_| ()));
         let mut type2 = pd.alloc_mw(MwType::Type2).unwrap();
         let request =
-            SendRequest::bind_mw(2, &mut type2, &region, 0..4096, AccessFlags::REMOTE_WRITE)
-                .unwrap();
+            SendRequest::bind_mw(&mut type2, &region, 0..4096, AccessFlags::REMOTE_WRITE).unwrap();
         // SAFETY: refused before posting.
         assert_foreign(unsafe { a.post_send_one(&request) });
         a.scope(ScopeCqs::shared(&mut cq_a), |s| {
             let request =
-                SendRequest::bind_mw(3, &mut type2, &region, 0..4096, AccessFlags::REMOTE_WRITE)
+                SendRequest::bind_mw(&mut type2, &region, 0..4096, AccessFlags::REMOTE_WRITE)
                     .unwrap();
             assert_foreign(s.send(request));
             assert_eq!(s.outstanding(), 0);
@@ -79,8 +78,9 @@ fn binds_refuse_a_window_of_another_domain() {
     let mut own = f.pd.alloc_mw(MwType::Type2).unwrap();
     let old = own.rkey();
     a.scope(ScopeCqs::shared(&mut cq_a), |s| {
-        let request =
-            SendRequest::bind_mw(4, &mut own, &region, 0..4096, AccessFlags::REMOTE_WRITE).unwrap();
+        let request = SendRequest::bind_mw(&mut own, &region, 0..4096, AccessFlags::REMOTE_WRITE)
+            .unwrap()
+            .tag(4);
         s.send(request).unwrap();
         let done = reap_all(s);
         assert_ok(&done[0], 4, WcOpcode::BindMw);
@@ -107,8 +107,8 @@ fn atomics_refuse_a_result_that_is_not_one_word() {
 
     for len in [4u32, 16] {
         let short = results.slice(..len as usize).unwrap();
-        let add = SendRequest::fetch_add(1, short, remote, 1);
-        let swap = SendRequest::compare_swap(2, short, remote, 41, 0);
+        let add = SendRequest::fetch_add(short, remote, 1).tag(1);
+        let swap = SendRequest::compare_swap(short, remote, 41, 0).tag(2);
         for request in [add, swap] {
             // SAFETY: refused before posting.
             match unsafe { a.post_send_one(&request) } {
@@ -117,7 +117,7 @@ fn atomics_refuse_a_result_that_is_not_one_word() {
             }
         }
         let mut list = SendList::with_capacity(1);
-        let pushed = list.push(SendRequest::fetch_add(3, short, remote, 1));
+        let pushed = list.push(SendRequest::fetch_add(short, remote, 1).tag(3));
         assert!(
             matches!(pushed, Err(Error::InvalidArgument(_))),
             "{pushed:?}"
@@ -198,8 +198,7 @@ fn binds_refuse_a_region_over_caller_memory() {
     );
     let mut type2 = f.pd.alloc_mw(MwType::Type2).unwrap();
     refused(
-        SendRequest::bind_mw(2, &mut type2, &external, 0..4096, AccessFlags::REMOTE_WRITE)
-            .map(|_| ()),
+        SendRequest::bind_mw(&mut type2, &external, 0..4096, AccessFlags::REMOTE_WRITE).map(|_| ()),
     );
     assert_no_completion(&mut cq_a, QUIET);
 

@@ -26,7 +26,7 @@ fn send_and_receive() {
     unsafe {
         b.post_recv_one(&RecvRequest::new(11, dst.slice(..).unwrap()))
             .unwrap();
-        a.post_send_one(&SendRequest::send(22, src.slice(..1000).unwrap()))
+        a.post_send_one(&SendRequest::send(src.slice(..1000).unwrap()).tag(22))
             .unwrap();
     }
     let sent = wait_for(&mut cq_a, 1);
@@ -57,8 +57,12 @@ fn send_with_immediate_and_inline() {
     unsafe {
         b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
             .unwrap();
-        a.post_send_one(&SendRequest::send(2, Payload::Inline(&message)).with_imm(0xdead_beef))
-            .unwrap();
+        a.post_send_one(
+            &SendRequest::send(Payload::Inline(&message))
+                .tag(2)
+                .with_imm(0xdead_beef),
+        )
+        .unwrap();
     }
     drop(message);
     assert_ok(&wait_for(&mut cq_a, 1)[0], 2, WcOpcode::Send);
@@ -92,11 +96,13 @@ fn rdma_write_and_write_with_immediate() {
 
     // SAFETY: buffers outlive the polled completions.
     unsafe {
-        a.post_send_one(&SendRequest::write(
-            1,
-            src.slice(..4096).unwrap(),
-            remote.slice(4096, 4096).unwrap(),
-        ))
+        a.post_send_one(
+            &SendRequest::write(
+                src.slice(..4096).unwrap(),
+                remote.slice(4096, 4096).unwrap(),
+            )
+            .tag(1),
+        )
         .unwrap();
     }
     assert_ok(&wait_for(&mut cq_a, 1)[0], 1, WcOpcode::RdmaWrite);
@@ -117,10 +123,10 @@ fn rdma_write_and_write_with_immediate() {
         b.post_recv_one(&RecvRequest::empty(5)).unwrap();
         a.post_send_one(
             &SendRequest::write(
-                2,
                 src.slice(4096..4196).unwrap(),
                 remote.slice(0, 100).unwrap(),
             )
+            .tag(2)
             .with_imm(42),
         )
         .unwrap();
@@ -152,11 +158,13 @@ fn rdma_read() {
     let sink = f.pd.register(4096, LOCAL).unwrap();
     // SAFETY: buffers outlive the polled completion.
     unsafe {
-        a.post_send_one(&SendRequest::read(
-            3,
-            sink.slice(..2048).unwrap(),
-            source.remote(1024..3072).unwrap(),
-        ))
+        a.post_send_one(
+            &SendRequest::read(
+                sink.slice(..2048).unwrap(),
+                source.remote(1024..3072).unwrap(),
+            )
+            .tag(3),
+        )
         .unwrap();
     }
     let wc = wait_for(&mut cq_a, 1)[0];
@@ -186,7 +194,7 @@ fn atomics_return_the_old_value() {
     word.write_at(0, &100u64.to_ne_bytes()).unwrap();
     let old = f.pd.register(8, LOCAL).unwrap();
     let remote = word.remote(..).unwrap();
-    let mut op = |request: SendRequest<'_>, wr_id: u64, opcode: WcOpcode| -> u64 {
+    let mut op = |request: SendRequest<'_, AtomicOp>, wr_id: u64, opcode: WcOpcode| -> u64 {
         // SAFETY: `old` and `word` outlive the polled completion.
         unsafe { a.post_send_one(&request).unwrap() };
         assert_ok(&wait_for(&mut cq_a, 1)[0], wr_id, opcode);
@@ -196,7 +204,7 @@ fn atomics_return_the_old_value() {
     let slice = old.slice(..).unwrap();
     assert_eq!(
         op(
-            SendRequest::fetch_add(1, slice, remote, 5),
+            SendRequest::fetch_add(slice, remote, 5).tag(1),
             1,
             WcOpcode::FetchAdd
         ),
@@ -206,7 +214,7 @@ fn atomics_return_the_old_value() {
     // A matching compare swaps.
     assert_eq!(
         op(
-            SendRequest::compare_swap(2, slice, remote, 105, 7),
+            SendRequest::compare_swap(slice, remote, 105, 7).tag(2),
             2,
             WcOpcode::CompSwap
         ),
@@ -216,7 +224,7 @@ fn atomics_return_the_old_value() {
     // A failing compare leaves the word and still returns the old value.
     assert_eq!(
         op(
-            SendRequest::compare_swap(3, slice, remote, 1, 9),
+            SendRequest::compare_swap(slice, remote, 1, 9).tag(3),
             3,
             WcOpcode::CompSwap
         ),
@@ -249,14 +257,11 @@ fn post_list_of_32_completes_in_order() {
             ))
             .unwrap();
         sends
-            .push(SendRequest::send(
-                100 + i as u64,
-                src.slice(i * 64..(i + 1) * 64).unwrap(),
-            ))
+            .push(SendRequest::send(src.slice(i * 64..(i + 1) * 64).unwrap()).tag(100 + i as u64))
             .unwrap();
     }
     assert!(
-        sends.push(SendRequest::send(0, Payload::None)).is_err(),
+        sends.push(SendRequest::send(Payload::None)).is_err(),
         "the list is full"
     );
     // SAFETY: buffers outlive the polled completions.
@@ -287,7 +292,7 @@ fn post_list_of_32_completes_in_order() {
     assert!(sends.is_empty());
     assert_eq!(sends.capacity(), 32);
     sends
-        .push(SendRequest::send(1, src.slice(..1).unwrap()))
+        .push(SendRequest::send(src.slice(..1).unwrap()).tag(1))
         .unwrap();
     assert_eq!(sends.len(), 1);
 }
@@ -306,7 +311,7 @@ fn unsignaled_sends_with_a_periodic_signaled_one() {
     let mut sends = SendList::with_capacity(16);
     let mut recvs = RecvList::with_capacity(16);
     for i in 0..16u64 {
-        let request = SendRequest::send(i, src.slice(..).unwrap());
+        let request = SendRequest::send(src.slice(..).unwrap()).tag(i);
         sends
             .push(if i % 4 == 3 {
                 request
@@ -349,7 +354,7 @@ fn wrong_rkey_is_a_remote_access_error() {
     bad.rkey ^= 0x5a5a_5a00;
     // SAFETY: buffers outlive the polled completion.
     unsafe {
-        a.post_send_one(&SendRequest::write(9, src.slice(..).unwrap(), bad))
+        a.post_send_one(&SendRequest::write(src.slice(..).unwrap(), bad).tag(9))
             .unwrap();
     }
     let wc = wait_for(&mut cq_a, 1)[0];
@@ -359,7 +364,7 @@ fn wrong_rkey_is_a_remote_access_error() {
     // says ERR, and a new post is flushed or refused, never undefined.
     assert_eq!(a.query_state().unwrap(), QpStateKind::Error);
     // SAFETY: as above.
-    let posted = unsafe { a.post_send_one(&SendRequest::send(10, src.slice(..).unwrap())) };
+    let posted = unsafe { a.post_send_one(&SendRequest::send(src.slice(..).unwrap()).tag(10)) };
     if posted.is_ok() {
         let wc = wait_for(&mut cq_a, 1)[0];
         assert_eq!(wc.status(), WcStatus::WrFlushErr, "{wc:?}");
@@ -461,7 +466,8 @@ fn full_send_queue_is_a_typed_error() {
     let mut outcome = Ok(());
     for i in 0..depth * 4 {
         // SAFETY: `src` outlives the queue pair's flush below.
-        outcome = unsafe { a.post_send_one(&SendRequest::send(i as u64, src.slice(..).unwrap())) };
+        outcome =
+            unsafe { a.post_send_one(&SendRequest::send(src.slice(..).unwrap()).tag(i as u64)) };
         if outcome.is_err() {
             break;
         }
@@ -507,13 +513,8 @@ fn operations_the_transport_lacks_are_refused_before_posting() {
         rkey: 1,
     };
     // SAFETY: nothing is posted (refused before the post call).
-    let read = unsafe { a.post_send_one(&SendRequest::read(1, mr.slice(..).unwrap(), remote)) };
+    let read = unsafe { a.post_send_one(&SendRequest::read(mr.slice(..).unwrap(), remote).tag(1)) };
     assert!(matches!(read, Err(Error::InvalidArgument(_))), "{read:?}");
-    // SAFETY: as above.
-    let imm = unsafe {
-        a.post_send_one(&SendRequest::fetch_add(1, mr.slice(..8).unwrap(), remote, 1).with_imm(1))
-    };
-    assert!(matches!(imm, Err(Error::InvalidArgument(_))), "{imm:?}");
     // Bounds are checked when slicing.
     assert!(mr.slice(..65).is_err());
     assert!(mr.slice(60..70).is_err());
@@ -541,7 +542,7 @@ fn receive_into_a_scatter_list() {
     // SAFETY: the regions outlive the polled completions and are not touched meanwhile.
     unsafe {
         b.post_recv_one(&RecvRequest::new(1, &list[..])).unwrap();
-        a.post_send_one(&SendRequest::send(2, src.slice(..).unwrap()))
+        a.post_send_one(&SendRequest::send(src.slice(..).unwrap()).tag(2))
             .unwrap();
     }
     assert_ok(&wait_for(&mut cq_a, 1)[0], 2, WcOpcode::Send);
@@ -727,13 +728,11 @@ fn queue_pairs_connect_from_records_exchanged_as_bytes() {
     unsafe {
         a.post_recv_one(&RecvRequest::new(5, dst.slice(..).unwrap()))
             .unwrap();
-        b.post_send_one(&SendRequest::write(
-            6,
-            src.slice(..).unwrap(),
-            remote.slice(0, 8192).unwrap(),
-        ))
+        b.post_send_one(
+            &SendRequest::write(src.slice(..).unwrap(), remote.slice(0, 8192).unwrap()).tag(6),
+        )
         .unwrap();
-        b.post_send_one(&SendRequest::send(7, src.slice(..4096).unwrap()))
+        b.post_send_one(&SendRequest::send(src.slice(..4096).unwrap()).tag(7))
             .unwrap();
     }
     let sent = wait_for(&mut cq_b, 2);
@@ -772,7 +771,7 @@ fn a_completion_queue_resizes_and_keeps_its_completions() {
                 .unwrap();
         }
         for i in 0..5u64 {
-            a.post_send_one(&SendRequest::send(i, src.slice(..).unwrap()))
+            a.post_send_one(&SendRequest::send(src.slice(..).unwrap()).tag(i))
                 .unwrap();
         }
     }

@@ -42,14 +42,14 @@ fn scope_send_receive_read_and_atomics() {
         b.scope(ScopeCqs::shared(&mut cq_b), |sb| {
             sb.recv(1, &target).unwrap();
             a.scope(ScopeCqs::shared(&mut cq_a), |sa| {
-                sa.send(SendRequest::send(2, src.slice(..200).unwrap()))
+                sa.send(SendRequest::send(src.slice(..200).unwrap()).tag(2))
                     .unwrap();
                 sa.read(3, &read_into, remote.slice(8, 24).unwrap())
                     .unwrap();
                 sa.fetch_add(4, &old_value, remote.slice(0, 8).unwrap(), 5)
                     .unwrap();
                 // Reads and atomics through `send` would let the device write shared memory.
-                let refused = sa.send(SendRequest::read(5, src.slice(..8).unwrap(), remote));
+                let refused = sa.send(SendRequest::read(src.slice(..8).unwrap(), remote).tag(5));
                 assert!(
                     matches!(refused, Err(Error::InvalidArgument(_))),
                     "{refused:?}"
@@ -206,7 +206,7 @@ fn send_one_and_check(
         b.scope(ScopeCqs::shared(cq_b), |sb| {
             sb.recv(7, &target).unwrap();
             a.scope(ScopeCqs::shared(cq_a), |sa| {
-                sa.send(SendRequest::send(8, src.slice(..).unwrap()))
+                sa.send(SendRequest::send(src.slice(..).unwrap()).tag(8))
                     .unwrap();
                 let sent = reap_all(sa);
                 assert_ok(&sent[0], 8, WcOpcode::Send);
@@ -250,7 +250,7 @@ fn scope_discards_a_completion_left_in_its_queue() {
     unsafe {
         b.post_recv_one(&RecvRequest::new(900, stale_buf.slice(..).unwrap()))
             .unwrap();
-        a.post_send_one(&SendRequest::send(901, first.slice(..).unwrap()))
+        a.post_send_one(&SendRequest::send(first.slice(..).unwrap()).tag(901))
             .unwrap();
     }
     assert_ok(&wait_for(&mut cq_a, 1)[0], 901, WcOpcode::Send);
@@ -275,7 +275,7 @@ fn scope_discards_a_completion_left_in_its_queue() {
             }
             assert_eq!(sb.outstanding(), 1);
             a.scope(ScopeCqs::shared(&mut cq_a), |sa| {
-                sa.send(SendRequest::send(2, src.slice(..).unwrap()))
+                sa.send(SendRequest::send(src.slice(..).unwrap()).tag(2))
                     .unwrap();
                 assert_ok(&reap_all(sa)[0], 2, WcOpcode::Send);
             })

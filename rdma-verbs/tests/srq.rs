@@ -55,18 +55,15 @@ fn srq_shared_by_two_queue_pairs() {
     src.as_mut_slice().unwrap()[SLOT..SLOT + 200].copy_from_slice(&two);
     // SAFETY: `src` outlives the polled completions.
     unsafe {
-        a1.post_send_one(&SendRequest::send(101, src.slice(..100).unwrap()))
+        a1.post_send_one(&SendRequest::send(src.slice(..100).unwrap()).tag(101))
             .unwrap();
     }
     // One at a time, so that the first receive goes to b1's message.
     assert_ok(&wait_for(&mut cq_a, 1)[0], 101, WcOpcode::Send);
     // SAFETY: as above.
     unsafe {
-        a2.post_send_one(&SendRequest::send(
-            102,
-            src.slice(SLOT..SLOT + 200).unwrap(),
-        ))
-        .unwrap();
+        a2.post_send_one(&SendRequest::send(src.slice(SLOT..SLOT + 200).unwrap()).tag(102))
+            .unwrap();
     }
     assert_ok(&wait_for(&mut cq_a, 1)[0], 102, WcOpcode::Send);
 
@@ -89,12 +86,9 @@ fn srq_shared_by_two_queue_pairs() {
     // Both peers at once now: two more receives left in the pool, one message each.
     // SAFETY: as above.
     unsafe {
-        a2.post_send_one(&SendRequest::send(
-            103,
-            src.slice(SLOT..SLOT + 200).unwrap(),
-        ))
-        .unwrap();
-        a1.post_send_one(&SendRequest::send(104, src.slice(..100).unwrap()))
+        a2.post_send_one(&SendRequest::send(src.slice(SLOT..SLOT + 200).unwrap()).tag(103))
+            .unwrap();
+        a1.post_send_one(&SendRequest::send(src.slice(..100).unwrap()).tag(104))
             .unwrap();
     }
     assert_eq!(wait_for(&mut cq_a, 2).len(), 2);
@@ -159,7 +153,7 @@ fn srq_limit_event() {
     let mut send = |wr_id: u64| {
         // SAFETY: `src` outlives the polled completion.
         unsafe {
-            a.post_send_one(&SendRequest::send(wr_id, src.slice(..).unwrap()))
+            a.post_send_one(&SendRequest::send(src.slice(..).unwrap()).tag(wr_id))
                 .unwrap();
         }
         assert_ok(&wait_for(&mut cq_a, 1)[0], wr_id, WcOpcode::Send);

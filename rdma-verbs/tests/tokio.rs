@@ -62,7 +62,7 @@ fn async_pair(f: &Fixture) -> AsyncPair {
 fn send(qp: &mut QueuePair<Rc, Rts>, wr_id: u64, src: &MemoryRegion) {
     // SAFETY: callers keep `src` alive and untouched until the completion is polled.
     unsafe {
-        qp.post_send_one(&SendRequest::send(wr_id, src.slice(..).unwrap()))
+        qp.post_send_one(&SendRequest::send(src.slice(..).unwrap()).tag(wr_id))
             .unwrap();
     }
 }

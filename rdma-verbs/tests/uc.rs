@@ -30,10 +30,14 @@ fn uc_send_and_receive() {
             .unwrap();
         b.post_recv_one(&RecvRequest::new(2, dst.slice(4096..).unwrap()))
             .unwrap();
-        a.post_send_one(&SendRequest::send(10, src.slice(..100).unwrap()))
+        a.post_send_one(&SendRequest::send(src.slice(..100).unwrap()).tag(10))
             .unwrap();
-        a.post_send_one(&SendRequest::send(11, src.slice(..3000).unwrap()).with_imm(77))
-            .unwrap();
+        a.post_send_one(
+            &SendRequest::send(src.slice(..3000).unwrap())
+                .tag(11)
+                .with_imm(77),
+        )
+        .unwrap();
     }
     let sent = wait_for(&mut cq_a, 2);
     assert_ok(&sent[0], 10, WcOpcode::Send);
@@ -72,11 +76,13 @@ fn uc_rdma_write_and_write_with_immediate() {
 
     // SAFETY: buffers outlive the polled completions.
     unsafe {
-        a.post_send_one(&SendRequest::write(
-            1,
-            src.slice(..2000).unwrap(),
-            remote.slice(1000, 2000).unwrap(),
-        ))
+        a.post_send_one(
+            &SendRequest::write(
+                src.slice(..2000).unwrap(),
+                remote.slice(1000, 2000).unwrap(),
+            )
+            .tag(1),
+        )
         .unwrap();
     }
     assert_ok(&wait_for(&mut cq_a, 1)[0], 1, WcOpcode::RdmaWrite);
@@ -106,10 +112,10 @@ fn uc_rdma_write_and_write_with_immediate() {
         b.post_recv_one(&RecvRequest::empty(7)).unwrap();
         a.post_send_one(
             &SendRequest::write(
-                2,
                 src.slice(2000..2500).unwrap(),
                 remote.slice(0, 500).unwrap(),
             )
+            .tag(2)
             .with_imm(0x1234),
         )
         .unwrap();
@@ -140,16 +146,12 @@ fn uc_rdma_read_and_atomics_are_refused() {
             .unwrap();
     let remote = source.remote(..).unwrap();
     // SAFETY: refused before the post call: nothing reaches the device.
-    let read = unsafe { a.post_send_one(&SendRequest::read(1, sink.slice(..).unwrap(), remote)) };
+    let read =
+        unsafe { a.post_send_one(&SendRequest::read(sink.slice(..).unwrap(), remote).tag(1)) };
     assert!(matches!(read, Err(Error::InvalidArgument(_))), "{read:?}");
     // SAFETY: as above.
     let atomic = unsafe {
-        a.post_send_one(&SendRequest::fetch_add(
-            2,
-            sink.slice(..8).unwrap(),
-            remote,
-            1,
-        ))
+        a.post_send_one(&SendRequest::fetch_add(sink.slice(..8).unwrap(), remote, 1).tag(2))
     };
     assert!(
         matches!(atomic, Err(Error::InvalidArgument(_))),
@@ -157,9 +159,9 @@ fn uc_rdma_read_and_atomics_are_refused() {
     );
     // A list holding one read is refused whole.
     let mut list = SendList::with_capacity(2);
-    list.push(SendRequest::send(3, sink.slice(..).unwrap()))
+    list.push(SendRequest::send(sink.slice(..).unwrap()).tag(3))
         .unwrap();
-    list.push(SendRequest::read(4, sink.slice(..).unwrap(), remote))
+    list.push(SendRequest::read(sink.slice(..).unwrap(), remote).tag(4))
         .unwrap();
     // SAFETY: as above.
     let listed = unsafe { a.post_send(&mut list) };
@@ -172,7 +174,7 @@ fn uc_rdma_read_and_atomics_are_refused() {
     // here.)
     // SAFETY: `sink` outlives the polled completion.
     unsafe {
-        a.post_send_one(&SendRequest::send(5, sink.slice(..).unwrap()))
+        a.post_send_one(&SendRequest::send(sink.slice(..).unwrap()).tag(5))
             .unwrap();
     }
     assert_ok(&wait_for(&mut cq_a, 1)[0], 5, WcOpcode::Send);
@@ -203,7 +205,7 @@ fn uc_connect_loopback_connects_two_queue_pairs_in_one_call() {
     unsafe {
         b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
             .unwrap();
-        a.post_send_one(&SendRequest::send(2, src.slice(..).unwrap()))
+        a.post_send_one(&SendRequest::send(src.slice(..).unwrap()).tag(2))
             .unwrap();
     }
     assert_ok(&wait_for(&mut cq_a, 1)[0], 2, WcOpcode::Send);

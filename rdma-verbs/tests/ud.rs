@@ -28,8 +28,12 @@ fn ud_send_with_grh_and_reply_through_ah_from_wc() {
     unsafe {
         b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
             .unwrap();
-        a.post_send_one(&SendRequest::send(2, src.slice(..).unwrap()).to(&ah, b.qp_num(), QKEY))
-            .unwrap();
+        a.post_send_one(&SendRequest::send(src.slice(..).unwrap()).tag(2).to(
+            &ah,
+            b.qp_num(),
+            QKEY,
+        ))
+        .unwrap();
     }
     assert_ok(&wait_for(&mut cq_a, 1)[0], 2, WcOpcode::Send);
     let wc = wait_for(&mut cq_b, 1)[0];
@@ -90,7 +94,8 @@ fn ud_send_with_grh_and_reply_through_ah_from_wc() {
         a.post_recv_one(&RecvRequest::new(3, answer.slice(..).unwrap()))
             .unwrap();
         b.post_send_one(
-            &SendRequest::send(4, reply.slice(..).unwrap())
+            &SendRequest::send(reply.slice(..).unwrap())
+                .tag(4)
                 .with_imm(0x0bad_cafe)
                 .to(&back, wc.src_qp(), QKEY),
         )
@@ -117,14 +122,18 @@ fn ud_send_without_destination_is_refused() {
     let src = f.pd.register(64, LOCAL).unwrap();
 
     // SAFETY: refused before anything reaches the device.
-    let one = unsafe { qp.post_send_one(&SendRequest::send(1, src.slice(..).unwrap())) };
+    let one = unsafe { qp.post_send_one(&SendRequest::send(src.slice(..).unwrap()).tag(1)) };
     assert!(matches!(one, Err(Error::InvalidArgument(_))), "{one:?}");
 
     // In a list, one request without a destination refuses the whole list.
     let mut list = SendList::with_capacity(2);
-    list.push(SendRequest::send(2, src.slice(..).unwrap()).to(&ah, qp.qp_num(), QKEY))
-        .unwrap();
-    list.push(SendRequest::send(3, src.slice(..).unwrap()))
+    list.push(
+        SendRequest::send(src.slice(..).unwrap())
+            .tag(2)
+            .to(&ah, qp.qp_num(), QKEY),
+    )
+    .unwrap();
+    list.push(SendRequest::send(src.slice(..).unwrap()).tag(3))
         .unwrap();
     // SAFETY: as above.
     let listed = unsafe { qp.post_send(&mut list) };
@@ -135,27 +144,26 @@ fn ud_send_without_destination_is_refused() {
     // Nothing was posted, not even the addressed first request: the first completion is the
     // one of the request posted below (a send queue completes in order).
 
-    // UD has no RDMA: a write is refused too.
+    // UD has no RDMA: a write is refused too (one with a destination does not compile).
     let remote = RemoteMemory {
         addr: 0,
         len: 64,
         rkey: 1,
     };
     // SAFETY: as above.
-    let write = unsafe {
-        qp.post_send_one(&SendRequest::write(4, src.slice(..).unwrap(), remote).to(
-            &ah,
-            qp.qp_num(),
-            QKEY,
-        ))
-    };
+    let write =
+        unsafe { qp.post_send_one(&SendRequest::write(src.slice(..).unwrap(), remote).tag(4)) };
     assert!(matches!(write, Err(Error::InvalidArgument(_))), "{write:?}");
 
     // The queue pair still works: the same addressed request alone goes out.
     // SAFETY: `src` outlives the polled completion.
     unsafe {
-        qp.post_send_one(&SendRequest::send(5, src.slice(..).unwrap()).to(&ah, qp.qp_num(), QKEY))
-            .unwrap();
+        qp.post_send_one(&SendRequest::send(src.slice(..).unwrap()).tag(5).to(
+            &ah,
+            qp.qp_num(),
+            QKEY,
+        ))
+        .unwrap();
     }
     assert_ok(&wait_for(&mut cq, 1)[0], 5, WcOpcode::Send);
     assert_cq_empty(&mut cq);
@@ -177,7 +185,7 @@ fn ud_wrong_qkey_is_dropped_but_the_send_succeeds() {
     unsafe {
         b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
             .unwrap();
-        a.post_send_one(&SendRequest::send(2, src.slice(..64).unwrap()).to(
+        a.post_send_one(&SendRequest::send(src.slice(..64).unwrap()).tag(2).to(
             &ah,
             b.qp_num(),
             0x2222_2222,
@@ -192,8 +200,12 @@ fn ud_wrong_qkey_is_dropped_but_the_send_succeeds() {
     // The receive is still posted: a datagram with the right Q_Key takes it.
     // SAFETY: as above.
     unsafe {
-        a.post_send_one(&SendRequest::send(3, src.slice(64..).unwrap()).to(&ah, b.qp_num(), QKEY))
-            .unwrap();
+        a.post_send_one(&SendRequest::send(src.slice(64..).unwrap()).tag(3).to(
+            &ah,
+            b.qp_num(),
+            QKEY,
+        ))
+        .unwrap();
     }
     assert_ok(&wait_for(&mut cq_a, 1)[0], 3, WcOpcode::Send);
     let wc = wait_for(&mut cq_b, 1)[0];

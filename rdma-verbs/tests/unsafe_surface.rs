@@ -114,11 +114,9 @@ fn write_at_then_peer_read_and_load_u64_on_a_remotely_writable_region() {
     let copy = f.pd.register(SIZE, LOCAL).unwrap();
     // SAFETY: `copy` and `exposed` stay registered and untouched until the completion below.
     unsafe {
-        a.post_send_one(&SendRequest::read(
-            1,
-            copy.slice(..).unwrap(),
-            exposed.remote(..).unwrap(),
-        ))
+        a.post_send_one(
+            &SendRequest::read(copy.slice(..).unwrap(), exposed.remote(..).unwrap()).tag(1),
+        )
         .unwrap();
     }
     assert_ok(&wait_for(&mut cq_a, 1)[0], 1, WcOpcode::RdmaRead);
@@ -179,8 +177,12 @@ fn assert_only_the_good_datagram_arrives(
 ) {
     // SAFETY: `src` stays registered and unchanged until the completion is polled below.
     unsafe {
-        a.post_send_one(&SendRequest::send(100, src.slice(..).unwrap()).to(good, b.qp_num(), QKEY))
-            .unwrap();
+        a.post_send_one(&SendRequest::send(src.slice(..).unwrap()).tag(100).to(
+            good,
+            b.qp_num(),
+            QKEY,
+        ))
+        .unwrap();
     }
     assert_ok(&wait_for(cq_a, 1)[0], 100, WcOpcode::Send);
     let wc = wait_for(cq_b, 1)[0];
@@ -219,7 +221,9 @@ fn address_handle_of_another_pd_or_context_is_refused_and_nothing_is_posted() {
         ("another PD", &same_context),
         ("another context", &other_context),
     ] {
-        let request = SendRequest::send(1, src.slice(..).unwrap()).to(bad, b.qp_num(), QKEY);
+        let request = SendRequest::send(src.slice(..).unwrap())
+            .tag(1)
+            .to(bad, b.qp_num(), QKEY);
         // SAFETY: refused before anything is posted (asserted); `src` outlives the call.
         let one = unsafe { a.post_send_one(&request) };
         assert!(
@@ -227,7 +231,10 @@ fn address_handle_of_another_pd_or_context_is_refused_and_nothing_is_posted() {
             "post_send_one, {what}: {one:?}"
         );
         // In a list: alone, and after a good request (nothing of the list is posted).
-        let good_request = SendRequest::send(2, src.slice(..).unwrap()).to(&good, b.qp_num(), QKEY);
+        let good_request =
+            SendRequest::send(src.slice(..).unwrap())
+                .tag(2)
+                .to(&good, b.qp_num(), QKEY);
         for requests in [vec![request], vec![good_request, request]] {
             let mut list = SendList::with_capacity(2);
             for r in requests {
@@ -242,7 +249,11 @@ fn address_handle_of_another_pd_or_context_is_refused_and_nothing_is_posted() {
         }
         // Through a scope, which posts the same way.
         let scoped = a.scope(ScopeCqs::shared(&mut cq_a), |s| {
-            s.send(SendRequest::send(3, src.slice(..).unwrap()).to(bad, b.qp_num(), QKEY))
+            s.send(
+                SendRequest::send(src.slice(..).unwrap())
+                    .tag(3)
+                    .to(bad, b.qp_num(), QKEY),
+            )
         });
         assert!(
             matches!(scoped, Ok(Err(Error::InvalidArgument(_)))),
@@ -281,7 +292,9 @@ fn address_handle_of_another_device_is_refused() {
         b.post_recv_one(&RecvRequest::new(7, dst.slice(..).unwrap()))
             .unwrap()
     };
-    let request = SendRequest::send(1, src.slice(..).unwrap()).to(&foreign, b.qp_num(), QKEY);
+    let request = SendRequest::send(src.slice(..).unwrap())
+        .tag(1)
+        .to(&foreign, b.qp_num(), QKEY);
     // SAFETY: refused before anything is posted (asserted).
     let one = unsafe { a.post_send_one(&request) };
     assert!(matches!(one, Err(Error::InvalidArgument(_))), "{one:?}");

@@ -376,7 +376,7 @@ fn measured_post_send_unsafe(
 ) -> rdma_verbs::Result<()> {
     let slice = mr.slice(..SIZE)?;
     // SAFETY: as in `measured_post_recv_unsafe`.
-    unsafe { qp.post_send_one(&SendRequest::send(2, slice)) }
+    unsafe { qp.post_send_one(&SendRequest::send(slice).tag(2)) }
 }
 
 #[unsafe(no_mangle)]

@@ -193,7 +193,7 @@ pub fn run(config: &Config) -> Result<u64, String> {
                 // Every request completed: the server takes this one as the end.
                 let local = conn.source.slice(..size).map_err(|e| e.to_string())?;
                 conn.io
-                    .post_send(SendRequest::send(0, local).with_imm(STOP), WcOpcode::Send)?;
+                    .post_send(SendRequest::send(local).with_imm(STOP), WcOpcode::Send)?;
             }
             let loop_allocations = allocations() - before;
             let (completions, ticks) = window.window.result().ok_or(NOTHING_MEASURED)?;
@@ -325,9 +325,9 @@ fn post_all(
             list.clear();
             for k in sent..sent + post_list {
                 let request = match config.test {
-                    Test::Send => SendRequest::send(k, local),
-                    Test::Write => SendRequest::write(k, local, to),
-                    Test::Read => SendRequest::read(k, local, to),
+                    Test::Send => SendRequest::send(local).tag(k).erase(),
+                    Test::Write => SendRequest::write(local, to).tag(k).erase(),
+                    Test::Read => SendRequest::read(local, to).tag(k).erase(),
                 };
                 let signaled = (k + 1) % cq_mod == 0 || limit == Some(k + 1);
                 list.push(if signaled {
@@ -446,7 +446,7 @@ fn check(config: &Config, server: bool, conn: &mut Conn) -> Result<(), String> {
         let local = conn.source.slice(..size).map_err(err)?;
         let from = conn.remote.slice(0, size as u32).map_err(err)?;
         conn.io
-            .post_send(SendRequest::read(0, local, from), WcOpcode::RdmaRead)?;
+            .post_send(SendRequest::read(local, from), WcOpcode::RdmaRead)?;
         let mut got = vec![0u8; size];
         conn.source.read_at(0, &mut got).map_err(err)?;
         compare("the region read from the peer", &got, config.seed)?;
@@ -487,9 +487,9 @@ fn check(config: &Config, server: bool, conn: &mut Conn) -> Result<(), String> {
     conn.sync()?;
     let local = conn.source.slice(..size).map_err(err)?;
     let request = match config.test {
-        Test::Send => SendRequest::send(0, local),
+        Test::Send => SendRequest::send(local).erase(),
         Test::Write | Test::Read => {
-            SendRequest::write(0, local, conn.remote.slice(0, size as u32).map_err(err)?)
+            SendRequest::write(local, conn.remote.slice(0, size as u32).map_err(err)?).erase()
         }
     };
     conn.io.post_send(request, config.test.opcode())?;

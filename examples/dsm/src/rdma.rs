@@ -626,7 +626,7 @@ fn take(slot: &mut Option<Buf>, what: &str) -> Result<Buf> {
 }
 
 /// Posts `request`; a buffer the post refused goes back to `slot`.
-fn post_send<K: rdma_verbs::OwnedOp>(
+fn post_send<K: rdma_verbs::Operation>(
     qp: &mut QueuePair<Rc, Rts>,
     request: OwnedSend<'_, K>,
     slot: &mut Option<Buf>,

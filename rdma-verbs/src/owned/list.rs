@@ -12,9 +12,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::recv::{check_room, room};
-use super::{
-    OwnedOp, OwnedRecv, OwnedSend, OwnedSges, PostRefused, Prepared, RegionRange, Table, check_pd,
-};
+use super::{OwnedRecv, OwnedSend, OwnedSges, PostRefused, Prepared, RegionRange, Table, check_pd};
 use crate::buf::Buf;
 use crate::error::{Error, Result};
 use crate::ffi;
@@ -24,7 +22,9 @@ use crate::qp::{
     CanPostRecv, QpState, QueuePair, Rts, Transport, check_ops, may_have_posted, next_run,
 };
 use crate::srq::SharedReceiveQueue;
-use crate::wr::{PostList, RecvList, RecvRequest, SendList, SendRequest, WorkRequest, op};
+use crate::wr::{
+    Operation, PostList, RecvList, RecvRequest, SendList, SendRequest, SendWr, WorkRequest, op,
+};
 
 /// A list of owned send requests, posted with one doorbell by
 /// [`QueuePair::post_send_list`].
@@ -199,7 +199,7 @@ impl<'a> OwnedSendList<'a> {
     /// of a region that is not shared, a range on an inline request, on a UD send or given
     /// twice, or a request the work-request encoding refuses. (Protection domains are checked
     /// when the list is posted.)
-    pub fn push<K: OwnedOp>(
+    pub fn push<K: Operation>(
         &mut self,
         request: OwnedSend<'a, K>,
     ) -> std::result::Result<(), PostRefused> {
@@ -482,16 +482,17 @@ fn run_after(
 
 /// Builds the chain of `items` in `storage`'s vectors and hands it to `post`; the storage is
 /// put back, empty, whatever happens.
-fn with_chain<'s, W, V, I>(
+fn with_chain<'s, W, V, R, I>(
     storage: &mut Chain<W>,
     items: &'s [I],
     ids: &[(u64, bool)],
-    request: impl Fn(&'s I, u64, bool) -> V,
+    request: impl Fn(&'s I, u64, bool) -> R,
     post: impl FnOnce(&mut PostList<'s, V>) -> Result<()>,
 ) -> Result<()>
 where
     W: WorkRequest,
     V: WorkRequest<Raw = W::Raw>,
+    R: WorkRequest<Raw = W::Raw> + 's,
 {
     let mut chain: PostList<'s, V> =
         std::mem::replace(&mut storage.0, PostList::with_capacity(0)).reuse();
@@ -693,7 +694,7 @@ fn recv_request(item: &RecvItem, id: u64, _last_slot: bool) -> RecvRequest<'_> {
 }
 
 /// The send request of a list item with owned id `id`, signaled whatever it asked if `signal`.
-fn send_request<'s>(item: &'s Prepared<'_>, id: u64, signal: bool) -> SendRequest<'s> {
+fn send_request<'s>(item: &'s Prepared<'_>, id: u64, signal: bool) -> SendWr<'s> {
     item.request(id, signal)
 }
 

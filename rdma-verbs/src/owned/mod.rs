@@ -36,10 +36,8 @@ pub use range::RegionRange;
 use range::{OwnedSges, check_region};
 pub use recv::OwnedRecv;
 pub(crate) use recv::check_room;
+pub use send::OwnedSend;
 pub(crate) use send::Prepared;
-pub use send::{
-    AtomicOp, BindOp, ImmOp, InvalidateOp, OwnedOp, OwnedSend, ReadOp, SendOp, WriteOp,
-};
 
 /// A post the queue pair did not take: the error, and the buffer, which the device never saw.
 ///

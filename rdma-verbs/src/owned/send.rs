@@ -15,7 +15,10 @@ use crate::inflight::Ring;
 use crate::mr::{MemoryRegion, RemoteMemory};
 use crate::mw::{BindRange, MemoryWindow, MwShared, MwType, check_bind};
 use crate::qp::{QueuePair, Rts, Transport, may_have_posted};
-use crate::wr::{Payload, SendRequest};
+use crate::wr::{
+    AtomicOp, BindOp, ImmOp, InvalidateOp, Operation, Payload, ReadOp, SendOp, SendRequest, SendWr,
+    WriteOp,
+};
 
 /// A send request of the owned-buffer path: what it sends (a [`Buf`], or inline bytes), the
 /// operation, a tag the completion gives back, and whether it is signaled.
@@ -36,7 +39,7 @@ use crate::wr::{Payload, SendRequest};
 /// # }
 /// ```
 #[must_use = "a request does nothing until it is posted"]
-pub struct OwnedSend<'a, K: OwnedOp = SendOp> {
+pub struct OwnedSend<'a, K: Operation = SendOp> {
     kind: Kind<'a>,
     tag: u64,
     imm: Option<u32>,
@@ -49,59 +52,6 @@ pub struct OwnedSend<'a, K: OwnedOp = SendOp> {
     ranges_over: bool,
     _op: PhantomData<fn() -> K>,
 }
-
-/// The operation of an [`OwnedSend`], as a type: [`SendOp`], [`WriteOp`], [`ReadOp`],
-/// [`AtomicOp`], [`InvalidateOp`] or [`BindOp`]. Sealed.
-pub trait OwnedOp: sealed::Sealed {}
-
-mod sealed {
-    pub trait Sealed {
-        /// Whether requests of the operation may be binds: the post path pays for what a bind
-        /// needs (the window's new key taken after the post) only when they may.
-        const BIND: bool = false;
-    }
-}
-
-/// SEND (with or without immediate data, inline or from a buffer, to a UD destination).
-#[derive(Debug)]
-pub enum SendOp {}
-/// RDMA WRITE (with or without immediate data, inline or from a buffer).
-#[derive(Debug)]
-pub enum WriteOp {}
-/// RDMA READ.
-#[derive(Debug)]
-pub enum ReadOp {}
-/// ATOMIC_FETCH_AND_ADD and ATOMIC_CMP_AND_SWP.
-#[derive(Debug)]
-pub enum AtomicOp {}
-/// LOCAL_INV and SEND_WITH_INV: invalidating a memory window's key (type 2 windows).
-#[derive(Debug)]
-pub enum InvalidateOp {}
-/// BIND_MW: binding a type 2 memory window to part of a region.
-#[derive(Debug)]
-pub enum BindOp {}
-
-impl sealed::Sealed for SendOp {}
-impl sealed::Sealed for WriteOp {}
-impl sealed::Sealed for ReadOp {}
-impl sealed::Sealed for AtomicOp {}
-impl sealed::Sealed for InvalidateOp {}
-impl sealed::Sealed for BindOp {
-    const BIND: bool = true;
-}
-/// The operations that carry immediate data and may raise a solicited event: [`SendOp`] and
-/// [`WriteOp`]. `with_imm` and `solicited` are theirs alone, on [`OwnedSend`],
-/// [`SlotSend`](crate::SlotSend) and [`RingSend`](crate::RingSend). Sealed.
-pub trait ImmOp: OwnedOp {}
-impl ImmOp for SendOp {}
-impl ImmOp for WriteOp {}
-
-impl OwnedOp for SendOp {}
-impl OwnedOp for WriteOp {}
-impl OwnedOp for ReadOp {}
-impl OwnedOp for AtomicOp {}
-impl OwnedOp for InvalidateOp {}
-impl OwnedOp for BindOp {}
 
 enum Kind<'a> {
     Send(Option<Buf>),
@@ -126,7 +76,7 @@ struct Bind<'a> {
     access: AccessFlags,
 }
 
-impl<'a, K: OwnedOp> OwnedSend<'a, K> {
+impl<'a, K: Operation> OwnedSend<'a, K> {
     fn new(kind: Kind<'a>) -> Self {
         Self {
             kind,
@@ -392,7 +342,7 @@ impl OwnedSend<'_, AtomicOp> {
     }
 }
 
-impl<K: OwnedOp> fmt::Debug for OwnedSend<'_, K> {
+impl<K: Operation> fmt::Debug for OwnedSend<'_, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let op = match &self.kind {
             Kind::Send(_) => "SEND",
@@ -416,7 +366,7 @@ impl<K: OwnedOp> fmt::Debug for OwnedSend<'_, K> {
     }
 }
 
-impl<'a, K: OwnedOp> OwnedSend<'a, K> {
+impl<'a, K: Operation> OwnedSend<'a, K> {
     /// Checks what can be checked without the queue pair, and splits the request into what the
     /// in-flight table keeps and what the work request needs.
     #[inline]
@@ -615,7 +565,7 @@ impl Prepared<'_> {
     /// run of unsignaled sends forces (`QueuePair::next_unsignaled`). Unsignaled requests are
     /// released only by a later completion, and with the queue full of them none could come.
     #[inline]
-    pub(crate) fn request(&self, id: u64, signal: bool) -> SendRequest<'_> {
+    pub(crate) fn request(&self, id: u64, signal: bool) -> SendWr<'_> {
         let mut request = self
             .build
             .request(self.sges.payload(), &self.region)
@@ -674,7 +624,7 @@ impl<T: Transport> QueuePair<T, Rts> {
     // folds the dispatch on it (docs/benchmarks.md, "What inlining bought": 579 to 445
     // instructions per post in the benchmark).
     #[inline(always)]
-    pub fn post_send_owned<K: OwnedOp>(
+    pub fn post_send_owned<K: Operation>(
         &mut self,
         request: OwnedSend<'_, K>,
     ) -> std::result::Result<(), PostRefused> {
@@ -724,7 +674,7 @@ impl<T: Transport> QueuePair<T, Rts> {
                 // `max_send_wr - 1` unsignaled sends of the safe paths in a row.
                 let run = qp.next_unsignaled(asked || last_slot, qp.caps().max_send_wr);
                 let request = if run == 0 {
-                    request.flags(SendFlags::SIGNALED)
+                    request.add_flags(SendFlags::SIGNALED)
                 } else {
                     request
                 };
@@ -740,7 +690,7 @@ impl<T: Transport> QueuePair<T, Rts> {
                 // atomic ones, as the region is shared. `remote` is the peer's memory. The
                 // request's id has `OWNED_ID_BIT`, which no other post may use, so no other
                 // completion can release the buffer.
-                let result = unsafe { qp.post_send_one(&request) };
+                let result = unsafe { qp.post_send_wr(&request) };
                 qp.count_unsignaled(run, &result);
                 result
             },
@@ -760,7 +710,7 @@ impl<T: Transport> QueuePair<T, Rts> {
     }
 }
 
-/// The `SendRequest` constructor an owned request maps to.
+/// The [`SendRequest`] constructor an owned request maps to.
 enum Build<'a> {
     Send,
     SendInline(&'a [u8]),
@@ -798,34 +748,36 @@ impl<'a> Build<'a> {
         &'s self,
         payload: Payload<'s>,
         region: &'s Option<Arc<MemoryRegion>>,
-    ) -> SendRequest<'s> {
+    ) -> SendWr<'s> {
         match *self {
-            Build::Send => SendRequest::send(0, payload),
-            Build::SendInline(bytes) => SendRequest::send(0, Payload::Inline(bytes)),
-            Build::Write(remote) => SendRequest::write(0, payload, remote),
+            Build::Send => SendRequest::send(payload).into_wr(),
+            Build::SendInline(bytes) => SendRequest::send(Payload::Inline(bytes)).into_wr(),
+            Build::Write(remote) => SendRequest::write(payload, remote).into_wr(),
             Build::WriteInline(bytes, remote) => {
-                SendRequest::write(0, Payload::Inline(bytes), remote)
+                SendRequest::write(Payload::Inline(bytes), remote).into_wr()
             }
-            Build::Read(remote) => SendRequest::read(0, payload, remote),
+            Build::Read(remote) => SendRequest::read(payload, remote).into_wr(),
             Build::FetchAdd(remote, add) => match payload {
-                Payload::Slice(slice) => SendRequest::fetch_add(0, slice, remote, add),
+                Payload::Slice(slice) => SendRequest::fetch_add(slice, remote, add).into_wr(),
                 // No buffer: refused by the atomic check when posted.
-                other => SendRequest::send(0, other),
+                other => SendRequest::send(other).into_wr(),
             },
             Build::CompareSwap(remote, compare, swap) => match payload {
-                Payload::Slice(slice) => SendRequest::compare_swap(0, slice, remote, compare, swap),
-                other => SendRequest::send(0, other),
-            },
-            Build::LocalInvalidate(rkey) => SendRequest::local_invalidate(0, rkey),
-            Build::SendInvalidate(rkey) => SendRequest::send_with_invalidate(0, payload, rkey),
-            Build::Bind(ref bind) => match region {
-                Some(mr) => {
-                    SendRequest::bind_checked(0, bind.mw, bind.rkey, mr, bind.range, bind.access)
+                Payload::Slice(slice) => {
+                    SendRequest::compare_swap(slice, remote, compare, swap).into_wr()
                 }
+                other => SendRequest::send(other).into_wr(),
+            },
+            Build::LocalInvalidate(rkey) => SendRequest::local_invalidate(rkey).into_wr(),
+            Build::SendInvalidate(rkey) => {
+                SendRequest::send_with_invalidate(payload, rkey).into_wr()
+            }
+            Build::Bind(ref bind) => match region {
+                Some(mr) => SendWr::bind_checked(bind.mw, bind.rkey, mr, bind.range, bind.access),
                 // Cannot happen (`prepare` sets both). Were it to, a request naming no memory
                 // that fails loudly on the device (key 0 is no window's) rather than one that
                 // silently does something.
-                None => SendRequest::local_invalidate(0, 0),
+                None => SendRequest::local_invalidate(0).into_wr(),
             },
         }
     }
@@ -837,7 +789,7 @@ mod tests {
     use crate::ffi;
 
     /// The raw `send_flags` an owned request's work request carries.
-    fn raw_flags<K: OwnedOp>(request: OwnedSend<'_, K>, last_slot: bool) -> u32 {
+    fn raw_flags<K: Operation>(request: OwnedSend<'_, K>, last_slot: bool) -> u32 {
         let prepared = request.prepare().expect("prepared");
         let mut raw = ffi::ibv_send_wr::default();
         let mut one = ffi::ibv_sge::default();

@@ -5,7 +5,8 @@ use super::{CanPostRecv, QueuePair, Rts, Transport, extended};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::wr::{
-    RecvList, RecvRequest, SendList, SendRequest, element_index, index_of_one, op, post_result,
+    Operation, RecvList, RecvRequest, SendList, SendRequest, SendWr, element_index, index_of_one,
+    op, post_result,
 };
 
 /// Whether a failed post may still have handed the request to the device, so that its memory
@@ -102,7 +103,7 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// # fn f(qp: &mut QueuePair<Rc, Rts>, mr: &MemoryRegion) -> Result<()> {
     /// let mut list = SendList::with_capacity(16);
     /// for i in 0..16 {
-    ///     let request = SendRequest::send(i, mr.slice(i as usize * 64..(i as usize + 1) * 64)?);
+    ///     let request = SendRequest::send(mr.slice(i as usize * 64..(i as usize + 1) * 64)?).tag(i);
     ///     // Signal every fourth request only: fewer completions to poll.
     ///     list.push(if i % 4 == 3 { request } else { request.unsignaled() })?;
     /// }
@@ -163,7 +164,21 @@ impl<T: Transport> QueuePair<T, Rts> {
     // Forced: with the owned post inlined beside it, a plain `#[inline]` let the compiler
     // keep one out-of-line copy, which cost every `unsafe` post about 95 instructions.
     #[inline(always)]
-    pub unsafe fn post_send_one(&mut self, request: &SendRequest<'_>) -> Result<()> {
+    pub unsafe fn post_send_one<K: Operation>(
+        &mut self,
+        request: &SendRequest<'_, K>,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract is `post_send_wr`'s.
+        unsafe { self.post_send_wr(request.wr()) }
+    }
+
+    /// [`post_send_one`](Self::post_send_one) of an untyped request (the safe paths').
+    ///
+    /// # Safety
+    ///
+    /// As [`post_send`](Self::post_send).
+    #[inline(always)]
+    pub(crate) unsafe fn post_send_wr(&mut self, request: &SendWr<'_>) -> Result<()> {
         check_ops::<T>(request.op(), usize::from(request.is_datagram()), 1)?;
         request.check_object_pd(self.inner.pd.as_raw())?;
         let mut raw = ffi::ibv_send_wr::default();

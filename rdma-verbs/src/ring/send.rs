@@ -11,8 +11,8 @@ use crate::error::{Error, Result};
 use crate::ffi;
 use crate::flags::SendFlags;
 use crate::mr::RemoteMemory;
-use crate::owned::{AtomicOp, ImmOp, OwnedOp, ReadOp, SendOp, WriteOp};
 use crate::qp::{QpState, QueuePair, Rc, Reset, Rts, Transport, check_ops, may_have_posted};
+use crate::wr::{AtomicOp, ImmOp, Operation, ReadOp, SendOp, WriteOp};
 use crate::wr::{foreign_object, op};
 
 /// A queue pair's ring of send slots, posted and freed in order (design and soundness:
@@ -200,7 +200,7 @@ impl<T: Transport> fmt::Debug for SendRing<T> {
 /// [`unsignaled`](Self::unsignaled) request's slot is freed when a later signaled request of
 /// the ring completes.
 #[must_use = "a request does nothing until it is posted"]
-pub struct RingSend<'a, K: OwnedOp = SendOp> {
+pub struct RingSend<'a, K: Operation = SendOp> {
     op: RingOp,
     len: u32,
     imm: Option<u32>,
@@ -221,7 +221,7 @@ pub(crate) enum RingOp {
     CompareSwap(RemoteMemory, u64, u64),
 }
 
-impl<K: OwnedOp> RingSend<'_, K> {
+impl<K: Operation> RingSend<'_, K> {
     fn new(op: RingOp, len: usize) -> Self {
         Self {
             op,
@@ -327,7 +327,7 @@ impl RingSend<'static, AtomicOp> {
     }
 }
 
-impl<K: OwnedOp> fmt::Debug for RingSend<'_, K> {
+impl<K: Operation> fmt::Debug for RingSend<'_, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RingSend")
             .field("op", &self.op)
@@ -394,7 +394,7 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// [`ibv_post_send(3)`](https://man7.org/linux/man-pages/man3/ibv_post_send.3.html)
     #[doc(alias = "ibv_post_send")]
     #[inline]
-    pub fn post_send_ring<K: OwnedOp>(
+    pub fn post_send_ring<K: Operation>(
         &mut self,
         ring: &mut SendRing<T>,
         request: RingSend<'_, K>,

@@ -8,9 +8,10 @@ use super::{Posted, Slot, SlotRing, other_qp, other_ring};
 use crate::error::Error;
 use crate::flags::SendFlags;
 use crate::mr::RemoteMemory;
-use crate::owned::{AtomicOp, ImmOp, OwnedOp, ReadOp, SendOp, WriteOp, check_room};
+use crate::owned::check_room;
 use crate::qp::{CanPostRecv, QueuePair, Rts, Transport, may_have_posted};
 use crate::ring::RingOp;
+use crate::wr::{AtomicOp, ImmOp, Operation, ReadOp, SendOp, WriteOp};
 use crate::wr::{Payload, RecvRequest, SendRequest};
 
 /// A slot post the queue pair did not take: the error, and the slot, which the device never
@@ -63,7 +64,7 @@ impl From<SlotRefused> for Error {
 /// Signaled by default; an [`unsignaled`](Self::unsignaled) request's slot returns to the ring
 /// when a later signaled send of the ring completes.
 #[must_use = "a request does nothing until it is posted"]
-pub struct SlotSend<K: OwnedOp = SendOp> {
+pub struct SlotSend<K: Operation = SendOp> {
     slot: Slot,
     op: RingOp,
     imm: Option<u32>,
@@ -71,7 +72,7 @@ pub struct SlotSend<K: OwnedOp = SendOp> {
     _op: PhantomData<fn() -> K>,
 }
 
-impl<K: OwnedOp> SlotSend<K> {
+impl<K: Operation> SlotSend<K> {
     fn new(slot: Slot, op: RingOp) -> Self {
         Self {
             slot,
@@ -165,7 +166,7 @@ impl SlotSend<AtomicOp> {
     }
 }
 
-impl<K: OwnedOp> fmt::Debug for SlotSend<K> {
+impl<K: Operation> fmt::Debug for SlotSend<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SlotSend")
             .field("slot", &self.slot)
@@ -301,7 +302,7 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// queue pair; else as [`post_send_one`](Self::post_send_one) (an operation the transport
     /// does not carry, a full send queue).
     #[inline]
-    pub fn post_send_slot<K: OwnedOp>(
+    pub fn post_send_slot<K: Operation>(
         &mut self,
         ring: &mut SlotRing,
         request: SlotSend<K>,
@@ -370,12 +371,12 @@ impl<T: Transport> QueuePair<T, Rts> {
         }
         let payload = Payload::Slice(slice);
         let mut request = match op {
-            RingOp::Send => SendRequest::send(0, payload),
-            RingOp::Write(remote) => SendRequest::write(0, payload, remote),
-            RingOp::Read(remote) => SendRequest::read(0, payload, remote),
-            RingOp::FetchAdd(remote, add) => SendRequest::fetch_add(0, slice, remote, add),
+            RingOp::Send => SendRequest::send(payload).into_wr(),
+            RingOp::Write(remote) => SendRequest::write(payload, remote).into_wr(),
+            RingOp::Read(remote) => SendRequest::read(payload, remote).into_wr(),
+            RingOp::FetchAdd(remote, add) => SendRequest::fetch_add(slice, remote, add).into_wr(),
             RingOp::CompareSwap(remote, compare, swap) => {
-                SendRequest::compare_swap(0, slice, remote, compare, swap)
+                SendRequest::compare_swap(slice, remote, compare, swap).into_wr()
             }
         }
         .owned(id)
@@ -389,7 +390,7 @@ impl<T: Transport> QueuePair<T, Rts> {
         // completion of this request, or of a later signaled one of this queue (which
         // completes in order), is handed to the ring, or this post fails without the device
         // having seen it. `remote` is the peer's memory.
-        let result = unsafe { self.post_send_one(&request) };
+        let result = unsafe { self.post_send_wr(&request) };
         self.count_unsignaled(run, &result);
         result.map_err(|error| refused(ring, false, id, error))
     }

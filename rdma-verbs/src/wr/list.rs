@@ -3,7 +3,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use super::{RecvRequest, SendRequest, element_index, foreign_object};
+use super::{Operation, RecvRequest, SendRequest, SendWr, element_index, foreign_object};
 use crate::error::{Error, Result};
 use crate::ffi;
 
@@ -65,8 +65,8 @@ mod private {
     pub trait Sealed {}
 }
 
-impl private::Sealed for SendRequest<'_> {}
-impl WorkRequest for SendRequest<'_> {
+impl private::Sealed for SendWr<'_> {}
+impl WorkRequest for SendWr<'_> {
     type Raw = ffi::ibv_send_wr;
     fn fill_raw(&self, raw: &mut Self::Raw, one: &mut ffi::ibv_sge) -> Result<bool> {
         self.fill(raw, one)?;
@@ -85,7 +85,30 @@ impl WorkRequest for SendRequest<'_> {
         self.is_datagram()
     }
     fn object_pd(&self) -> Option<*mut ffi::ibv_pd> {
-        SendRequest::object_pd(self)
+        SendWr::object_pd(self)
+    }
+}
+
+impl<K: Operation> private::Sealed for SendRequest<'_, K> {}
+impl<K: Operation> WorkRequest for SendRequest<'_, K> {
+    type Raw = ffi::ibv_send_wr;
+    fn fill_raw(&self, raw: &mut Self::Raw, one: &mut ffi::ibv_sge) -> Result<bool> {
+        self.wr().fill_raw(raw, one)
+    }
+    fn link(raw: &mut Self::Raw, next: *mut Self::Raw) {
+        raw.next = next;
+    }
+    fn set_sg_list(raw: &mut Self::Raw, sg_list: *mut ffi::ibv_sge) {
+        raw.sg_list = sg_list;
+    }
+    fn op_bits(&self) -> u32 {
+        self.wr().op()
+    }
+    fn datagram(&self) -> bool {
+        self.wr().is_datagram()
+    }
+    fn object_pd(&self) -> Option<*mut ffi::ibv_pd> {
+        self.wr().object_pd()
     }
 }
 
@@ -132,13 +155,17 @@ impl<'a, W: WorkRequest> PostList<'a, W> {
         }
     }
 
-    /// Appends `request`, chaining it after the last one. Does not allocate.
+    /// Appends `request`, chaining it after the last one: a [`SendRequest`] of any operation
+    /// to a [`SendList`], a [`RecvRequest`] to a [`RecvList`]. Does not allocate.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] if the list is full or the request is malformed (inline data
     /// in a receive, too many entries).
-    pub fn push(&mut self, request: W) -> Result<()> {
+    pub fn push<R>(&mut self, request: R) -> Result<()>
+    where
+        R: WorkRequest<Raw = W::Raw> + 'a,
+    {
         if self.wrs.len() >= self.capacity() {
             return Err(Error::InvalidArgument(format!(
                 "the post list is full ({} requests)",
@@ -219,7 +246,7 @@ impl<'a, W: WorkRequest> PostList<'a, W> {
     }
 
     /// Refuses a list holding an address handle or memory window of a protection domain other
-    /// than `qp_pd` (the queue pair's); see [`SendRequest::check_object_pd`]. A pointer
+    /// than `qp_pd` (the queue pair's); see [`SendWr::check_object_pd`]. A pointer
     /// comparison.
     pub(crate) fn check_object_pd(&self, qp_pd: *mut ffi::ibv_pd) -> Result<()> {
         match self.object_pds {
@@ -320,17 +347,18 @@ mod empty_entry_tests {
         let mut raw = ffi::ibv_send_wr::default();
         let mut one = ffi::ibv_sge::default();
         for request in [
-            SendRequest::send(1, empty),
-            SendRequest::send(2, Payload::Inline(&[])),
+            SendRequest::send(empty).tag(1).into_wr(),
+            SendRequest::send(Payload::Inline(&[])).tag(2).into_wr(),
             SendRequest::read(
-                3,
                 empty,
                 RemoteMemory {
                     addr: 0x2000,
                     len: 64,
                     rkey: 9,
                 },
-            ),
+            )
+            .tag(3)
+            .into_wr(),
         ] {
             request.fill(&mut raw, &mut one).unwrap();
             assert_eq!((raw.num_sge, raw.sg_list), (0, std::ptr::null_mut()));
@@ -356,7 +384,10 @@ mod empty_entry_tests {
             _region: PhantomData,
         };
         let entries = [entry(0x1000, 8), entry(0x2000, 0)];
-        let refused = SendRequest::send(6, &entries[..]).fill(&mut raw, &mut one);
+        let refused = SendRequest::send(&entries[..])
+            .tag(6)
+            .wr()
+            .fill(&mut raw, &mut one);
         assert!(
             matches!(refused, Err(Error::InvalidArgument(_))),
             "{refused:?}"

@@ -15,7 +15,10 @@ mod send;
 
 pub use list::{PostList, RecvList, SendList, WorkRequest};
 pub use recv::RecvRequest;
-pub use send::SendRequest;
+pub(crate) use send::SendWr;
+pub use send::{
+    AnyOp, AtomicOp, BindOp, ImmOp, InvalidateOp, Operation, ReadOp, SendOp, SendRequest, WriteOp,
+};
 
 use std::fmt;
 use std::marker::PhantomData;

@@ -1,5 +1,9 @@
-//! [`SendRequest`]: send work requests (`struct ibv_send_wr`), every operation.
+//! [`SendRequest`]: send work requests (`struct ibv_send_wr`), typed by operation, and
+//! [`SendWr`], the untyped request every post path lowers to `ibv_send_wr` through one
+//! function ([`SendWr::fill`]).
 
+use std::fmt;
+use std::marker::PhantomData;
 use std::ops::RangeBounds;
 
 use super::{Payload, check_wr_id, foreign_object, op};
@@ -10,21 +14,118 @@ use crate::flags::{AccessFlags, SendFlags};
 use crate::mr::{MemoryRegion, MrSlice, RemoteMemory};
 use crate::mw::{BindRange, MemoryWindow, MwType, check_bind};
 
-/// A send work request (`struct ibv_send_wr`): SEND, SEND_WITH_IMM, RDMA_WRITE,
-/// RDMA_WRITE_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD, ATOMIC_WRITE,
-/// BIND_MW, LOCAL_INV or SEND_WITH_INV, with its options.
+/// A send work request (`struct ibv_send_wr`), typed by its operation `K`: SEND (with
+/// immediate data, or invalidating a peer's window), RDMA WRITE (with immediate data), RDMA
+/// READ, the atomics (compare-and-swap, fetch-and-add, atomic write), BIND_MW and LOCAL_INV.
 ///
-/// Options chain by value:
+/// Signaled by default (its completion comes to the send completion queue); options chain by
+/// value. What an operation cannot carry does not compile: only SEND and RDMA WRITE take
+/// [`with_imm`](Self::with_imm), [`solicited`](Self::solicited) and
+/// [`inline`](Self::inline), only SEND takes a UD destination ([`to`](Self::to)):
 ///
 /// ```no_run
 /// # use rdma_verbs::{SendRequest, MemoryRegion};
 /// # fn f(mr: &MemoryRegion) -> rdma_verbs::Result<()> {
-/// let request = SendRequest::send(1, mr.slice(..64)?).with_imm(0xfeed).fenced();
+/// let request = SendRequest::send(mr.slice(..64)?).with_imm(0xfeed).tag(1);
 /// # Ok(()) }
 /// ```
-#[derive(Copy, Clone, Debug)]
+///
+/// ```compile_fail,E0599
+/// # fn f(mr: &rdma_verbs::MemoryRegion, remote: rdma_verbs::RemoteMemory) {
+/// let request = rdma_verbs::SendRequest::read(mr.slice(..8).unwrap(), remote).with_imm(7);
+/// # }
+/// ```
+///
+/// The request borrows the memory it names (`'a`); posting it is the `unsafe` step
+/// ([`QueuePair::post_send_one`](crate::QueuePair::post_send_one),
+/// [`QueuePair::post_send`](crate::QueuePair::post_send) for a [`SendList`](crate::SendList)),
+/// because the device uses the memory after the call returns.
 #[must_use = "a request does nothing until it is posted"]
-pub struct SendRequest<'a> {
+pub struct SendRequest<'a, K: Operation = SendOp> {
+    wr: SendWr<'a>,
+    _op: PhantomData<fn() -> K>,
+}
+
+impl<K: Operation> Clone for SendRequest<'_, K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K: Operation> Copy for SendRequest<'_, K> {}
+
+impl<K: Operation> fmt::Debug for SendRequest<'_, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.wr.fmt(f)
+    }
+}
+
+/// The operation of a [`SendRequest`] (and of the owned and slot paths' requests), as a
+/// type: [`SendOp`], [`WriteOp`], [`ReadOp`], [`AtomicOp`], [`InvalidateOp`] or [`BindOp`]
+/// ([`AnyOp`] for a request erased of it). Sealed.
+pub trait Operation: sealed::Sealed {}
+
+pub(crate) mod sealed {
+    pub trait Sealed {
+        /// Whether requests of the operation may be binds: the owned post path pays for what a
+        /// bind needs (the window's new key taken after the post) only when they may.
+        const BIND: bool = false;
+    }
+}
+
+/// SEND (with or without immediate data, inline or from memory, to a UD destination).
+#[derive(Debug)]
+pub enum SendOp {}
+/// RDMA WRITE (with or without immediate data, inline or from memory).
+#[derive(Debug)]
+pub enum WriteOp {}
+/// RDMA READ.
+#[derive(Debug)]
+pub enum ReadOp {}
+/// ATOMIC_FETCH_AND_ADD, ATOMIC_CMP_AND_SWP and ATOMIC_WRITE.
+#[derive(Debug)]
+pub enum AtomicOp {}
+/// LOCAL_INV and SEND_WITH_INV: invalidating a memory window's key (type 2 windows).
+#[derive(Debug)]
+pub enum InvalidateOp {}
+/// BIND_MW: binding a type 2 memory window to part of a region.
+#[derive(Debug)]
+pub enum BindOp {}
+/// Any operation: a request [`erase`](SendRequest::erase)d of its operation's type, for a
+/// program that chooses the operation at run time (a benchmark's `--test` option, say). It
+/// keeps the options every operation has; the operation's own were set before erasing.
+#[derive(Debug)]
+pub enum AnyOp {}
+
+impl sealed::Sealed for SendOp {}
+impl sealed::Sealed for WriteOp {}
+impl sealed::Sealed for ReadOp {}
+impl sealed::Sealed for AtomicOp {}
+impl sealed::Sealed for InvalidateOp {}
+impl sealed::Sealed for BindOp {
+    const BIND: bool = true;
+}
+impl sealed::Sealed for AnyOp {
+    const BIND: bool = true;
+}
+/// The operations that carry immediate data, may raise a solicited event and may be sent
+/// inline: [`SendOp`] and [`WriteOp`]. Sealed.
+pub trait ImmOp: Operation {}
+impl ImmOp for SendOp {}
+impl ImmOp for WriteOp {}
+
+impl Operation for SendOp {}
+impl Operation for WriteOp {}
+impl Operation for ReadOp {}
+impl Operation for AtomicOp {}
+impl Operation for InvalidateOp {}
+impl Operation for BindOp {}
+impl Operation for AnyOp {}
+
+/// A send request of any operation, as every post path hands it to [`fill`](Self::fill):
+/// the one lowering to `struct ibv_send_wr`.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct SendWr<'a> {
     wr_id: u64,
     opcode: u32,
     op: u32,
@@ -52,11 +153,11 @@ struct MwBind<'a> {
     access: AccessFlags,
 }
 
-impl<'a> SendRequest<'a> {
+impl<'a> SendWr<'a> {
     #[inline]
-    fn new(wr_id: u64, opcode: u32, op: u32, payload: Payload<'a>) -> Self {
+    fn new(opcode: u32, op: u32, payload: Payload<'a>) -> Self {
         Self {
-            wr_id,
+            wr_id: 0,
             opcode,
             op,
             payload,
@@ -71,75 +172,202 @@ impl<'a> SendRequest<'a> {
         }
     }
 
+    /// A BIND_MW request of a bind [`check_bind`] accepted, with the window's new key `rkey`.
+    #[inline]
+    pub(crate) fn bind_checked(
+        mw: &'a MemoryWindow,
+        rkey: u32,
+        mr: &'a MemoryRegion,
+        range: BindRange,
+        access: AccessFlags,
+    ) -> Self {
+        let mut wr = Self::new(ffi::IBV_WR_BIND_MW, op::BIND_MW, Payload::None);
+        wr.bind = Some(MwBind {
+            mw,
+            rkey,
+            mr,
+            addr: range.addr,
+            length: range.length,
+            access,
+        });
+        wr
+    }
+}
+
+impl<'a, K: Operation> SendRequest<'a, K> {
+    #[inline]
+    fn typed(wr: SendWr<'a>) -> Self {
+        Self {
+            wr,
+            _op: PhantomData,
+        }
+    }
+
+    /// A tag for the request (its `wr_id`), which its completion gives back
+    /// ([`WorkCompletion::wr_id`](crate::WorkCompletion::wr_id)). 0 unless set.
+    #[inline]
+    pub fn tag(mut self, tag: u64) -> Self {
+        self.wr.wr_id = tag;
+        self
+    }
+
+    /// Asks for no completion (clears `IBV_SEND_SIGNALED`, which every request has unless
+    /// this is called): the request's resources are free once a later signaled request of
+    /// the queue pair completes. A queue pair built with
+    /// [`QpBuilder::sq_sig_all`](crate::QpBuilder::sq_sig_all) signals every request whatever
+    /// this says.
+    #[inline]
+    pub fn unsignaled(mut self) -> Self {
+        self.wr.flags.remove(SendFlags::SIGNALED);
+        self
+    }
+
+    /// Starts the request only once the queue pair's earlier RDMA READs and atomics have
+    /// completed (`IBV_SEND_FENCE`).
+    #[inline]
+    pub fn fenced(mut self) -> Self {
+        self.wr.flags |= SendFlags::FENCE;
+        self
+    }
+
+    /// Adds raw `IBV_SEND_*` flags.
+    #[inline]
+    pub fn flags(mut self, flags: SendFlags) -> Self {
+        self.wr.flags |= flags;
+        self
+    }
+
+    /// The request's tag ([`tag`](Self::tag)), its `wr_id`.
+    #[inline]
+    pub fn wr_id(&self) -> u64 {
+        self.wr.wr_id
+    }
+
+    /// The same request, of [`AnyOp`]: requests of different operations then have one type.
+    #[inline]
+    pub fn erase(self) -> SendRequest<'a, AnyOp> {
+        SendRequest::typed(self.wr)
+    }
+
+    /// The untyped request, for the post paths.
+    #[inline]
+    pub(crate) fn wr(&self) -> &SendWr<'a> {
+        &self.wr
+    }
+
+    /// The untyped request, for the post paths.
+    #[inline]
+    pub(crate) fn into_wr(self) -> SendWr<'a> {
+        self.wr
+    }
+}
+
+impl<K: ImmOp> SendRequest<'_, K> {
+    /// Adds immediate data (host order): SEND becomes SEND_WITH_IMM and RDMA_WRITE becomes
+    /// RDMA_WRITE_WITH_IMM, which consumes a receive request at the peer and is delivered with
+    /// its completion.
+    #[inline]
+    pub fn with_imm(mut self, imm: u32) -> Self {
+        self.wr.imm = imm;
+        if self.wr.op & (op::SEND | op::SEND_WITH_IMM) != 0 {
+            self.wr.opcode = ffi::IBV_WR_SEND_WITH_IMM;
+            self.wr.op = op::SEND_WITH_IMM;
+        } else {
+            self.wr.opcode = ffi::IBV_WR_RDMA_WRITE_WITH_IMM;
+            self.wr.op = op::WRITE_WITH_IMM;
+        }
+        self
+    }
+
+    /// Raises a solicited event at the receiver with its receive completion
+    /// (`IBV_SEND_SOLICITED`; an RDMA WRITE without immediate data completes no receive).
+    #[inline]
+    pub fn solicited(mut self) -> Self {
+        self.wr.flags |= SendFlags::SOLICITED;
+        self
+    }
+
+    /// Sends the bytes inline (`IBV_SEND_INLINE`): the provider copies them into the work
+    /// request during the post, so the device does not read the memory (on NICs that would
+    /// otherwise fetch it, a shorter round trip for small messages). Refused by the provider
+    /// when longer than the queue pair's granted `max_inline_data`
+    /// ([`QueuePair::caps`](crate::QueuePair::caps)). [`Payload::Inline`] sends bytes of no
+    /// region this way.
+    #[inline]
+    pub fn inline(mut self) -> Self {
+        self.wr.flags |= SendFlags::INLINE;
+        self
+    }
+}
+
+impl<'a> SendRequest<'a, SendOp> {
     /// SEND: delivers `payload` to the next receive request of the peer.
     #[inline]
-    pub fn send(wr_id: u64, payload: impl Into<Payload<'a>>) -> Self {
-        Self::new(wr_id, ffi::IBV_WR_SEND, op::SEND, payload.into())
+    pub fn send(payload: impl Into<Payload<'a>>) -> Self {
+        Self::typed(SendWr::new(ffi::IBV_WR_SEND, op::SEND, payload.into()))
     }
 
-    /// RDMA_WRITE: writes `payload` to `remote` (the peer's memory, which must allow remote
-    /// write). The peer gets no completion.
+    /// Addresses a datagram (UD): to queue pair `remote_qpn` behind `ah`, with Q_Key
+    /// `remote_qkey`. Required for every request posted to a UD queue pair, refused on the
+    /// others.
     #[inline]
-    pub fn write(wr_id: u64, payload: impl Into<Payload<'a>>, remote: RemoteMemory) -> Self {
-        let mut request = Self::new(wr_id, ffi::IBV_WR_RDMA_WRITE, op::WRITE, payload.into());
-        request.remote = (remote.addr, remote.rkey);
-        request
+    pub fn to(mut self, ah: &'a AddressHandle, remote_qpn: u32, remote_qkey: u32) -> Self {
+        self.wr.ud = Some((ah, remote_qpn, remote_qkey));
+        self
     }
+}
 
+impl<'a> SendRequest<'a, WriteOp> {
+    /// RDMA_WRITE: writes `payload` to `remote` (the peer's memory, which must allow remote
+    /// write). The peer gets no completion (unless [`with_imm`](Self::with_imm)).
+    #[inline]
+    pub fn write(payload: impl Into<Payload<'a>>, remote: RemoteMemory) -> Self {
+        let mut wr = SendWr::new(ffi::IBV_WR_RDMA_WRITE, op::WRITE, payload.into());
+        wr.remote = (remote.addr, remote.rkey);
+        Self::typed(wr)
+    }
+}
+
+impl<'a> SendRequest<'a, ReadOp> {
     /// RDMA_READ: reads `remote` into `local` (which needs `LOCAL_WRITE`).
     ///
     /// The target cannot be [`Payload::Inline`] (the device writes it); posting such a request
     /// fails with `InvalidArgument`.
     #[inline]
-    pub fn read(wr_id: u64, local: impl Into<Payload<'a>>, remote: RemoteMemory) -> Self {
+    pub fn read(local: impl Into<Payload<'a>>, remote: RemoteMemory) -> Self {
         let local = local.into();
-        let mut request = Self::new(wr_id, ffi::IBV_WR_RDMA_READ, op::READ, local);
+        let mut wr = SendWr::new(ffi::IBV_WR_RDMA_READ, op::READ, local);
         if let Payload::Inline(_) = local {
-            request.op |= op::INVALID;
+            wr.op |= op::INVALID;
         }
-        request.remote = (remote.addr, remote.rkey);
-        request
+        wr.remote = (remote.addr, remote.rkey);
+        Self::typed(wr)
     }
+}
 
+impl<'a> SendRequest<'a, AtomicOp> {
     /// ATOMIC_CMP_AND_SWP: if the 8-byte word at `remote.addr` equals `compare`, replaces it
     /// with `swap`. The old value lands in `local` (8 bytes, `LOCAL_WRITE`) in the byte order
     /// the device writes: host order on rxe, big-endian (the wire order) on some devices; read
     /// it with [`u64::from_ne_bytes`] only where the device is known to write host order.
     #[inline]
-    pub fn compare_swap(
-        wr_id: u64,
-        local: MrSlice<'a>,
-        remote: RemoteMemory,
-        compare: u64,
-        swap: u64,
-    ) -> Self {
-        let mut request = Self::new(
-            wr_id,
-            ffi::IBV_WR_ATOMIC_CMP_AND_SWP,
-            op::ATOMIC,
-            local.into(),
-        );
-        request.remote = (remote.addr, remote.rkey);
-        request.atomic = (compare, swap);
-        request
+    pub fn compare_swap(local: MrSlice<'a>, remote: RemoteMemory, compare: u64, swap: u64) -> Self {
+        let mut wr = SendWr::new(ffi::IBV_WR_ATOMIC_CMP_AND_SWP, op::ATOMIC, local.into());
+        wr.remote = (remote.addr, remote.rkey);
+        wr.atomic = (compare, swap);
+        Self::typed(wr)
     }
 
     /// ATOMIC_FETCH_AND_ADD: adds `add` to the 8-byte word at `remote.addr`. The old value
     /// lands in `local` (8 bytes, `LOCAL_WRITE`) in the byte order the device writes (see
     /// [`compare_swap`](Self::compare_swap)).
     #[inline]
-    pub fn fetch_add(wr_id: u64, local: MrSlice<'a>, remote: RemoteMemory, add: u64) -> Self {
-        let mut request = Self::new(
-            wr_id,
-            ffi::IBV_WR_ATOMIC_FETCH_AND_ADD,
-            op::ATOMIC,
-            local.into(),
-        );
-        request.remote = (remote.addr, remote.rkey);
-        request.atomic = (add, 0);
-        request
+    pub fn fetch_add(local: MrSlice<'a>, remote: RemoteMemory, add: u64) -> Self {
+        let mut wr = SendWr::new(ffi::IBV_WR_ATOMIC_FETCH_AND_ADD, op::ATOMIC, local.into());
+        wr.remote = (remote.addr, remote.rkey);
+        wr.atomic = (add, 0);
+        Self::typed(wr)
     }
-
     /// ATOMIC_WRITE (`IBV_WR_ATOMIC_WRITE`): writes the 8 bytes of `value`, as they lie in
     /// this host's memory (native byte order), to `remote.addr` (8-byte aligned) in one
     /// indivisible access: a peer never reads half of it. No local memory is involved.
@@ -158,24 +386,21 @@ impl<'a> SendRequest<'a> {
     #[doc(alias = "ibv_wr_atomic_write")]
     #[doc(alias = "IBV_WR_ATOMIC_WRITE")]
     #[inline]
-    pub fn atomic_write(wr_id: u64, remote: RemoteMemory, value: u64) -> Self {
-        let mut request = Self::new(
-            wr_id,
-            ffi::IBV_WR_ATOMIC_WRITE,
-            op::ATOMIC_WRITE,
-            Payload::None,
-        );
-        request.remote = (remote.addr, remote.rkey);
-        request.atomic = (value, 0);
-        request
+    pub fn atomic_write(remote: RemoteMemory, value: u64) -> Self {
+        let mut wr = SendWr::new(ffi::IBV_WR_ATOMIC_WRITE, op::ATOMIC_WRITE, Payload::None);
+        wr.remote = (remote.addr, remote.rkey);
+        wr.atomic = (value, 0);
+        Self::typed(wr)
     }
+}
 
+impl<'a> SendRequest<'a, BindOp> {
     /// BIND_MW (`IBV_WR_BIND_MW`): binds type 2 window `mw` to bytes `range` of `mr` with rights
     /// `access`, giving it a new key (`ibv_inc_rkey` of its current one).
     ///
     /// The window's [`rkey`](MemoryWindow::rkey) is the new key as soon as the request is built.
     /// The request (and a list holding it) borrows the window exclusively;
-    /// [`bind_rkey`](Self::bind_rkey) reads the key meanwhile. Post the request once: the device
+    /// [`rkey`](Self::rkey) reads the key meanwhile. Post the request once: the device
     /// checks the key being replaced, so a request built and never posted leaves the window
     /// unusable for later binds.
     ///
@@ -214,7 +439,7 @@ impl<'a> SendRequest<'a> {
     /// let rights = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     /// let mr = pd.register(8192, rights | AccessFlags::MW_BIND)?;
     /// let mut mw = pd.alloc_mw(MwType::Type2)?;
-    /// let bind = SendRequest::bind_mw(1, &mut mw, &mr, 0..4096, AccessFlags::REMOTE_WRITE)?;
+    /// let bind = SendRequest::bind_mw(&mut mw, &mr, 0..4096, AccessFlags::REMOTE_WRITE)?;
     /// // SAFETY: `mr` outlives the bind's completion (and the window).
     /// unsafe { qp.post_send_one(&bind)? };
     /// // ... poll the completion, then send `mr.addr()`, 4096 and `mw.rkey()` to the peer.
@@ -226,7 +451,6 @@ impl<'a> SendRequest<'a> {
     /// [`ibv_post_send(3)`](https://man7.org/linux/man-pages/man3/ibv_post_send.3.html)
     #[doc(alias = "IBV_WR_BIND_MW")]
     pub fn bind_mw(
-        wr_id: u64,
         mw: &'a mut MemoryWindow,
         mr: &'a MemoryRegion,
         range: impl RangeBounds<usize>,
@@ -234,31 +458,19 @@ impl<'a> SendRequest<'a> {
     ) -> Result<Self> {
         let range = check_bind(mw, MwType::Type2, mr, range, access)?;
         let rkey = mw.next_type2_rkey()?;
-        Ok(Self::bind_checked(wr_id, mw, rkey, mr, range, access))
+        Ok(Self::typed(SendWr::bind_checked(
+            mw, rkey, mr, range, access,
+        )))
     }
 
-    /// A BIND_MW request of a bind [`check_bind`] accepted, with the window's new key `rkey`.
+    /// The key the bind gives its window.
     #[inline]
-    pub(crate) fn bind_checked(
-        wr_id: u64,
-        mw: &'a MemoryWindow,
-        rkey: u32,
-        mr: &'a MemoryRegion,
-        range: BindRange,
-        access: AccessFlags,
-    ) -> Self {
-        let mut request = Self::new(wr_id, ffi::IBV_WR_BIND_MW, op::BIND_MW, Payload::None);
-        request.bind = Some(MwBind {
-            mw,
-            rkey,
-            mr,
-            addr: range.addr,
-            length: range.length,
-            access,
-        });
-        request
+    pub fn rkey(&self) -> u32 {
+        self.wr.bind.map_or(0, |bind| bind.rkey)
     }
+}
 
+impl<'a> SendRequest<'a, InvalidateOp> {
     /// LOCAL_INV (`IBV_WR_LOCAL_INV`): invalidates the type 2 memory window with remote key
     /// `rkey`, posted on the queue pair the window is bound to. Once it has executed the key grants
     /// nothing, and the window may be bound again. Completes with
@@ -269,10 +481,10 @@ impl<'a> SendRequest<'a> {
     /// [`ibv_post_send(3)`](https://man7.org/linux/man-pages/man3/ibv_post_send.3.html)
     #[doc(alias = "IBV_WR_LOCAL_INV")]
     #[inline]
-    pub fn local_invalidate(wr_id: u64, rkey: u32) -> Self {
-        let mut request = Self::new(wr_id, ffi::IBV_WR_LOCAL_INV, op::LOCAL_INV, Payload::None);
-        request.invalidate_rkey = rkey;
-        request
+    pub fn local_invalidate(rkey: u32) -> Self {
+        let mut wr = SendWr::new(ffi::IBV_WR_LOCAL_INV, op::LOCAL_INV, Payload::None);
+        wr.invalidate_rkey = rkey;
+        Self::typed(wr)
     }
 
     /// SEND_WITH_INV (`IBV_WR_SEND_WITH_INV`): a SEND that also invalidates the peer's type 2
@@ -286,96 +498,21 @@ impl<'a> SendRequest<'a> {
     /// [`ibv_post_send(3)`](https://man7.org/linux/man-pages/man3/ibv_post_send.3.html)
     #[doc(alias = "IBV_WR_SEND_WITH_INV")]
     #[inline]
-    pub fn send_with_invalidate(wr_id: u64, payload: impl Into<Payload<'a>>, rkey: u32) -> Self {
-        let mut request = Self::new(
-            wr_id,
-            ffi::IBV_WR_SEND_WITH_INV,
-            op::SEND_WITH_INV,
-            payload.into(),
-        );
-        request.invalidate_rkey = rkey;
-        request
+    pub fn send_with_invalidate(payload: impl Into<Payload<'a>>, rkey: u32) -> Self {
+        let mut wr = SendWr::new(ffi::IBV_WR_SEND_WITH_INV, op::SEND_WITH_INV, payload.into());
+        wr.invalidate_rkey = rkey;
+        Self::typed(wr)
     }
 
-    /// Adds immediate data (host order): SEND becomes SEND_WITH_IMM and RDMA_WRITE becomes
-    /// RDMA_WRITE_WITH_IMM, which consumes a receive request at the peer. Other operations
-    /// cannot carry immediate data; posting them then fails with `InvalidArgument`.
-    #[inline]
-    pub fn with_imm(mut self, imm: u32) -> Self {
-        self.imm = imm;
-        match self.op {
-            op::SEND | op::SEND_WITH_IMM => {
-                self.opcode = ffi::IBV_WR_SEND_WITH_IMM;
-                self.op = op::SEND_WITH_IMM;
-            }
-            op::WRITE | op::WRITE_WITH_IMM => {
-                self.opcode = ffi::IBV_WR_RDMA_WRITE_WITH_IMM;
-                self.op = op::WRITE_WITH_IMM;
-            }
-            _ => self.op |= op::INVALID,
-        }
-        self
-    }
-
-    /// Asks for no completion (clears `IBV_SEND_SIGNALED`, which every request has unless
-    /// this is called): the request's resources are free once a later signaled request of
-    /// the queue pair completes. A queue pair built with
-    /// [`QpBuilder::sq_sig_all`](crate::QpBuilder::sq_sig_all) signals every request whatever
-    /// this says.
-    #[inline]
-    pub fn unsignaled(mut self) -> Self {
-        self.flags.remove(SendFlags::SIGNALED);
-        self
-    }
-
-    /// Waits for earlier RDMA reads and atomics first (`IBV_SEND_FENCE`).
-    #[inline]
-    pub fn fenced(mut self) -> Self {
-        self.flags |= SendFlags::FENCE;
-        self
-    }
-
-    /// Raises a solicited event at the receiver (`IBV_SEND_SOLICITED`).
+    /// Raises a solicited event at the receiver of a SEND_WITH_INV (`IBV_SEND_SOLICITED`).
     #[inline]
     pub fn solicited(mut self) -> Self {
-        self.flags |= SendFlags::SOLICITED;
+        self.wr.flags |= SendFlags::SOLICITED;
         self
     }
+}
 
-    /// Adds raw `IBV_SEND_*` flags.
-    #[inline]
-    pub fn flags(mut self, flags: SendFlags) -> Self {
-        self.flags |= flags;
-        self
-    }
-
-    /// Sets the `IBV_SEND_*` flags to exactly `flags` (the safe paths, which decide signaling).
-    #[inline]
-    pub(crate) fn set_flags(mut self, flags: SendFlags) -> Self {
-        self.flags = flags;
-        self
-    }
-
-    /// Addresses a datagram (UD): to queue pair `remote_qpn` behind `ah`, with Q_Key
-    /// `remote_qkey`. Required for every request posted to a UD queue pair.
-    #[inline]
-    pub fn to(mut self, ah: &'a AddressHandle, remote_qpn: u32, remote_qkey: u32) -> Self {
-        self.ud = Some((ah, remote_qpn, remote_qkey));
-        self
-    }
-
-    /// The request's `wr_id`.
-    #[inline]
-    pub fn wr_id(&self) -> u64 {
-        self.wr_id
-    }
-
-    /// The key a BIND_MW request gives its window, or `None` for other operations.
-    #[inline]
-    pub fn bind_rkey(&self) -> Option<u32> {
-        self.bind.map(|bind| bind.rkey)
-    }
-
+impl<'a> SendWr<'a> {
     #[inline]
     pub(crate) fn op(&self) -> u32 {
         self.op
@@ -491,7 +628,7 @@ impl<'a> SendRequest<'a> {
     }
 }
 
-impl SendRequest<'_> {
+impl SendWr<'_> {
     /// An atomic's result is one 8-byte word in one registered range: the device writes
     /// exactly 8 bytes, so a shorter range would let it write past what the request borrows,
     /// and a longer or scattered one is refused by the specification (rxe would complete it
@@ -510,7 +647,48 @@ impl SendRequest<'_> {
     }
 }
 
-impl SendRequest<'_> {
+impl<'a> SendWr<'a> {
+    /// Immediate data on an untyped request (the owned and slot paths, whose requests are
+    /// typed already): an operation that cannot carry it is marked invalid, refused when
+    /// posted.
+    #[inline]
+    pub(crate) fn with_imm(mut self, imm: u32) -> Self {
+        self.imm = imm;
+        match self.op {
+            op::SEND | op::SEND_WITH_IMM => {
+                self.opcode = ffi::IBV_WR_SEND_WITH_IMM;
+                self.op = op::SEND_WITH_IMM;
+            }
+            op::WRITE | op::WRITE_WITH_IMM => {
+                self.opcode = ffi::IBV_WR_RDMA_WRITE_WITH_IMM;
+                self.op = op::WRITE_WITH_IMM;
+            }
+            _ => self.op |= op::INVALID,
+        }
+        self
+    }
+
+    /// A UD destination on an untyped request.
+    #[inline]
+    pub(crate) fn to(mut self, ah: &'a AddressHandle, remote_qpn: u32, remote_qkey: u32) -> Self {
+        self.ud = Some((ah, remote_qpn, remote_qkey));
+        self
+    }
+
+    /// Sets the `IBV_SEND_*` flags to exactly `flags` (the safe paths, which decide signaling).
+    #[inline]
+    pub(crate) fn set_flags(mut self, flags: SendFlags) -> Self {
+        self.flags = flags;
+        self
+    }
+
+    /// Adds `IBV_SEND_*` flags.
+    #[inline]
+    pub(crate) fn add_flags(mut self, flags: SendFlags) -> Self {
+        self.flags |= flags;
+        self
+    }
+
     /// The same request, as an owned request with id `id` (see [`OWNED_ID_BIT`](crate::inflight::OWNED_ID_BIT)).
     pub(crate) fn owned(mut self, id: u64) -> Self {
         self.wr_id = id;

@@ -311,7 +311,7 @@ pub fn write(qp: &mut QueuePair<Rc, Rts>, wr_id: u64, src: &MemoryRegion, remote
     // SAFETY: callers keep `src` and the target registered until the completion is polled,
     // and do not write `src` meanwhile.
     unsafe {
-        qp.post_send_one(&SendRequest::write(wr_id, src.slice(..).unwrap(), remote))
+        qp.post_send_one(&SendRequest::write(src.slice(..).unwrap(), remote).tag(wr_id))
             .unwrap();
     }
 }

@@ -12,7 +12,7 @@ fn slice_in_time(pd: &ProtectionDomain) -> u32 {
 fn drop_region_last(pd: &ProtectionDomain, qp: &mut QueuePair<Rc, Rts>) {
     let mut list = SendList::with_capacity(4);
     let mr = pd.register(64, AccessFlags::LOCAL_WRITE).unwrap();
-    list.push(SendRequest::send(1, mr.slice(..).unwrap()))
+    list.push(SendRequest::send(mr.slice(..).unwrap()).tag(1))
         .unwrap();
     // SAFETY: never runs; only compiled.
     let _ = unsafe { qp.post_send(&mut list) };

@@ -8,7 +8,7 @@
 use rdma_verbs::{MemoryRegion, QueuePair, Rc, Rts, SendRequest};
 
 fn post_signaled_by_mistake(qp: &mut QueuePair<Rc, Rts>, mr: &MemoryRegion) {
-    let request = SendRequest::send(1, mr.slice(..).unwrap());
+    let request = SendRequest::send(mr.slice(..).unwrap()).tag(1);
     request.unsignaled();
     // SAFETY: never runs; only compiled.
     let _ = unsafe { qp.post_send_one(&request) };

@@ -6,7 +6,7 @@ use rdma_verbs::{AccessFlags, ProtectionDomain, QueuePair, Rc, Rts, SendList, Se
 fn drop_region_first(pd: &ProtectionDomain, qp: &mut QueuePair<Rc, Rts>) {
     let mut list = SendList::with_capacity(4);
     let mr = pd.register(64, AccessFlags::LOCAL_WRITE).unwrap();
-    list.push(SendRequest::send(1, mr.slice(..).unwrap()))
+    list.push(SendRequest::send(mr.slice(..).unwrap()).tag(1))
         .unwrap();
     drop(mr);
     // SAFETY: never runs; the region was dropped above, which must not compile.
