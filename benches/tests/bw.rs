@@ -111,7 +111,7 @@ fn message_rate_with_post_lists_and_checked_data() {
             "{what}: the server does not measure"
         );
         let unit = if gbits { "Gb/s" } else { "MiB/s" };
-        common::note(&format!("{what}: {rate:.4} Mpps, {average:.2} {unit}"));
+        rdma_test_support::note(&format!("{what}: {rate:.4} Mpps, {average:.2} {unit}"));
     }
 }
 
@@ -162,7 +162,7 @@ fn duration_mode_counts_the_window() {
             // The window is the middle second (give or take a completion group).
             let window = f64::from(iters) / (rate * 1e6);
             assert!((0.5..2.0).contains(&window), "{what} {side}: {window} s");
-            common::note(&format!("{what} {side}: {iters} messages, {rate:.4} Mpps"));
+            rdma_test_support::note(&format!("{what} {side}: {iters} messages, {rate:.4} Mpps"));
         }
     }
     // The server's checks run after a duration-mode run too.

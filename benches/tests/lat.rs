@@ -85,7 +85,7 @@ fn every_test_reports_and_checks_its_data() {
                 "{what}: the server measured {server_rows:?}"
             );
         }
-        common::note(&format!(
+        rdma_test_support::note(&format!(
             "{what}: t_typical client {:.2} us",
             Row::parse_all(&text(&client.stdout))[0].latency.typical
         ));
@@ -195,7 +195,7 @@ fn duration_mode_reports_the_mean_and_the_rate() {
             // bounds only catch a window of the wrong phases).
             let window = iters as f64 / tps;
             assert!((0.5..2.0).contains(&window), "{what}: window {window} s");
-            common::note(&format!(
+            rdma_test_support::note(&format!(
                 "{what}: {iters} round trips, t_avg {avg:.2} us, {tps:.0}/s"
             ));
         }

@@ -124,7 +124,7 @@ fn async_echo_server_killed_while_clients_are_connected() {
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
     let stderr = text(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    common::note(&format!("server killed: the client said {stderr:?}"));
+    rdma_test_support::note(&format!("server killed: the client said {stderr:?}"));
     assert!(
         stderr.starts_with("async_echo: connection ") && stderr.contains(": round "),
         "{stderr}"
@@ -175,7 +175,7 @@ fn async_echo_client_killed_mid_transfer() {
         show(&client_out)
     );
     let server_text = text(&server_out.stdout);
-    common::note(&format!("client killed: the server said {server_text:?}"));
+    rdma_test_support::note(&format!("client killed: the server said {server_text:?}"));
     let lines: Vec<&str> = server_text.lines().collect();
     assert_eq!(
         lines

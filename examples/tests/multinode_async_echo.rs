@@ -137,7 +137,7 @@ fn async_echo_server_node_killed_mid_transfer() {
         let out = finish_within(client, BOUND, what);
         assert_eq!(out.status.code(), Some(1), "{what}: {}", show(&out));
         let stderr = text(&out.stderr);
-        common::note(&format!("{what}: the client said {stderr:?}"));
+        rdma_test_support::note(&format!("{what}: the client said {stderr:?}"));
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
         assert!(
             stderr.starts_with("async_echo: connection ") && stderr.contains(": round "),

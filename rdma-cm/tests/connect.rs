@@ -5,19 +5,17 @@
 //! event channel, connecting through the test device's address (`RDMA_TEST_ADDR`, from its
 //! GID otherwise).
 
-mod common;
-
 use std::net::{IpAddr, SocketAddr};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::*;
 use rdma_cm::rdma_verbs::qp::Ece;
 use rdma_cm::rdma_verbs::{
     BufferPool, CompletionQueue, QpStateKind, QueuePair, Rc, Rts, WcOpcode, WcStatus,
 };
 use rdma_cm::{CmId, ConnParam, Error, Event, EventChannel, EventKind, PortSpace};
+use rdma_test_support::cm::*;
 
 /// A listener on the device's address, on a free port.
 fn listener(addr: IpAddr) -> (EventChannel, CmId, SocketAddr) {
@@ -452,7 +450,7 @@ fn endpoints_connect_and_refuse_what_their_state_cannot_answer() {
         let mut done = reap(&mut cq, "endpoint client");
         assert_eq!(done.status(), WcStatus::Success, "{:?}", done.wc());
         if done.wc().opcode() == WcOpcode::Recv {
-            assert_eq!(&done.take_buf().unwrap()[..], &pattern(4)[..]);
+            assert_eq!(&done.take_buf().unwrap()[..], &pattern(SIZE, 4)[..]);
         }
         seen.push(done.wc().opcode());
     }

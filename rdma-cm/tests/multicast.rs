@@ -4,15 +4,13 @@
 //! gets nothing more; the kernel's IGMP membership follows joins, leaves and drops; misuse is
 //! refused with typed errors, and a leave that librdmacm would block forever is refused.
 
-mod common;
-
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use common::ud::*;
-use common::*;
 use rdma_cm::rdma_verbs::{Gid, QueuePair, Ud};
 use rdma_cm::{CmId, Error, EventChannel, EventKind, JoinKind, PortSpace, UdParam};
+use rdma_test_support::cm::ud::*;
+use rdma_test_support::cm::*;
 
 const GROUP: Ipv4Addr = Ipv4Addr::new(239, 1, 2, 3);
 

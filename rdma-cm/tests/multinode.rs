@@ -2,14 +2,12 @@
 //! address on the segment, node 1 connects to it by IP address and port. Address and route
 //! resolution go through ARP between hosts, the connection through the kernels' CM on both.
 
-mod common;
-
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use common::*;
 use rdma_cm::{CmId, ConnParam, Error, EventChannel, EventKind, PortSpace};
 use rdma_test_support::Cluster;
+use rdma_test_support::cm::*;
 
 const SERVER: usize = 0;
 

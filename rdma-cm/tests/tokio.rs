@@ -4,8 +4,6 @@
 
 #![cfg(feature = "tokio")]
 
-mod common;
-
 use std::future::poll_fn;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -13,13 +11,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use common::*;
 use futures_core::Stream;
 use rdma_cm::rdma_verbs::{
     AsyncCompletionChannel, BufferPool, Completion, CompletionQueue, OwnedSend, QueuePair, Rc,
     Reset, Rts, WcOpcode, WcStatus,
 };
 use rdma_cm::{AsyncCmId, AsyncListener, CmId, ConnParam, Error, EventKind, PortSpace};
+use rdma_test_support::cm::*;
 use tokio::time::timeout;
 
 /// Messages each client sends (and gets back).
@@ -105,7 +103,7 @@ impl Conn {
 /// The bytes client `client` sends in round `round`: its pattern, a different length each time.
 fn message(client: u8, round: u8) -> Vec<u8> {
     let len = 64 + usize::from(client) * 97 + usize::from(round) * 13;
-    pattern(client.wrapping_mul(16).wrapping_add(round))[..len].to_vec()
+    pattern(len, client.wrapping_mul(16).wrapping_add(round))
 }
 
 /// Accepts `request` on a new queue pair with a receive posted, checks its private data, and

@@ -2,16 +2,14 @@
 //! queue pair, Q_Key and path, datagrams both ways with every byte checked; what a UD connect
 //! to nobody, and the UD calls on an RC identifier, give.
 
-mod common;
-
 use std::net::{IpAddr, SocketAddr};
 use std::sync::mpsc;
 use std::thread;
 
-use common::ud::*;
-use common::*;
 use rdma_cm::rdma_verbs::{Gid, Ud};
 use rdma_cm::{CmId, ConnParam, Error, EventChannel, EventKind, PortSpace};
+use rdma_test_support::cm::ud::*;
+use rdma_test_support::cm::*;
 
 /// The client resolves, readies its UD queue pair, connects (SIDR) with private data; the
 /// server accepts with its own; the client's `Established` names the server's queue pair, the

@@ -1,12 +1,10 @@
 //! Completion channels on the device: wake-ups, time-outs, non-blocking reads, many events
 //! across re-arms (the batched acknowledgement), and solicited-only notification.
 
-mod common;
-
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use common::*;
+use rdma_test_support::verbs::*;
 use rdma_verbs::*;
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;

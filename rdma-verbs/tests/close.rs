@@ -4,9 +4,7 @@
 //! not deregister a region a window is bound to) comes back the same way; in the right order
 //! everything closes, and owned buffers still posted are released.
 
-mod common;
-
-use common::*;
+use rdma_test_support::verbs::*;
 use rdma_verbs::*;
 
 fn assert_busy<T>(result: Result<(), (T, Error)>, verb: &str) -> T {

@@ -4,9 +4,7 @@
 //! refuse to destroy or reset a queue pair of the queue from inside; the fields and calls
 //! Soft-RoCE lacks are refused with its exact error.
 
-mod common;
-
-use common::*;
+use rdma_test_support::verbs::*;
 use rdma_verbs::*;
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;

@@ -6,9 +6,7 @@
 //! Soft-RoCE (rxe) has `create_qp_ex` and the builders, so every extended queue pair here must
 //! really be extended there.
 
-mod common;
-
-use common::*;
+use rdma_test_support::verbs::*;
 use rdma_verbs::*;
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;

@@ -28,11 +28,9 @@
 //! (* deviations; specified: `RemInvReqErr`/`LocLenErr`, `LocProtErr`, `LocProtErr`, and an
 //! atomic posted and completed with `RemInvReqErr`.)
 
-mod common;
-
 use std::os::fd::AsFd;
 
-use common::*;
+use rdma_test_support::verbs::*;
 use rdma_verbs::*;
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;

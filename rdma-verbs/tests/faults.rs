@@ -3,11 +3,9 @@
 //! on the owned path, with every buffer handed back. (`failures.rs` takes the `unsafe` calls
 //! through the error statuses.)
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use rdma_test_support::verbs::*;
 use rdma_verbs::*;
 
 /// Ack timeout code 8 (about 1 ms) and two retries: a lost peer is noticed quickly.

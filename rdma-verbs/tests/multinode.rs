@@ -6,13 +6,11 @@
 //!
 //! Everything posted here goes through the safe owned-buffer path.
 
-mod common;
-
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use common::*;
 use rdma_test_support::Cluster;
+use rdma_test_support::verbs::*;
 use rdma_verbs::*;
 
 /// The bound of every completion wait here: the link is lossy in some tests, and both VMs run
@@ -66,7 +64,7 @@ fn check(what: &str, seed: u8, offset: usize, got: &[u8]) {
 
 /// Completions of `cq` until `want` arrived; fails after [`BOUND`].
 fn reap_within(cq: &mut CompletionQueue, want: usize, what: &str) -> Vec<Completion> {
-    common::reap_within(cq, want, BOUND, what)
+    rdma_test_support::verbs::reap_within(cq, want, BOUND, what)
 }
 
 /// This node's queue pair number, first PSN and GID, as published for the peer.

@@ -8,11 +8,9 @@
 //! test accepts the deviation (and says so on stderr) but still requires the specified outcome
 //! everywhere else; on any other device it requires the specified outcome.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::*;
+use rdma_test_support::verbs::*;
 use rdma_verbs::*;
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;

@@ -5,15 +5,13 @@
 //! (libtest's other threads allocate at any time); memory libibverbs and its provider take with
 //! `malloc` is not seen here.
 
-mod common;
-
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use common::*;
+use rdma_test_support::verbs::*;
 use rdma_verbs::*;
 
 /// The system allocator, counting the allocations of threads that asked to be counted.

@@ -5,12 +5,10 @@
 //! address handle alive; SRQ receives completing in two queue pairs' queues; what a reset and a
 //! drop release; stale completions that match nothing; and what the path refuses.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Instant;
 
-use common::*;
+use rdma_test_support::verbs::*;
 use rdma_verbs::*;
 
 const SIZE: usize = 256;

@@ -4,9 +4,7 @@
 //! finished later; an SRQ fed by a list; and what a list post refuses, with nothing posted and
 //! every buffer still in the list.
 
-mod common;
-
-use common::*;
+use rdma_test_support::verbs::*;
 use rdma_verbs::*;
 
 const SIZE: usize = 128;

@@ -6,11 +6,9 @@
 //! on inline requests, empty or outside ranges. Every byte that crossed is checked, and the
 //! bytes around it are checked unchanged.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::*;
+use rdma_test_support::verbs::*;
 use rdma_verbs::*;
 
 const HEADER: usize = 32;

@@ -4,9 +4,7 @@
 //! result is not one 8-byte word, which would let the device write past the borrowed range.
 //! Each refusal is followed by a control: the same post with the right object works.
 
-mod common;
-
-use common::*;
+use rdma_test_support::verbs::*;
 use rdma_verbs::*;
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;

@@ -1,8 +1,6 @@
 //! Reliable-connection data path on the device: every operation, checked by data and completion.
 
-mod common;
-
-use common::*;
+use rdma_test_support::verbs::*;
 use rdma_verbs::qp::StaticRate;
 use rdma_verbs::*;
 

@@ -9,9 +9,7 @@
 //! receive rings filled in batches (`fill_recv_ring`), up to a full receive queue; inline sends
 //! on both send paths.
 
-mod common;
-
-use common::*;
+use rdma_test_support::verbs::*;
 use rdma_verbs::*;
 
 const SIZE: usize = 256;

@@ -1,11 +1,9 @@
 //! The safe scoped post path on the device: data and completions through `QueuePair::scope`,
 //! and what happens to requests still outstanding when a scope ends or panics.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use rdma_test_support::verbs::*;
 use rdma_verbs::*;
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;

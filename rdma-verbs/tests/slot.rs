@@ -8,9 +8,7 @@
 //! on one queue pair and completion queue; a ring whose queue pair was destroyed; `reclaim`
 //! after a reset; inline sends.
 
-mod common;
-
-use common::*;
+use rdma_test_support::verbs::*;
 use rdma_verbs::*;
 
 const SIZE: usize = 256;

@@ -3,9 +3,7 @@
 //! ring dropped with receives posted, batched fills, two rings and owned receives on one SRQ,
 //! an SRQ destroyed under a ring's posted receives).
 
-mod common;
-
-use common::*;
+use rdma_test_support::verbs::*;
 use rdma_verbs::*;
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;

@@ -8,13 +8,11 @@
 
 #![cfg(feature = "tokio")]
 
-mod common;
-
 use std::future::poll_fn;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::*;
+use rdma_test_support::verbs::*;
 use rdma_verbs::*;
 use tokio::time::{sleep, timeout};
 

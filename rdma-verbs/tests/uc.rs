@@ -1,11 +1,9 @@
 //! Unreliable connection on the device: SEND and RDMA WRITE, checked by data and completion,
 //! and RDMA READ refused.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use rdma_test_support::verbs::*;
 use rdma_verbs::*;
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;

@@ -2,9 +2,7 @@
 //! received datagram, replies through an address handle made from a completion, and what a UD
 //! queue pair refuses or drops.
 
-mod common;
-
-use common::*;
+use rdma_test_support::verbs::*;
 use rdma_verbs::qp::StaticRate;
 use rdma_verbs::*;
 

@@ -3,14 +3,12 @@
 //! address handles of another protection domain, context or device, and completion channels
 //! whose descriptor safe code made blocking.
 
-mod common;
-
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
-use common::*;
+use rdma_test_support::verbs::*;
 use rdma_verbs::*;
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;

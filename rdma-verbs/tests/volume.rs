@@ -5,9 +5,7 @@
 
 use std::sync::Arc;
 
-mod common;
-
-use common::*;
+use rdma_test_support::verbs::*;
 use rdma_verbs::*;
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;

@@ -28,11 +28,18 @@
 //! Multi-node tests (`cargo xtask test --nodes N`) also call [`cluster()`] for their role, the
 //! nodes' addresses, barriers and values exchanged between nodes: see [`mod@cluster`].
 //!
-//! This crate uses only the raw bindings, so every crate's tests can depend on it.
+//! Without features this crate uses only the raw bindings, so every crate's tests can depend
+//! on it. Feature `verbs` adds [`verbs`] (the helpers of `rdma-verbs`' tests: fixtures,
+//! connected pairs, bounded waits) and feature `cm` adds [`cm`] (those of `rdma-cm`'s).
+//! [`note`] and [`pattern`] serve every crate's tests.
 
 #![deny(missing_docs)]
 
 pub mod cluster;
+#[cfg(feature = "cm")]
+pub mod cm;
+#[cfg(feature = "verbs")]
+pub mod verbs;
 
 pub use cluster::{Cluster, cluster};
 
@@ -502,6 +509,20 @@ fn gid_to_ip(gid: &[u8; 16]) -> Option<IpAddr> {
     }
     let v6 = Ipv6Addr::from(*gid);
     (!v6.is_unspecified() && gid[0] != 0xfe).then_some(IpAddr::V6(v6))
+}
+
+/// A line on the real standard error (libtest keeps a passing test's `eprintln!` to itself),
+/// for deviations and observations a reader of the run should see.
+pub fn note(line: &str) {
+    let _ = writeln!(std::io::stderr(), "NOTE: {line}");
+}
+
+/// `len` bytes of a recognisable pattern that `seed` shifts: byte `i` is `i * 31 + seed`
+/// (wrapping), so a byte out of place or from another message shows.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 #[cfg(test)]

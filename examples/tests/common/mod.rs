@@ -262,12 +262,6 @@ pub(crate) fn assert_refused(program: &str, args: &[&str], want: &str, bound: st
     assert!(stderr.starts_with(want), "{args:?}: {stderr}");
 }
 
-/// A line on the real stderr (libtest keeps a passing test's `eprintln!` to itself).
-pub(crate) fn note(line: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "NOTE: {line}");
-}
-
 /// Starts `program` with `args` (standard error piped); its standard output is read line by
 /// line, as it comes, into the returned receiver.
 pub(crate) fn spawn_reading(

@@ -1,13 +1,14 @@
-//! Helpers shared by the connection-manager tests.
-
-#![allow(dead_code)] // each test binary uses a different part
-#![allow(unreachable_pub)]
+//! Helpers shared by `rdma-cm`'s device tests (feature `cm`): queue pairs on an identifier's
+//! device, messages sent and received with every byte checked, bounded waits, the kernel's
+//! count of identifiers. `use crate::cm::*` brings them in, with [`note`] and
+//! [`pattern`].
 
 pub mod ud;
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+pub use crate::{note, pattern};
 use rdma_cm::CmId;
 use rdma_cm::rdma_verbs::{
     BufferPool, Completion, CompletionQueue, OwnedSend, QueuePair, Rc, Reset, Rts, WcOpcode,
@@ -16,13 +17,8 @@ use rdma_cm::rdma_verbs::{
 
 /// Bound of every wait for an event or a completion.
 pub const WAIT: Duration = Duration::from_secs(20);
+/// The size of the buffers and messages of [`endpoint`], [`send`] and [`received`].
 pub const SIZE: usize = 4096;
-
-pub fn pattern(seed: u8) -> Vec<u8> {
-    (0..SIZE)
-        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
-        .collect()
-}
 
 /// A queue pair on `id`'s device, with a completion queue and a pool of `SIZE` buffers.
 pub fn endpoint(id: &CmId) -> (QueuePair<Rc, Reset>, CompletionQueue, BufferPool) {
@@ -34,6 +30,8 @@ pub fn endpoint(id: &CmId) -> (QueuePair<Rc, Reset>, CompletionQueue, BufferPool
     (qp, cq, pool)
 }
 
+/// The next completion of `cq` (polled by `poll_each`, bounded by [`WAIT`]); `what` names it
+/// in the failure.
 pub fn reap(cq: &mut CompletionQueue, what: &str) -> Completion {
     let deadline = Instant::now() + WAIT;
     let mut got = None;
@@ -47,13 +45,15 @@ pub fn reap(cq: &mut CompletionQueue, what: &str) -> Completion {
     got.unwrap()
 }
 
+/// Sends `pattern(SIZE, seed)` from a buffer of `pool`, tagged `seed`.
 pub fn send(qp: &mut QueuePair<Rc, Rts>, pool: &BufferPool, seed: u8) {
     let mut buf = pool.take().expect("a buffer");
-    buf.fill_from(&pattern(seed)).unwrap();
+    buf.fill_from(&pattern(SIZE, seed)).unwrap();
     qp.post_send_owned(OwnedSend::send(buf).tag(u64::from(seed)))
         .expect("post the send");
 }
 
+/// Reaps a successful receive of `pattern(SIZE, seed)` from `cq`, every byte checked.
 pub fn received(cq: &mut CompletionQueue, seed: u8, what: &str) {
     check_received(reap(cq, what), seed, what);
 }
@@ -67,11 +67,12 @@ fn check_received(mut done: Completion, seed: u8, what: &str) {
     );
     assert_eq!(
         &done.take_buf().unwrap()[..],
-        &pattern(seed)[..],
+        &pattern(SIZE, seed)[..],
         "{what}: the bytes"
     );
 }
 
+/// Reaps a successful SEND's completion from `cq`.
 pub fn sent(cq: &mut CompletionQueue, what: &str) {
     check_sent(&reap(cq, what), what);
 }
@@ -88,7 +89,7 @@ fn check_sent(done: &Completion, what: &str) {
 /// The completions of a SEND and of the receive of the peer's answer to it, from one queue, in
 /// either order: the send completes when its acknowledgement is processed, which Soft-RoCE
 /// (Linux 6.12) may do after the answer's receive has completed. The received bytes are
-/// `pattern(seed)`.
+/// `pattern(SIZE, seed)`.
 pub fn sent_and_received(cq: &mut CompletionQueue, seed: u8, what: &str) {
     let first = reap(cq, what);
     let second = reap(cq, what);
@@ -113,14 +114,9 @@ pub fn assert_private(got: &[u8], sent: &[u8], what: &str) {
     );
 }
 
-/// A line on the real stderr (libtest keeps a passing test's `eprintln!` to itself).
-pub fn note(line: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "NOTE: {line}");
-}
-
+/// The IP address of the test device's interface, or `None` with no device (skipped visibly).
 pub fn device_addr() -> Option<IpAddr> {
-    let device = rdma_test_support::device()?;
+    let device = crate::device()?;
     Some(
         device
             .addr

@@ -8,28 +8,32 @@ use rdma_cm::rdma_verbs::{
 };
 
 use super::reap;
+use crate::pattern;
 
 /// The Q_Key of the UDP port space (`RDMA_UDP_QKEY`).
 pub const UDP_QKEY: u32 = 0x0123_4567;
+/// The datagrams each side sends in a test.
 pub const MESSAGES: u8 = 8;
+/// The bytes of each datagram (after the GRH a receive also holds).
 pub const PAYLOAD: usize = 512;
-
-pub fn payload(seed: u8) -> Vec<u8> {
-    (0..PAYLOAD)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
-}
 
 /// One side: a UD queue pair in RTS on `id`'s device, a send and a receive queue, and buffers
 /// of `PAYLOAD + GRH` bytes.
+#[allow(missing_debug_implementations)]
 pub struct Side {
+    /// The queue pair, in RTS.
     pub qp: QueuePair<Ud, Rts>,
+    /// Its send completion queue.
     pub send_cq: CompletionQueue,
+    /// Its receive completion queue.
     pub recv_cq: CompletionQueue,
+    /// Its buffers.
     pub pool: BufferPool,
 }
 
 impl Side {
+    /// The side of `id`: a UD queue pair on its device, moved to RTS by the connection
+    /// manager (`ready_ud_qp`), with its queues and buffers.
     pub fn new(id: &CmId) -> Self {
         let context = id.context().expect("the identifier's device");
         let pd = context.alloc_pd().expect("ibv_alloc_pd");
@@ -57,13 +61,14 @@ impl Side {
         side
     }
 
-    /// Sends `payload(seed + i)` for each of the `MESSAGES` datagrams to `qpn` behind `ah`,
+    /// Sends `pattern(PAYLOAD, seed + i)` for each of the `MESSAGES` datagrams to `qpn` behind `ah`,
     /// with this queue pair's number as immediate data, and reaps the sends.
     pub fn send_all(&mut self, ah: &AddressHandle, qpn: u32, qkey: u32, seed: u8, what: &str) {
         let own = self.qp.qp_num();
         for i in 0..MESSAGES {
             let mut buf = self.pool.take().expect("a buffer");
-            buf.fill_from(&payload(seed.wrapping_add(i))).unwrap();
+            buf.fill_from(&pattern(PAYLOAD, seed.wrapping_add(i)))
+                .unwrap();
             self.qp
                 .post_send_owned(OwnedSend::send(buf).with_imm(own).to(ah, qpn, qkey))
                 .expect("post a datagram");
@@ -80,7 +85,7 @@ impl Side {
     }
 
     /// Reaps the `MESSAGES` receives: each a `Recv` with immediate data and source queue
-    /// pair `src_qp`, the GRH and then `payload(seed + i)` in order. Returns the first
+    /// pair `src_qp`, the GRH and then `pattern(PAYLOAD, seed + i)` in order. Returns the first
     /// completion and its GRH.
     pub fn receive_all(
         &mut self,
@@ -102,7 +107,7 @@ impl Side {
             let buf = done.take_buf().expect("the receive's buffer");
             assert_eq!(
                 &buf[GRH_LEN..],
-                &payload(seed.wrapping_add(i))[..],
+                &pattern(PAYLOAD, seed.wrapping_add(i))[..],
                 "{what}: datagram {i}'s bytes"
             );
             first.get_or_insert((wc, buf[..GRH_LEN].try_into().unwrap()));

@@ -1,27 +1,32 @@
-//! Helpers shared by the device tests: a context on the test device, connected queue pairs of
-//! each transport on it (loopback through the device), and bounded completion waits.
-
-#![allow(dead_code)] // each test binary uses a different part
-#![allow(unreachable_pub)] // `pub` here means "shared by the test files", which lint cannot see
+//! Helpers shared by `rdma-verbs`' device tests (feature `verbs`): a context on the test
+//! device, connected queue pairs of each transport on it (loopback through the device), and
+//! bounded completion waits. `use crate::verbs::*` brings them in, with
+//! [`note`] and [`pattern`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdma_test_support::TestDevice;
+use crate::TestDevice;
+pub use crate::{note, pattern};
 use rdma_verbs::*;
 
 /// How long a test waits for a completion before failing: rxe under emulation is slow.
 pub const WAIT: Duration = Duration::from_secs(10);
 
+/// The test device, a context on it and a protection domain: what every test starts from.
+#[allow(missing_debug_implementations)]
 pub struct Fixture {
+    /// The test device ([`device`](crate::device)).
     pub device: TestDevice,
+    /// A context on it.
     pub context: Context,
+    /// A protection domain of the context.
     pub pd: ProtectionDomain,
 }
 
 /// The test device's context and a protection domain, or `None` (skipped visibly).
 pub fn fixture() -> Option<Fixture> {
-    let device = rdma_test_support::device()?;
+    let device = crate::device()?;
     let context = Context::open(&device.name).expect("open the test device");
     let pd = context.alloc_pd().expect("ibv_alloc_pd");
     Some(Fixture {
@@ -32,6 +37,7 @@ pub fn fixture() -> Option<Fixture> {
 }
 
 impl Fixture {
+    /// A completion queue of `n` entries.
     pub fn cq(&self, n: u32) -> CompletionQueue {
         self.context.create_cq(n).expect("ibv_create_cq")
     }
@@ -219,13 +225,6 @@ pub fn assert_ok(wc: &WorkCompletion, wr_id: u64, opcode: WcOpcode) {
     assert_eq!(wc.opcode(), opcode, "{wc:?}");
 }
 
-/// `len` bytes of a recognisable pattern.
-pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
-}
-
 impl Fixture {
     /// As [`rc_pair`](Self::rc_pair), with `rts`'s timeout and retry counts (its PSN is
     /// replaced).
@@ -286,7 +285,7 @@ impl Fixture {
             MwType::Type2 => (attr.supports_mw_type2(), "memory windows type 2"),
         };
         if !supported {
-            rdma_test_support::unsupported(name);
+            crate::unsupported(name);
         }
         supported
     }
@@ -327,13 +326,6 @@ pub fn write_range(
     let range = RegionRange::new(src, ..).unwrap();
     qp.post_send_owned(OwnedSend::write_range(range, remote).tag(tag))
         .unwrap();
-}
-
-/// A line on the real stderr (libtest captures `eprintln!` of passing tests), for deviations
-/// and observations a reader of the run should see.
-pub fn note(line: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "NOTE: {line}");
 }
 
 /// Asserts a failed completion: its `wr_id`, `status` and queue pair. Only these (and
