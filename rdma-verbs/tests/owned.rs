@@ -64,6 +64,56 @@ fn owned_receive_ring_across_rounds() {
     assert_eq!(rx.available(), 8);
 }
 
+/// `poll_each_for` is bounded: on an empty queue it hands nothing over and returns 0 once the
+/// time is up; with completions waiting it hands over exactly `min` (the rest stay queued for
+/// the next call), each with its buffer and the bytes received.
+#[test]
+fn owned_poll_each_for_hands_over_min_or_gives_up() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let pool = BufferPool::new(&f.pd, 6, SIZE).unwrap();
+    let quiet = std::time::Duration::from_millis(50);
+    let none = cq_b.poll_each_for(1, quiet, |c| panic!("nothing was posted: {c:?}"));
+    assert_eq!(none.unwrap(), 0, "an empty queue times out with nothing");
+    for tag in 0..3 {
+        b.post_recv_buf(pool.take().unwrap(), tag).unwrap();
+    }
+    for round in 0..3u64 {
+        let mut buf = pool.take().unwrap();
+        buf.fill_from(&message(round)).unwrap();
+        a.post_send_owned(OwnedSend::send(buf).tag(100 + round))
+            .unwrap();
+    }
+    // The senders' three completions: two, then the third.
+    let mut sent = Vec::new();
+    assert_eq!(cq_a.poll_each_for(2, WAIT, |c| sent.push(c)).unwrap(), 2);
+    assert_eq!(cq_a.poll_each_for(1, WAIT, |c| sent.push(c)).unwrap(), 1);
+    for (round, done) in sent.iter_mut().enumerate() {
+        assert_done(done, 100 + round as u64, WcOpcode::Send);
+        assert_eq!(done.take_buf().unwrap().len(), SIZE);
+    }
+    // The receives, all three at once, in order, every byte checked.
+    let mut got = Vec::new();
+    assert_eq!(cq_b.poll_each_for(3, WAIT, |c| got.push(c)).unwrap(), 3);
+    for (round, done) in got.iter_mut().enumerate() {
+        assert_done(done, round as u64, WcOpcode::Recv);
+        assert_eq!(&done.take_buf().unwrap()[..], &message(round as u64)[..]);
+    }
+    assert_eq!(
+        cq_b.poll_each_for(0, WAIT, |c| panic!("min 0: {c:?}"))
+            .unwrap(),
+        0
+    );
+    drop(got);
+    drop(sent);
+    assert_eq!(pool.available(), 6, "every buffer came back");
+}
+
 /// Four queue pairs receive into one completion queue: `poll_each` routes each completion to
 /// its queue pair's table. The senders post three unsignaled sends and a signaled one: one
 /// completion each, which also returns the unsignaled ones' buffers to their pool.

@@ -422,25 +422,14 @@ impl CompletionQueue {
         min: usize,
         timeout: Duration,
     ) -> Result<&'a [WorkCompletion]> {
-        const SPIN_ROUNDS: u32 = 1000;
-        const IDLE_SLEEP: Duration = Duration::from_micros(50);
         let min = min.min(completions.len());
-        let start = Instant::now();
+        let mut backoff = Backoff::new(timeout);
         let mut n = 0;
-        let mut idle: u32 = 0;
         while n < min {
             let got = self.poll(&mut completions[n..])?.len();
             n += got;
-            if n >= min || start.elapsed() >= timeout {
+            if n >= min || !backoff.again(got) {
                 break;
-            }
-            if got > 0 {
-                idle = 0;
-            } else if idle < SPIN_ROUNDS {
-                idle += 1;
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(IDLE_SLEEP);
             }
         }
         Ok(&completions[..n])
@@ -765,6 +754,46 @@ impl CqEvent {
     /// queue was destroyed may match a queue created later at the same address.
     pub fn is_for(&self, cq: &CompletionQueue) -> bool {
         self.cq() == cq.as_raw()
+    }
+}
+
+/// The wait between polls of a bounded poll ([`CompletionQueue::poll_for`],
+/// [`CompletionQueue::poll_each_for`]): a busy poll that yields, and after a thousand empty
+/// polls in a row sleeps 50 µs between them, until `timeout` has passed since it was made.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    start: Instant,
+    timeout: Duration,
+    idle: u32,
+}
+
+impl Backoff {
+    const SPIN_ROUNDS: u32 = 1000;
+    const IDLE_SLEEP: Duration = Duration::from_micros(50);
+
+    pub(crate) fn new(timeout: Duration) -> Self {
+        Self {
+            start: Instant::now(),
+            timeout,
+            idle: 0,
+        }
+    }
+
+    /// After a poll that reaped `got` completions: `false` once the time is up, else waits
+    /// as the poll's luck says and returns `true`.
+    pub(crate) fn again(&mut self, got: usize) -> bool {
+        if self.start.elapsed() >= self.timeout {
+            return false;
+        }
+        if got > 0 {
+            self.idle = 0;
+        } else if self.idle < Self::SPIN_ROUNDS {
+            self.idle += 1;
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Self::IDLE_SLEEP);
+        }
+        true
     }
 }
 

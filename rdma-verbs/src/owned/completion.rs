@@ -2,9 +2,10 @@
 //! request gives back.
 
 use std::mem::MaybeUninit;
+use std::time::Duration;
 
 use crate::buf::Buf;
-use crate::cq::{CompletionQueue, WcStatus, WorkCompletion};
+use crate::cq::{Backoff, CompletionQueue, WcStatus, WorkCompletion};
 use crate::error::Result;
 use crate::inflight::Entry;
 
@@ -145,6 +146,51 @@ impl CompletionQueue {
             }
             done += n;
             if n < want {
+                break;
+            }
+        }
+        Ok(done)
+    }
+
+    /// [`poll_each`](Self::poll_each) until `min` completions have been handed to `f` or
+    /// `timeout` has passed, polling as [`poll_for`](Self::poll_for) does (a busy poll that
+    /// backs off to 50 µs sleeps). Returns how many it handed over: fewer than `min` means the
+    /// time ran out. A peer that never answers costs `timeout`, not a hang.
+    ///
+    /// # Errors
+    ///
+    /// As [`poll_each`](Self::poll_each); completions handed over before a polling error stay
+    /// handed over.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # fn f(cq: &mut rdma_verbs::CompletionQueue) -> rdma_verbs::Result<()> {
+    /// let got = cq.poll_each_for(2, Duration::from_secs(5), |mut done| {
+    ///     if let Some(buf) = done.take_buf() {
+    ///         // ... the bytes a receive brought, or a send's buffer back ...
+    ///         drop(buf);
+    ///     }
+    /// })?;
+    /// if got < 2 {
+    ///     eprintln!("only {got} of 2 completions within 5 s");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[inline]
+    pub fn poll_each_for(
+        &mut self,
+        min: usize,
+        timeout: Duration,
+        mut f: impl FnMut(Completion),
+    ) -> Result<usize> {
+        let mut backoff = Backoff::new(timeout);
+        let mut done = 0;
+        while done < min {
+            let got = self.poll_each(min - done, &mut f)?;
+            done += got;
+            if done >= min || !backoff.again(got) {
                 break;
             }
         }
