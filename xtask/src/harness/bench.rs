@@ -1,7 +1,8 @@
-//! `cargo xtask bench-compare`: the Rust `lat` and `bw` tools and C perftest's `ib_*_lat` and
-//! `ib_send_bw`, run alternately in one VM boot (or on the host's device), several rounds per
-//! test and size; tables of both tools' typical latency and 64-byte message rate by post-list
-//! length, their ratio and its spread across rounds; then, in the same boot, the instruction
+//! `cargo xtask bench-compare`: the Rust `lat` and `bw` tools and C perftest's `ib_*_lat`,
+//! `ib_send_bw`, `ib_write_bw` and `ib_read_bw`, run alternately in one VM boot (or on the
+//! host's device), several rounds per test and size; tables of both tools' typical latency,
+//! 64-byte message rate by post-list length and RDMA WRITE and READ bandwidth, their ratio and
+//! its spread across rounds; then, in the same boot, the instruction
 //! counts of `cargo xtask instructions` (C, `unsafe`, owned, owned reused, slot ring, rings);
 //! with `--write`,
 //! those tables and plots in `docs/`.
@@ -35,6 +36,10 @@ const RATE_SIZE: usize = 64;
 const POST_LISTS: [u32; 3] = [1, 8, 32];
 /// The message-rate runs' name among the tests.
 const RATE: &str = "send_bw";
+/// The bandwidth runs: RDMA WRITE and READ of this many bytes, `bw <test>` against
+/// `ib_<test>_bw` (perftest's default size).
+const BW_TESTS: [&str; 2] = ["write", "read"];
+const BW_SIZE: usize = 65536;
 
 /// What to run.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,6 +48,8 @@ struct Plan {
     iters: u32,
     /// Messages per message-rate run (a multiple of every post list).
     rate_iters: u32,
+    /// Requests per bandwidth run.
+    bw_iters: u32,
     sizes: Vec<usize>,
     /// Rounds of the instruction count (`instructions`' argument).
     instruction_rounds: u32,
@@ -54,6 +61,7 @@ fn parse_args(args: &[String]) -> Result<Plan, String> {
         rounds: 5,
         iters: 1000,
         rate_iters: 8192,
+        bw_iters: 1000,
         sizes: SIZES.to_vec(),
         instruction_rounds: 2000,
         write: false,
@@ -83,6 +91,7 @@ fn parse_args(args: &[String]) -> Result<Plan, String> {
                 plan.rounds = 1;
                 plan.iters = 100;
                 plan.rate_iters = 1024;
+                plan.bw_iters = 100;
                 plan.sizes = vec![64];
                 plan.instruction_rounds = 200;
             }
@@ -104,6 +113,17 @@ fn number<T: std::str::FromStr>(text: &str) -> Result<T, String> {
     text.parse().map_err(|_| format!("not a number: {text}"))
 }
 
+/// What a run measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Mode {
+    /// Latency (`lat`, `ib_<test>_lat`): the typical round trip.
+    Latency,
+    /// Message rate with this many requests per post (`bw send -l N`, `ib_send_bw -l N`).
+    Rate(u32),
+    /// Bandwidth (`bw <test>`, `ib_<test>_bw`): the average MiB/s.
+    Bandwidth,
+}
+
 /// One run of one tool: which, and the run's file name stem.
 #[derive(Debug, Clone, PartialEq)]
 struct Run {
@@ -111,8 +131,7 @@ struct Run {
     tool: &'static str,
     test: &'static str,
     size: usize,
-    /// Requests per post, for the message-rate runs (0 for latency).
-    list: u32,
+    mode: Mode,
 }
 
 /// The Rust tools' paths.
@@ -124,35 +143,38 @@ struct Tools<'a> {
 
 impl Run {
     fn id(&self) -> String {
-        match self.list {
-            0 => format!("{}-{}-{}-{}", self.round, self.tool, self.test, self.size),
-            l => format!(
-                "{}-{}-{}-{}-l{l}",
-                self.round, self.tool, self.test, self.size
-            ),
+        let stem = format!("{}-{}-{}-{}", self.round, self.tool, self.test, self.size);
+        match self.mode {
+            Mode::Latency => stem,
+            Mode::Rate(l) => format!("{stem}-l{l}"),
+            Mode::Bandwidth => format!("{stem}-bw"),
         }
     }
 
     /// The server's command line (the client adds the server's address).
     fn command(&self, tools: Tools<'_>, plan: &Plan, port: u16) -> String {
-        let iters = if self.list == 0 {
-            plan.iters
-        } else {
-            plan.rate_iters
+        let iters = match self.mode {
+            Mode::Latency => plan.iters,
+            Mode::Rate(_) => plan.rate_iters,
+            Mode::Bandwidth => plan.bw_iters,
         };
         let mut common = format!(
             "-d {GUEST_DEVICE} -x 1 -s {} -n {iters} -p {port}",
             self.size
         );
-        if self.list > 0 {
-            common.push_str(&format!(" -l {}", self.list));
+        if let Mode::Rate(list) = self.mode {
+            common.push_str(&format!(" -l {list}"));
         }
-        match (self.tool, self.list) {
-            ("rust", 0) => format!("{} {} {common}", shell_quote(tools.lat), self.test),
-            ("rust", _) => format!("{} send {common}", shell_quote(tools.bw)),
+        match (self.tool, self.mode) {
+            ("rust", Mode::Latency) => format!("{} {} {common}", shell_quote(tools.lat), self.test),
+            ("rust", Mode::Rate(_)) => format!("{} send {common}", shell_quote(tools.bw)),
+            ("rust", Mode::Bandwidth) => {
+                format!("{} {} {common}", shell_quote(tools.bw), self.test)
+            }
             // -F: no CPU-frequency warning (the VM's clock is what it is).
-            (_, 0) => format!("ib_{}_lat {common} -F", self.test),
-            (_, _) => format!("ib_send_bw {common} -F"),
+            (_, Mode::Latency) => format!("ib_{}_lat {common} -F", self.test),
+            (_, Mode::Rate(_)) => format!("ib_send_bw {common} -F"),
+            (_, Mode::Bandwidth) => format!("ib_{}_bw {common} -F", self.test),
         }
     }
 }
@@ -217,7 +239,7 @@ fn runs(plan: &Plan) -> Vec<Run> {
                         tool,
                         test,
                         size,
-                        list: 0,
+                        mode: Mode::Latency,
                     });
                 }
             }
@@ -229,7 +251,18 @@ fn runs(plan: &Plan) -> Vec<Run> {
                     tool,
                     test: RATE,
                     size: RATE_SIZE,
-                    list,
+                    mode: Mode::Rate(list),
+                });
+            }
+        }
+        for test in BW_TESTS {
+            for tool in order(round) {
+                runs.push(Run {
+                    round,
+                    tool,
+                    test,
+                    size: BW_SIZE,
+                    mode: Mode::Bandwidth,
                 });
             }
         }
@@ -279,6 +312,8 @@ pub(crate) fn bench_compare(root: &Path, args: &[String]) -> Result<(), String> 
     table.push('\n');
     table.push_str(&rate_table(&plan, &results));
     table.push('\n');
+    table.push_str(&bw_table(&plan, &results));
+    table.push('\n');
     table.push_str(&counts.table(plan.instruction_rounds));
     print!("{table}");
     if plan.write {
@@ -291,12 +326,12 @@ pub(crate) fn bench_compare(root: &Path, args: &[String]) -> Result<(), String> 
     Ok(())
 }
 
-/// Per (test, size, post list) and tool, one value per round in round order: the typical
+/// Per (test, size, mode) and tool, one value per round in round order: the typical
 /// latency (µs) of a latency run, the message rate (millions per second) of a message-rate
-/// run; `None` for a round whose report has no finite positive number (perftest prints `inf`,
+/// run, the average bandwidth (MiB/s) of a bandwidth run; `None` for a round whose report has no finite positive number (perftest prints `inf`,
 /// or a rate of 0, when it fails to measure its CPU's clock rate, which happens in the
 /// emulated VM).
-type Results = BTreeMap<(&'static str, usize, u32), BTreeMap<&'static str, Vec<Option<f64>>>>;
+type Results = BTreeMap<(&'static str, usize, Mode), BTreeMap<&'static str, Vec<Option<f64>>>>;
 
 /// Reads every run's client report; fails on a run that failed or printed no result row.
 fn collect(work: &Path, runs: &[Run]) -> Result<Results, String> {
@@ -319,15 +354,16 @@ fn collect(work: &Path, runs: &[Run]) -> Result<Results, String> {
         }
         let client = std::fs::read_to_string(work.join(format!("{id}.client")))
             .map_err(|e| format!("{id}: {e}"))?;
-        let value = match run.list {
-            0 => typical_of(&client, run.size),
-            _ => msg_rate_of(&client, run.size),
+        let value = match run.mode {
+            Mode::Latency => typical_of(&client, run.size),
+            Mode::Rate(_) => msg_rate_of(&client, run.size),
+            Mode::Bandwidth => bw_average_of(&client, run.size),
         };
         let value = value
             .ok_or_else(|| format!("{id}: no result row for {} bytes:\n{client}", run.size))?;
         let typical = measurement(value);
         results
-            .entry((run.test, run.size, run.list))
+            .entry((run.test, run.size, run.mode))
             .or_default()
             .entry(run.tool)
             .or_default()
@@ -358,13 +394,25 @@ pub(crate) fn typical_of(report: &str, size: usize) -> Option<f64> {
 /// The message rate (the last of five numbers) of the result row for `size` in a
 /// perftest-shaped bandwidth report.
 fn msg_rate_of(report: &str, size: usize) -> Option<f64> {
+    bw_row_of(report, size).map(|[_, _, rate]| rate)
+}
+
+/// The average bandwidth (the fourth of five numbers, MiB/s unless the report is in Gb/s) of
+/// the result row for `size` in a perftest-shaped bandwidth report.
+fn bw_average_of(report: &str, size: usize) -> Option<f64> {
+    bw_row_of(report, size).map(|[_, average, _]| average)
+}
+
+/// Peak bandwidth, average bandwidth and message rate of the result row for `size` (five
+/// numbers: bytes, iterations and those) in a perftest-shaped bandwidth report.
+fn bw_row_of(report: &str, size: usize) -> Option<[f64; 3]> {
     report.lines().find_map(|line| {
         let fields: Vec<&str> = line.split_whitespace().collect();
         if fields.len() != 5 || fields[0].parse::<usize>().ok()? != size {
             return None;
         }
         let numbers: Option<Vec<f64>> = fields[2..].iter().map(|f| f.parse().ok()).collect();
-        numbers.map(|n| n[2])
+        numbers.map(|n| [n[0], n[1], n[2]])
     })
 }
 
@@ -456,7 +504,11 @@ fn table(plan: &Plan, results: &Results, machine: &Machine) -> String {
     );
     let _ = writeln!(out, "|---|---:|---:|---:|---:|---|---:|");
     let mut all = Vec::new();
-    let latency = || results.iter().filter(|((_, _, list), _)| *list == 0);
+    let latency = || {
+        results
+            .iter()
+            .filter(|((_, _, mode), _)| *mode == Mode::Latency)
+    };
     let runs: usize = latency().flat_map(|(_, t)| t.values()).map(Vec::len).sum();
     let unmeasured: usize = latency()
         .flat_map(|(_, t)| t.values())
@@ -508,12 +560,12 @@ fn rate_table(plan: &Plan, results: &Results) -> String {
     let _ = writeln!(out, "|---:|---:|---:|---:|---|---:|");
     let rate = |list: u32, tool: &str| {
         results
-            .get(&(RATE, RATE_SIZE, list))
+            .get(&(RATE, RATE_SIZE, Mode::Rate(list)))
             .and_then(|t| t.get(tool))
             .map_or(f64::NAN, |v| median(&measured(v)))
     };
     for list in POST_LISTS {
-        let Some(tools) = results.get(&(RATE, RATE_SIZE, list)) else {
+        let Some(tools) = results.get(&(RATE, RATE_SIZE, Mode::Rate(list))) else {
             continue;
         };
         let r = ratios(tools);
@@ -536,6 +588,41 @@ fn rate_table(plan: &Plan, results: &Results) -> String {
         rate(last, "rust") / rate(first, "rust"),
         rate(last, "c") / rate(first, "c")
     );
+    out
+}
+
+/// The bandwidth table in Markdown: RDMA WRITE and READ of [`BW_SIZE`] bytes.
+fn bw_table(plan: &Plan, results: &Results) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Bandwidth: {} requests of {BW_SIZE} bytes, `bw <test>` against `ib_<test>_bw` \
+         (average MiB/s; perftest's defaults otherwise: send queue 128, 16 reads outstanding, \
+         rxe's maximum).\n",
+        plan.bw_iters
+    );
+    let _ = writeln!(
+        out,
+        "| test | Rust `bw` (MiB/s) | C perftest (MiB/s) | Rust / C (median) | Rust / C (range over rounds) | rounds |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---|---:|");
+    for test in BW_TESTS {
+        let Some(tools) = results.get(&(test, BW_SIZE, Mode::Bandwidth)) else {
+            continue;
+        };
+        let value = |tool: &str| tools.get(tool).map_or(f64::NAN, |v| median(&measured(v)));
+        let r = ratios(tools);
+        let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let _ = writeln!(
+            out,
+            "| {test} | {:.1} | {:.1} | {:.3} | {lo:.3} – {hi:.3} | {} |",
+            value("rust"),
+            value("c"),
+            median(&r),
+            r.len()
+        );
+    }
     out
 }
 
@@ -577,7 +664,7 @@ fn plot(path: &PathBuf, results: &Results) -> Result<(), String> {
             .map(|tool| {
                 let points = results
                     .iter()
-                    .filter(|((t, _, list), _)| *t == test && *list == 0)
+                    .filter(|((t, _, mode), _)| *t == test && *mode == Mode::Latency)
                     .filter_map(|((_, size, _), tools)| {
                         let values = measured(tools.get(tool)?);
                         (!values.is_empty()).then(|| (*size as f64, median(&values)))
@@ -664,7 +751,11 @@ fn rate_plot(path: &PathBuf, results: &Results) -> Result<(), String> {
             let points = POST_LISTS
                 .iter()
                 .filter_map(|&list| {
-                    let values = measured(results.get(&(RATE, RATE_SIZE, list))?.get(tool)?);
+                    let values = measured(
+                        results
+                            .get(&(RATE, RATE_SIZE, Mode::Rate(list)))?
+                            .get(tool)?,
+                    );
                     (!values.is_empty()).then(|| (f64::from(list), median(&values)))
                 })
                 .collect();
@@ -722,6 +813,7 @@ mod tests {
                 rounds: 3,
                 iters: 1000,
                 rate_iters: 8192,
+                bw_iters: 1000,
                 sizes: vec![2, 4096],
                 instruction_rounds: 500,
                 write: true
@@ -733,10 +825,11 @@ mod tests {
                 smoke.rounds,
                 smoke.iters,
                 smoke.rate_iters,
+                smoke.bw_iters,
                 smoke.sizes,
                 smoke.instruction_rounds
             ),
-            (1, 100, 1024, vec![64], 200)
+            (1, 100, 1024, 100, vec![64], 200)
         );
         assert!(parse_args(&args(&["--instruction-rounds", "0"])).is_err());
         assert!(parse_args(&args(&["--iters", "4"])).is_err());
@@ -755,10 +848,10 @@ mod tests {
         ])
         .unwrap();
         let runs = runs(&plan);
-        // 2 rounds × (3 tests × 2 sizes + atomic + 3 post lists) × 2 tools.
-        assert_eq!(runs.len(), 40);
+        // 2 rounds × (3 tests × 2 sizes + atomic + 3 post lists + 2 bandwidths) × 2 tools.
+        assert_eq!(runs.len(), 48);
         assert_eq!((runs[0].tool, runs[1].tool), ("rust", "c"));
-        assert_eq!((runs[20].tool, runs[21].tool), ("c", "rust"));
+        assert_eq!((runs[24].tool, runs[25].tool), ("c", "rust"));
         assert!(
             runs.iter()
                 .filter(|r| r.test == "atomic")
@@ -776,9 +869,18 @@ mod tests {
             runs[0].command(tools, &plan, 20000),
             "'/x/lat' send -d rxe0 -x 1 -s 2 -n 1000 -p 20000"
         );
-        let rates: Vec<&Run> = runs[..20].iter().filter(|r| r.list > 0).collect();
+        let rates: Vec<&Run> = runs[..24]
+            .iter()
+            .filter(|r| matches!(r.mode, Mode::Rate(_)))
+            .collect();
         assert_eq!(
-            rates.iter().map(|r| (r.tool, r.list)).collect::<Vec<_>>(),
+            rates
+                .iter()
+                .map(|r| match r.mode {
+                    Mode::Rate(list) => (r.tool, list),
+                    _ => unreachable!(),
+                })
+                .collect::<Vec<_>>(),
             [
                 ("rust", 1),
                 ("c", 1),
@@ -797,6 +899,28 @@ mod tests {
             "ib_send_bw -d rxe0 -x 1 -s 64 -n 8192 -p 20031 -l 32 -F"
         );
         assert_eq!(rates[5].id(), "1-c-send_bw-64-l32");
+        let bws: Vec<&Run> = runs[..24]
+            .iter()
+            .filter(|r| r.mode == Mode::Bandwidth)
+            .collect();
+        assert_eq!(
+            bws.iter().map(|r| (r.tool, r.test)).collect::<Vec<_>>(),
+            [
+                ("rust", "write"),
+                ("c", "write"),
+                ("rust", "read"),
+                ("c", "read")
+            ]
+        );
+        assert_eq!(
+            bws[2].command(tools, &plan, 20040),
+            "'/x/bw' read -d rxe0 -x 1 -s 65536 -n 1000 -p 20040"
+        );
+        assert_eq!(
+            bws[3].command(tools, &plan, 20041),
+            "ib_read_bw -d rxe0 -x 1 -s 65536 -n 1000 -p 20041 -F"
+        );
+        assert_eq!(bws[3].id(), "1-c-read-65536-bw");
     }
 
     #[test]
@@ -805,6 +929,7 @@ mod tests {
         assert_eq!(typical_of(c, 64), Some(0.78));
         let bw = " 64         8192             3.15               2.89  \t\t     0.047312\n";
         assert_eq!(msg_rate_of(bw, 64), Some(0.047312));
+        assert_eq!(bw_average_of(bw, 64), Some(2.89));
         assert_eq!(msg_rate_of(bw, 2), None);
         assert_eq!(typical_of(bw, 64), None);
         assert_eq!(msg_rate_of(c, 64), None);
