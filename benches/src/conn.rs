@@ -218,6 +218,7 @@ impl Io {
         // SAFETY: every region a request names is deregistered only after the queue pair is
         // destroyed (see `post_recv`), and the request completes before this returns, so Rust
         // touches no memory it uses while it is in flight.
+        // Signaled whatever the caller asked: this waits for the completion.
         unsafe { self.qp.post_send_one(&request.flags(SendFlags::SIGNALED)) }
             .map_err(|e| format!("couldn't post send: {e}"))?;
         let wc = self.poll_send()?;

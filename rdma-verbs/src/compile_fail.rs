@@ -115,6 +115,16 @@ case!(
     "request_write_to_ud.rs",
     "compile_fail,E0599"
 );
+case!(
+    RequestInvalidateWithImm,
+    "request_invalidate_with_imm.rs",
+    "compile_fail,E0599"
+);
+case!(
+    SendListReadOutlivesRegion,
+    "send_list_read_outlives_region.rs",
+    "compile_fail,E0505"
+);
 case!(RequestOpsOk, "request_ops_ok.rs", "rust");
 case!(
     OwnedBindWindowDropped,

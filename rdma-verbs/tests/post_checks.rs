@@ -121,6 +121,24 @@ fn atomics_refuse_a_result_that_is_not_one_word() {
             "{pushed:?}"
         );
     }
+    // A READ cannot land in inline bytes (the device writes its target): refused when
+    // posted, alone or in a list.
+    let inline = [0u8; 8];
+    let into_inline = SendRequest::read(Payload::Inline(&inline), remote).tag(6);
+    // SAFETY: refused before posting.
+    let posted = unsafe { a.post_send_one(&into_inline) };
+    assert!(
+        matches!(posted, Err(Error::InvalidArgument(_))),
+        "{posted:?}"
+    );
+    let mut list = SendList::with_capacity(1);
+    list.push(into_inline).unwrap();
+    // SAFETY: refused before posting.
+    let posted = unsafe { a.post_send(&mut list) };
+    assert!(
+        matches!(posted, Err(Error::InvalidArgument(_))),
+        "{posted:?}"
+    );
     {
         let mut words = results.chunks_mut(16).unwrap();
         let (wide, _) = (words.remove(0), words);

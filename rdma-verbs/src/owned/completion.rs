@@ -154,13 +154,15 @@ impl CompletionQueue {
 
     /// [`poll_each`](Self::poll_each) until `min` completions have been handed to `f` or
     /// `timeout` has passed, polling as [`poll_for`](Self::poll_for) does (a busy poll that
-    /// backs off to 50 µs sleeps). Returns how many it handed over: fewer than `min` means the
-    /// time ran out. A peer that never answers costs `timeout`, not a hang.
+    /// backs off to 50 µs sleeps). It hands over `min` at most (the rest stay queued for the
+    /// next poll) and returns how many: fewer than `min` means the time ran out. A peer that
+    /// never answers costs `timeout`, not a hang.
     ///
     /// # Errors
     ///
-    /// As [`poll_each`](Self::poll_each); completions handed over before a polling error stay
-    /// handed over.
+    /// As [`poll_each`](Self::poll_each). Completions handed over before a polling error stay
+    /// handed over, and the error does not say how many there were: count them in `f` where
+    /// that matters.
     ///
     /// # Examples
     ///

@@ -250,7 +250,7 @@ fn usable_ops(qpx: &ffi::ibv_qp_ex, wanted: u32, datagram: bool) -> u32 {
 ///
 /// `ex` belongs to a live queue pair with no batch open, which the caller holds exclusively
 /// for the call; `ex.covers` the operations of every request of the chain; `head` is a valid,
-/// null-terminated chain built by `SendRequest::fill` (on a datagram queue pair, each with an
+/// null-terminated chain built by `SendWr::fill` (on a datagram queue pair, each with an
 /// address handle); and the caller keeps the memory the requests name valid as
 /// `QueuePair::post_send` requires.
 ///
@@ -347,7 +347,7 @@ unsafe fn build(
         (*qpx).wr_id = raw.wr_id;
         (*qpx).wr_flags = raw.send_flags;
     }
-    // SAFETY: the unions hold the variant `SendRequest::fill` wrote for the opcode and zeros
+    // SAFETY: the unions hold the variant `SendWr::fill` wrote for the opcode and zeros
     // elsewhere, and every variant is plain integers and pointers, so each read is defined. The
     // batch is live, and the queue pair was created with the send-ops flag of each operation
     // built here (`ExtendedSend::covers`); the memory the requests name is the caller's to keep

@@ -36,7 +36,10 @@ pub struct PostList<'a, W: WorkRequest> {
     _borrow: PhantomData<&'a ()>,
 }
 
-/// A list of send requests for [`QueuePair::post_send`](crate::QueuePair::post_send).
+/// A list of send requests of any operation for
+/// [`QueuePair::post_send`](crate::QueuePair::post_send). (The second parameter only says which
+/// C structure the list holds: [`push`](PostList::push) takes a [`SendRequest`] of any
+/// operation.)
 pub type SendList<'a> = PostList<'a, SendRequest<'a>>;
 /// A list of receive requests for [`QueuePair::post_recv`](crate::QueuePair::post_recv) and
 /// [`SharedReceiveQueue::post_recv`](crate::SharedReceiveQueue::post_recv).

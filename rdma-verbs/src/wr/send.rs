@@ -1,6 +1,7 @@
 //! [`SendRequest`]: send work requests (`struct ibv_send_wr`), typed by operation, and
-//! [`SendWr`], the untyped request every post path lowers to `ibv_send_wr` through one
-//! function ([`SendWr::fill`]).
+//! [`SendWr`], the untyped request that the `unsafe` calls, the lists, the owned and slot paths
+//! and `PostScope` lower to `ibv_send_wr` through one function ([`SendWr::fill`]); the ring
+//! path still fills its own.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -122,9 +123,9 @@ impl Operation for InvalidateOp {}
 impl Operation for BindOp {}
 impl Operation for AnyOp {}
 
-/// A send request of any operation, as every post path hands it to [`fill`](Self::fill):
-/// the one lowering to `struct ibv_send_wr`.
-#[derive(Copy, Clone, Debug)]
+/// A send request of any operation, as the post paths hand it to [`fill`](Self::fill): the
+/// one lowering to `struct ibv_send_wr`.
+#[derive(Copy, Clone)]
 pub(crate) struct SendWr<'a> {
     wr_id: u64,
     opcode: u32,
@@ -140,6 +141,24 @@ pub(crate) struct SendWr<'a> {
     /// Posted by the owned-buffer path, whose ids alone may have
     /// [`OWNED_ID_BIT`](crate::inflight::OWNED_ID_BIT).
     owned: bool,
+}
+
+// Named as users know it: `SendRequest`'s `Debug` is this.
+impl fmt::Debug for SendWr<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SendRequest")
+            .field("wr_id", &self.wr_id)
+            .field("opcode", &self.opcode)
+            .field("payload", &self.payload)
+            .field("flags", &self.flags)
+            .field("imm", &self.imm)
+            .field("remote", &self.remote)
+            .field("atomic", &self.atomic)
+            .field("ud", &self.ud)
+            .field("invalidate_rkey", &self.invalidate_rkey)
+            .field("bind", &self.bind)
+            .finish()
+    }
 }
 
 /// The window, key, region, range and rights of a BIND_MW request.
