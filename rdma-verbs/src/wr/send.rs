@@ -287,14 +287,7 @@ impl<K: ImmOp> SendRequest<'_, K> {
     /// its completion.
     #[inline]
     pub fn with_imm(mut self, imm: u32) -> Self {
-        self.wr.imm = imm;
-        if self.wr.op & (op::SEND | op::SEND_WITH_IMM) != 0 {
-            self.wr.opcode = ffi::IBV_WR_SEND_WITH_IMM;
-            self.wr.op = op::SEND_WITH_IMM;
-        } else {
-            self.wr.opcode = ffi::IBV_WR_RDMA_WRITE_WITH_IMM;
-            self.wr.op = op::WRITE_WITH_IMM;
-        }
+        self.wr = self.wr.with_imm(imm);
         self
     }
 
@@ -331,7 +324,7 @@ impl<'a> SendRequest<'a, SendOp> {
     /// others.
     #[inline]
     pub fn to(mut self, ah: &'a AddressHandle, remote_qpn: u32, remote_qkey: u32) -> Self {
-        self.wr.ud = Some((ah, remote_qpn, remote_qkey));
+        self.wr = self.wr.to(ah, remote_qpn, remote_qkey);
         self
     }
 }
@@ -667,9 +660,9 @@ impl SendWr<'_> {
 }
 
 impl<'a> SendWr<'a> {
-    /// Immediate data on an untyped request (the owned and slot paths, whose requests are
-    /// typed already): an operation that cannot carry it is marked invalid, refused when
-    /// posted.
+    /// Immediate data on an untyped request ([`SendRequest::with_imm`], and the owned and slot
+    /// paths, whose requests are typed already): an operation that cannot carry it is marked
+    /// invalid, refused when posted.
     #[inline]
     pub(crate) fn with_imm(mut self, imm: u32) -> Self {
         self.imm = imm;
