@@ -26,7 +26,7 @@ use rdma_benches::loopback::{self, Loopback, Patience, Shape, spin};
 use rdma_verbs::{
     AccessFlags, Buf, BufferPool, Completion, CompletionQueue, MemoryRegion, OwnedRecvList,
     OwnedSend, OwnedSendList, Payload, QueuePair, Rc, RecvList, RecvRequest, RingSend, Rts,
-    SendList, SendRequest, Slot, SlotRing, SlotSend, WcOpcode, WorkCompletion,
+    SendList, SendRequest, Slot, SlotRing, WcOpcode, WorkCompletion,
 };
 
 /// Message sizes of the latency benches.
@@ -250,7 +250,7 @@ fn send_latency(c: &mut Criterion) {
         let ran = run(&mut group, BenchmarkId::new("slot", size), || {
             let mut out = take_slot(&mut ring_a);
             ok(ring_a.fill(&mut out, &message));
-            ok(a.post_send_slot(&mut ring_a, SlotSend::send(out)));
+            ok(a.post_send_slot(&mut ring_a, SendRequest::send(out)));
             let mut received = None;
             ok(spin_slot(
                 cq_b,
@@ -268,7 +268,7 @@ fn send_latency(c: &mut Criterion) {
             post_recv_next(b, &mut ring_b);
             // `b` answers with the slot it received.
             let back = received.unwrap_or_else(|| die("no slot received"));
-            ok(b.post_send_slot(&mut ring_b, SlotSend::send(back)));
+            ok(b.post_send_slot(&mut ring_b, SendRequest::send(back)));
             ok(spin_slot(
                 cq_a,
                 &mut ring_a,

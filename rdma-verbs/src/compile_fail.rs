@@ -151,6 +151,29 @@ case!(
 );
 case!(SrqSlotBytesOk, "srq_slot_bytes_ok.rs", "rust");
 
+// Requests of slots: the vocabulary of every request, posted by the slot path only.
+case!(
+    SlotRequestToUd,
+    "slot_request_to_ud.rs",
+    "compile_fail,E0599"
+);
+case!(
+    SlotRequestInList,
+    "slot_request_in_list.rs",
+    "compile_fail,E0277"
+);
+case!(
+    SlotRequestPostedUnsafe,
+    "slot_request_posted_unsafe.rs",
+    "compile_fail,E0308"
+);
+case!(
+    RequestAtomicIntoList,
+    "request_atomic_into_list.rs",
+    "compile_fail,E0277"
+);
+case!(SlotRequestOpsOk, "slot_request_ops_ok.rs", "rust");
+
 // Values that do nothing unless used (`#[must_use]`). A lint has no error code: the control,
 // which differs only in using the value, shows that nothing else fails.
 case!(RequestUnused, "request_unused.rs", "compile_fail");

@@ -143,13 +143,14 @@ pub use qp::{
 };
 pub use ring::{MAX_RING_SLOTS, RecvRing, RingSend, SendRing};
 pub use scope::{PostScope, ScopeCqs};
-pub use slot::{MAX_SLOTS, MAX_SRQ_SLOTS, Slot, SlotRefused, SlotRing, SlotSend, SrqSlotRing};
+pub use slot::{MAX_SLOTS, MAX_SRQ_SLOTS, Slot, SlotRefused, SlotRing, SrqSlotRing};
 pub use srq::{SharedReceiveQueue, SrqBuilder};
 pub use td::ThreadDomain;
 #[cfg(feature = "tokio")]
 pub use tokio_io::{AsyncCompletionChannel, AsyncContextEvents};
 pub use wr::{
-    AnyOp, AtomicOp, BindOp, ImmOp, InvalidateOp, Operation, Payload, PostList, ReadOp, RecvList,
-    RecvRequest, SendList, SendOp, SendRequest, Sge, WorkRequest, WriteOp,
+    AnyOp, AtomicOp, AtomicTarget, BindOp, Borrowed, ImmOp, IntoMemory, InvalidateOp, Operation,
+    Payload, PostList, ReadOp, RecvList, RecvRequest, SendList, SendOp, SendRequest, Sge,
+    WorkRequest, WriteOp,
 };
 pub use xrcd::{XrcDomain, XrcdFile};

@@ -308,7 +308,7 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
         remote_qkey: u32,
     ) -> Result<()> {
         self.send(
-            SendRequest::send(payload)
+            SendRequest::send(payload.into())
                 .tag(wr_id)
                 .to(ah, remote_qpn, remote_qkey),
         )

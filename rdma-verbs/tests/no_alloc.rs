@@ -501,7 +501,7 @@ fn slot_no_alloc_post_and_poll_round_trips() {
             for n in 0..sends {
                 let mut slot = tx.take().unwrap();
                 tx.fill(&mut slot, &data).unwrap();
-                let request = SlotSend::send(slot);
+                let request = SendRequest::send(slot);
                 let request = if n + 1 < sends {
                     request.unsignaled()
                 } else {
@@ -570,7 +570,7 @@ fn srq_slot_no_alloc_round_trips() {
             for (qp, tx) in [(&mut a1, &mut tx1), (&mut a2, &mut tx2)] {
                 let mut slot = tx.take().unwrap();
                 tx.fill(&mut slot, &data).unwrap();
-                qp.post_send_slot(tx, SlotSend::send(slot)).unwrap();
+                qp.post_send_slot(tx, SendRequest::send(slot)).unwrap();
             }
             let (mut sent, mut received) = (0, 0);
             let deadline = Instant::now() + WAIT;

@@ -29,8 +29,8 @@ fn complete_all(ring: &mut SlotRing, wcs: &[WorkCompletion]) -> Vec<Slot> {
 
 /// A receive ring of 8 slots stays posted across 200 rounds: each completion hands its slot
 /// back with the bytes received, in posting order, and it is posted again at once. The send
-/// slot comes back with its send completion; a copy of a completion given again matches
-/// nothing.
+/// slot comes back with its send completion and the request's tag; a copy of a completion
+/// given again matches nothing.
 #[test]
 fn slot_receive_ring_across_rounds() {
     let Some(f) = fixture() else { return };
@@ -50,7 +50,8 @@ fn slot_receive_ring_across_rounds() {
     for round in 0..200u64 {
         let mut slot = tx.take().expect("a send slot");
         tx.fill(&mut slot, &message(round)).unwrap();
-        a.post_send_slot(&mut tx, SlotSend::send(slot)).unwrap();
+        a.post_send_slot(&mut tx, SendRequest::send(slot).tag(round << 8 | 0xab))
+            .unwrap();
         let sent = wait_for(&mut cq_a, 1);
         assert_eq!(
             (sent[0].status(), sent[0].opcode()),
@@ -58,6 +59,7 @@ fn slot_receive_ring_across_rounds() {
         );
         let back = complete_all(&mut tx, &sent).remove(0);
         assert_eq!(back.len(), SIZE, "a send slot comes back as posted");
+        assert_eq!(back.tag(), round << 8 | 0xab, "with its request's tag");
         assert!(tx.complete(&sent[0]).is_none(), "the same completion again");
         tx.put(back).unwrap();
 
@@ -71,6 +73,7 @@ fn slot_receive_ring_across_rounds() {
             "receives complete in order"
         );
         assert_eq!(slot.len(), SIZE, "the length is what arrived");
+        assert_eq!(slot.tag(), 0, "a receive's slot has no tag");
         assert_eq!(
             rx.bytes(&slot).unwrap(),
             &message(round)[..],
@@ -109,7 +112,7 @@ fn slot_rings_share_completion_queues_and_unsignaled_sends_return() {
         for m in 0..4u64 {
             let mut slot = tx.take().unwrap();
             tx.fill(&mut slot, &message((p as u64) << 4 | m)).unwrap();
-            let request = SlotSend::send(slot);
+            let request = SendRequest::send(slot);
             let request = if m < 3 { request.unsignaled() } else { request };
             a.post_send_slot(tx, request).unwrap();
         }
@@ -178,14 +181,14 @@ fn slot_the_post_that_takes_the_last_free_slot_is_signaled() {
     }
     // A signaled send first: the run of unsignaled ones starts after it.
     let slot = tx.take().unwrap();
-    a.post_send_slot(&mut tx, SlotSend::send(slot)).unwrap();
+    a.post_send_slot(&mut tx, SendRequest::send(slot)).unwrap();
     let first = wait_for(&mut cq_a, 1);
     // Three unsignaled sends, each taken just before it is posted: the third takes the last
     // free slot (the first's is still posted, its completion not handed over), with a run of
     // three, short of the ring's four.
     for n in 0..3 {
         let slot = tx.take().unwrap();
-        a.post_send_slot(&mut tx, SlotSend::send(slot).unsignaled())
+        a.post_send_slot(&mut tx, SendRequest::send(slot).unsignaled())
             .unwrap();
         if n == 1 {
             assert_no_completion(&mut cq_a, QUIET);
@@ -204,7 +207,8 @@ fn slot_the_post_that_takes_the_last_free_slot_is_signaled() {
 
 /// RDMA WRITE from a slot, READ into one, and both atomics with their old values, against a
 /// remotely writable region of the peer; a fenced READ after an unsignaled fetch-and-add
-/// reads the sum, and its completion frees the atomic's slot.
+/// reads the sum, and its completion frees the atomic's slot. Each slot comes back with its
+/// request's tag.
 #[test]
 fn slot_write_read_and_atomics() {
     let Some(f) = fixture() else { return };
@@ -227,13 +231,13 @@ fn slot_write_read_and_atomics() {
     ring.fill(&mut slot, &message(5)).unwrap();
     a.post_send_slot(
         &mut ring,
-        SlotSend::write(slot, target.remote(..SIZE).unwrap()),
+        SendRequest::write(slot, target.remote(..SIZE).unwrap()).tag(11),
     )
     .unwrap();
     let read = ring.take().unwrap();
     a.post_send_slot(
         &mut ring,
-        SlotSend::read(read, target.remote(SIZE..).unwrap()),
+        SendRequest::read(read, target.remote(SIZE..).unwrap()).tag(12),
     )
     .unwrap();
     let done = wait_for(&mut cq_a, 2);
@@ -245,6 +249,7 @@ fn slot_write_read_and_atomics() {
     target.read_at(0, &mut copy).unwrap();
     assert_eq!(copy, message(5), "the write landed");
     let mut back = complete_all(&mut ring, &done);
+    assert_eq!((back[0].tag(), back[1].tag()), (11, 12));
     let read = back.pop().unwrap();
     assert_eq!(ring.bytes(&read).unwrap(), &message(77)[..], "the read");
     ring.put(read).unwrap();
@@ -255,20 +260,24 @@ fn slot_write_read_and_atomics() {
     let mut slots: Vec<Slot> = std::iter::from_fn(|| small.take()).collect();
     a.post_send_slot(
         &mut small,
-        SlotSend::fetch_add(slots.pop().unwrap(), word, 2),
+        SendRequest::fetch_add(slots.pop().unwrap(), word, 2).tag(13),
     )
     .unwrap();
     let added = wait_for(&mut cq_a, 1);
     assert_eq!(added[0].opcode(), WcOpcode::FetchAdd);
     let old = complete_all(&mut small, &added).remove(0);
-    assert_eq!(old.len(), 8);
+    assert_eq!((old.len(), old.tag()), (8, 13));
     let bytes = small.bytes(&old).unwrap();
     assert_eq!(u64::from_ne_bytes(bytes.try_into().unwrap()), 40);
-    a.post_send_slot(&mut small, SlotSend::compare_swap(old, word, 42, 7))
-        .unwrap();
+    a.post_send_slot(
+        &mut small,
+        SendRequest::compare_swap(old, word, 42, 7).tag(14),
+    )
+    .unwrap();
     let swapped = wait_for(&mut cq_a, 1);
     assert_eq!(swapped[0].opcode(), WcOpcode::CompSwap);
     let old = complete_all(&mut small, &swapped).remove(0);
+    assert_eq!(old.tag(), 14);
     let bytes = small.bytes(&old).unwrap();
     assert_eq!(u64::from_ne_bytes(bytes.try_into().unwrap()), 42);
     assert_eq!(target.load_u64(0).unwrap(), 7);
@@ -277,15 +286,19 @@ fn slot_write_read_and_atomics() {
     // A slot left free, so that the ring does not signal the fetch-and-add below whatever it
     // asks (it signals every send while none is free).
     small.put(slots.pop().unwrap()).unwrap();
-    a.post_send_slot(&mut small, SlotSend::fetch_add(old, word, 5).unsignaled())
-        .unwrap();
+    a.post_send_slot(
+        &mut small,
+        SendRequest::fetch_add(old, word, 5).unsignaled(),
+    )
+    .unwrap();
     let mut result = result;
     result.set_len(8);
-    a.post_send_slot(&mut small, SlotSend::read(result, word).fenced())
+    a.post_send_slot(&mut small, SendRequest::read(result, word).fenced().tag(15))
         .unwrap();
     let fenced = wait_for(&mut cq_a, 1);
     assert_ok(&fenced[0], fenced[0].wr_id(), WcOpcode::RdmaRead);
     let sum = complete_all(&mut small, &fenced).remove(0);
+    assert_eq!(sum.tag(), 15);
     assert_eq!(
         u64::from_ne_bytes(small.bytes(&sum).unwrap().try_into().unwrap()),
         12
@@ -343,7 +356,7 @@ fn slot_refusals_give_the_slot_back() {
         Err(Error::InvalidArgument(_))
     ));
     let refused = a
-        .post_send_slot(&mut ring_a, SlotSend::send(slot))
+        .post_send_slot(&mut ring_a, SendRequest::send(slot))
         .unwrap_err();
     invalid(&refused, "exceeds the slot size");
     let mut slot = refused.into_slot().unwrap();
@@ -355,14 +368,14 @@ fn slot_refusals_give_the_slot_back() {
     let refused = a
         .post_send_slot(
             &mut ring_a,
-            SlotSend::write(slot, remote.remote(..).unwrap()),
+            SendRequest::write(slot, remote.remote(..).unwrap()),
         )
         .unwrap_err();
     invalid(&refused, "remote memory");
     let refused = a
         .post_send_slot(
             &mut ring_a,
-            SlotSend::read(refused.into_slot().unwrap(), remote.remote(..).unwrap()),
+            SendRequest::read(refused.into_slot().unwrap(), remote.remote(..).unwrap()),
         )
         .unwrap_err();
     invalid(&refused, "remote memory");
@@ -373,7 +386,7 @@ fn slot_refusals_give_the_slot_back() {
     let refused = a
         .post_send_slot(
             &mut tiny,
-            SlotSend::fetch_add(slot, remote.remote(..).unwrap(), 1),
+            SendRequest::fetch_add(slot, remote.remote(..).unwrap(), 1),
         )
         .unwrap_err();
     invalid(&refused, "exceeds the slot size");
@@ -386,7 +399,7 @@ fn slot_refusals_give_the_slot_back() {
     let mut ud_ring = ud.slot_ring(1, GRH_LEN - 1).unwrap();
     let slot = ud_ring.take().unwrap();
     let refused = ud
-        .post_send_slot(&mut ud_ring, SlotSend::send(slot))
+        .post_send_slot(&mut ud_ring, SendRequest::send(slot))
         .unwrap_err();
     invalid(&refused, "UD");
     let refused = ud
@@ -416,7 +429,8 @@ fn slot_refusals_give_the_slot_back() {
     ring_b.put(slot).unwrap();
     let mut slot = ring_a.take().unwrap();
     ring_a.fill(&mut slot, b"sixteen bytes!!!").unwrap();
-    a.post_send_slot(&mut ring_a, SlotSend::send(slot)).unwrap();
+    a.post_send_slot(&mut ring_a, SendRequest::send(slot))
+        .unwrap();
     let done = wait_for(&mut cq_a, 1);
     assert_ok(&done[0], done[0].wr_id(), WcOpcode::Send);
     let back = complete_all(&mut ring_a, &done).remove(0);
@@ -459,7 +473,7 @@ fn slot_ring_dropped_with_receives_posted() {
     tx.fill(&mut kept, &message(9)).unwrap();
     let mut slot = tx.take().unwrap();
     tx.fill(&mut slot, &message(3)).unwrap();
-    a.post_send_slot(&mut tx, SlotSend::send(slot)).unwrap();
+    a.post_send_slot(&mut tx, SendRequest::send(slot)).unwrap();
     let sent = wait_for(&mut cq_a, 1);
     assert_ok(&sent[0], sent[0].wr_id(), WcOpcode::Send);
     let got = wait_for(&mut cq_b, 1);
@@ -531,7 +545,7 @@ fn slot_reclaim_after_a_reset() {
     // A send of b's that cannot complete: `a` has no receive posted (the peer retries).
     let mut stuck = ring.take().unwrap();
     ring.fill(&mut stuck, b"stuck").unwrap();
-    b.post_send_slot(&mut ring, SlotSend::send(stuck).unsignaled())
+    b.post_send_slot(&mut ring, SendRequest::send(stuck).unsignaled())
         .unwrap();
     let mut kept = ring.take().unwrap();
     ring.fill(&mut kept, b"kept out").unwrap();
@@ -573,7 +587,7 @@ fn slot_reclaim_after_a_reset() {
     ring.put(slot).unwrap();
 }
 
-/// Inline slot sends (`SlotSend::inline`): SENDs of 1 byte and of all the granted
+/// Inline slot sends (`SendRequest::inline`): SENDs of 1 byte and of all the granted
 /// `max_inline_data` bytes arrive byte for byte and hand their slots back; one byte over the
 /// limit is refused by the provider, which gives the slot back.
 #[test]
@@ -595,7 +609,7 @@ fn slot_inline_sends() {
         let data = pattern(len, 0x42);
         let mut slot = tx.take().unwrap();
         tx.fill(&mut slot, &data).unwrap();
-        a.post_send_slot(&mut tx, SlotSend::send(slot).inline())
+        a.post_send_slot(&mut tx, SendRequest::send(slot).inline())
             .unwrap();
         let sent = wait_for(&mut cq_a, 1);
         assert_ok(&sent[0], sent[0].wr_id(), WcOpcode::Send);
@@ -609,7 +623,7 @@ fn slot_inline_sends() {
     let mut slot = tx.take().unwrap();
     tx.fill(&mut slot, &vec![9; limit + 1]).unwrap();
     let refused = a
-        .post_send_slot(&mut tx, SlotSend::send(slot).inline())
+        .post_send_slot(&mut tx, SendRequest::send(slot).inline())
         .unwrap_err();
     assert!(matches!(refused.error(), Error::Post { .. }), "{refused}");
     let slot = refused.into_slot().expect("the slot comes back");
@@ -647,7 +661,7 @@ fn slot_and_owned_requests_share_a_queue_pair() {
         if m % 2 == 0 {
             let mut slot = tx.take().unwrap();
             tx.fill(&mut slot, &message(m)).unwrap();
-            let request = SlotSend::send(slot);
+            let request = SendRequest::send(slot);
             let request = if m < 2 { request.unsignaled() } else { request };
             a.post_send_slot(&mut tx, request).unwrap();
         } else {
@@ -743,7 +757,7 @@ fn slot_completions_handed_over_out_of_order() {
     while let Some(mut slot) = tx.take() {
         let m = u64::from(slot.index());
         tx.fill(&mut slot, &message(10 + m)).unwrap();
-        a.post_send_slot(&mut tx, SlotSend::send(slot)).unwrap();
+        a.post_send_slot(&mut tx, SendRequest::send(slot)).unwrap();
     }
     let sent = wait_for(&mut cq_a, 2);
     for slot in complete_all(&mut tx, &sent) {
@@ -784,7 +798,7 @@ fn slot_unsignaled_sends_are_signaled_often_enough() {
     // The caller keeps one slot out (or loses it): the ring cannot tell.
     let _kept = slots.next();
     for slot in slots {
-        a.post_send_slot(&mut small, SlotSend::send(slot).unsignaled())
+        a.post_send_slot(&mut small, SendRequest::send(slot).unsignaled())
             .unwrap();
     }
     let done = wait_for(&mut cq_a, 3);
@@ -800,7 +814,7 @@ fn slot_unsignaled_sends_are_signaled_often_enough() {
     for round in 0..2 {
         for n in 0..every {
             let slot = tx.take().unwrap();
-            a.post_send_slot(&mut tx, SlotSend::send(slot).unsignaled())
+            a.post_send_slot(&mut tx, SendRequest::send(slot).unsignaled())
                 .unwrap();
             if n + 2 == every {
                 assert_no_completion(&mut cq_a, QUIET);
@@ -844,7 +858,7 @@ fn unsignaled_sends_of_every_path_share_one_run() {
         let m = pattern(16, sent.len() as u8);
         let mut slot = tx.take().unwrap();
         tx.fill(&mut slot, &m).unwrap();
-        a.post_send_slot(tx, SlotSend::send(slot).unsignaled())
+        a.post_send_slot(tx, SendRequest::send(slot).unsignaled())
             .unwrap();
         sent.push(m);
     };
@@ -936,7 +950,7 @@ fn unsignaled_sends_of_every_path_share_one_run() {
     let m = pattern(16, sent.len() as u8);
     let mut slot = tx.take().unwrap();
     tx.fill(&mut slot, &m).unwrap();
-    a.post_send_slot(&mut tx, SlotSend::send(slot).unsignaled())
+    a.post_send_slot(&mut tx, SendRequest::send(slot).unsignaled())
         .unwrap();
     sent.push(m);
     let done = wait_for(&mut cq_a, 1);
@@ -997,7 +1011,7 @@ fn slot_ring_drops_and_destroyed_queue_pairs() {
     );
     let slot = orphan.take().unwrap();
     let refused = c
-        .post_send_slot(&mut orphan, SlotSend::send(slot))
+        .post_send_slot(&mut orphan, SendRequest::send(slot))
         .unwrap_err();
     assert!(
         matches!(refused.error(), Error::InvalidArgument(why) if why.contains("another queue pair")),

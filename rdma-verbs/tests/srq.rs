@@ -329,7 +329,7 @@ fn srq_slot_ring_feeds_two_queue_pairs_in_any_order() {
     // A send completion, and a default one (`wr_id` 0), match nothing.
     let mut out = tx1.take().unwrap();
     tx1.fill(&mut out, &[7; 8]).unwrap();
-    a1.post_send_slot(&mut tx1, SlotSend::send(out)).unwrap();
+    a1.post_send_slot(&mut tx1, SendRequest::send(out)).unwrap();
     let sent = wait_for(&mut cq_a, 1);
     let got = wait_for(&mut cq_b, 1);
     assert!(rx.complete(&sent[0]).is_none(), "a send completion");

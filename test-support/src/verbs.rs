@@ -199,7 +199,7 @@ pub fn send_from_slot(
 ) {
     let mut slot = tx.take().expect("a free send slot");
     tx.fill(&mut slot, data).unwrap();
-    qp.post_send_slot(tx, SlotSend::send(slot)).unwrap();
+    qp.post_send_slot(tx, SendRequest::send(slot)).unwrap();
     let sent = wait_for(cq, 1);
     assert_ok(&sent[0], sent[0].wr_id(), WcOpcode::Send);
     let back = tx.complete(&sent[0]).expect("the send's slot comes back");

@@ -38,7 +38,7 @@ use rdma_benches::loopback::{Loopback, Shape};
 use rdma_verbs::{
     AccessFlags, Buf, BufferPool, Completion, CompletionQueue, MemoryRegion, MrSlice, OwnedSend,
     QueuePair, Rc, RecvRequest, RecvRing, RingSend, Rts, SendRequest, SendRing, SharedReceiveQueue,
-    Slot, SlotRing, SlotSend, SrqSlotRing, WcFields, WcOpcode, WcStatus, WorkCompletion,
+    Slot, SlotRing, SrqSlotRing, WcFields, WcOpcode, WcStatus, WorkCompletion,
 };
 
 const SIZE: usize = 64;
@@ -488,7 +488,7 @@ fn measured_post_send_slot(
     ring: &mut SlotRing,
     slot: Slot,
 ) -> rdma_verbs::Result<()> {
-    qp.post_send_slot(ring, SlotSend::send(slot))
+    qp.post_send_slot(ring, SendRequest::send(slot))
         .map_err(rdma_verbs::Error::from)
 }
 

@@ -44,7 +44,6 @@ mod send;
 pub use recv::RecvRing;
 pub(crate) use recv::{FillSlots, fill_chains};
 pub(crate) use region::{Keeper, SlotRegion};
-pub(crate) use send::RingOp;
 pub use send::{RingSend, SendRing};
 
 use record::Record;

@@ -43,14 +43,14 @@ mod post;
 mod record;
 mod srq;
 
-pub use post::{SlotRefused, SlotSend};
+pub use post::SlotRefused;
 use record::{Posted, Record};
 pub use srq::{MAX_SRQ_SLOTS, SrqSlotRing};
 
 /// The rings of the process are numbered from 1, so that a [`Slot`] names its ring.
 static NEXT_RING: AtomicU64 = AtomicU64::new(1);
 
-/// The most slots a ring may have. A ring's record takes 36 to 68 bytes per slot besides the
+/// The most slots a ring may have. A ring's record takes 52 to 100 bytes per slot besides the
 /// region (both queues' records have room for every slot, rounded up to a power of two).
 pub const MAX_SLOTS: u32 = 1 << 20;
 
@@ -86,6 +86,7 @@ pub struct Slot {
     ring: u64,
     index: u32,
     len: u32,
+    tag: u64,
 }
 
 impl Slot {
@@ -101,6 +102,14 @@ impl Slot {
     #[inline]
     pub fn len(&self) -> usize {
         self.len as usize
+    }
+
+    /// The tag of the send request that carried the slot
+    /// ([`SendRequest::tag`](crate::SendRequest::tag)), once its completion handed the slot
+    /// back; 0 for a slot taken from its ring, or handed back by a receive's completion.
+    #[inline]
+    pub fn tag(&self) -> u64 {
+        self.tag
     }
 
     /// Whether no byte is in use.
@@ -123,6 +132,7 @@ impl fmt::Debug for Slot {
         f.debug_struct("Slot")
             .field("index", &self.index)
             .field("len", &self.len)
+            .field("tag", &self.tag)
             .finish()
     }
 }
@@ -138,6 +148,7 @@ impl SlotRing {
             ring: self.ring,
             index,
             len: self.region.size(),
+            tag: 0,
         })
     }
 
@@ -190,6 +201,7 @@ impl SlotRing {
             ring: self.ring,
             index: posted.index,
             len,
+            tag: posted.tag,
         })
     }
 

@@ -1,8 +1,7 @@
 //! Posting slots: [`QueuePair::post_recv_slot`], [`QueuePair::post_send_slot`] with a
-//! [`SlotSend`], and [`SlotRefused`], what a refused post gives back.
+//! [`SendRequest`] of a [`Slot`], and [`SlotRefused`], what a refused post gives back.
 
 use std::fmt;
-use std::marker::PhantomData;
 
 use super::{Posted, Slot, SlotRing, other_qp, other_ring};
 use crate::error::Error;
@@ -10,8 +9,7 @@ use crate::flags::SendFlags;
 use crate::mr::RemoteMemory;
 use crate::owned::check_room;
 use crate::qp::{CanPostRecv, QueuePair, Rts, Transport, may_have_posted};
-use crate::ring::RingOp;
-use crate::wr::{AtomicOp, ImmOp, Operation, ReadOp, SendOp, WriteOp};
+use crate::wr::{AtomicTarget, IntoMemory, Operation, memory_sealed};
 use crate::wr::{Payload, RecvRequest, SendRequest};
 
 /// A slot post the queue pair did not take: the error, and the slot, which the device never
@@ -59,121 +57,22 @@ impl From<SlotRefused> for Error {
     }
 }
 
-/// A send request from a slot, typed by operation as [`OwnedSend`](crate::OwnedSend) is:
-/// SEND and RDMA WRITE take [`with_imm`](SlotSend::with_imm), the other operations cannot.
-/// Signaled by default; an [`unsignaled`](Self::unsignaled) request's slot returns to the ring
-/// when a later signaled send of the ring completes.
-#[must_use = "a request does nothing until it is posted"]
-pub struct SlotSend<K: Operation = SendOp> {
-    slot: Slot,
-    op: RingOp,
-    imm: Option<u32>,
-    flags: SendFlags,
-    _op: PhantomData<fn() -> K>,
+impl memory_sealed::Sealed for Slot {}
+impl IntoMemory<'_> for Slot {
+    type Memory = Slot;
+
+    /// The slot's bytes are named when the request is posted, from its ring.
+    #[inline]
+    fn into_memory(self) -> (Payload<'static>, Slot) {
+        (Payload::None, self)
+    }
 }
+impl AtomicTarget<'_> for Slot {}
 
-impl<K: Operation> SlotSend<K> {
-    fn new(slot: Slot, op: RingOp) -> Self {
-        Self {
-            slot,
-            op,
-            imm: None,
-            flags: SendFlags::SIGNALED,
-            _op: PhantomData,
-        }
-    }
-
-    /// No completion for this request (see the type's documentation).
-    pub fn unsignaled(mut self) -> Self {
-        self.flags.remove(SendFlags::SIGNALED);
-        self
-    }
-
-    /// Starts the request only once the queue pair's earlier RDMA READs and atomics have
-    /// completed (`IBV_SEND_FENCE`).
-    pub fn fenced(mut self) -> Self {
-        self.flags.insert(SendFlags::FENCE);
-        self
-    }
-
+impl<K: Operation> SendRequest<'_, K, Slot> {
     /// The slot, for a request that will not be posted.
     pub fn into_slot(self) -> Slot {
-        self.slot
-    }
-}
-
-impl<K: ImmOp> SlotSend<K> {
-    /// Immediate data, delivered with the peer's receive completion (an RDMA WRITE with it also
-    /// consumes a receive at the peer).
-    pub fn with_imm(mut self, imm: u32) -> Self {
-        self.imm = Some(imm);
-        self
-    }
-
-    /// Raises a solicited event at the receiver with its receive completion
-    /// (`IBV_SEND_SOLICITED`; an RDMA WRITE without immediate data completes no receive).
-    pub fn solicited(mut self) -> Self {
-        self.flags.insert(SendFlags::SOLICITED);
-        self
-    }
-
-    /// Sends the bytes inline (`IBV_SEND_INLINE`): the provider copies them into the work
-    /// request during the post, so the device does not read the slot (on NICs that would
-    /// otherwise fetch the payload, a shorter round trip for small messages). Refused by the
-    /// provider when longer than the queue pair's granted `max_inline_data`
-    /// ([`QueuePair::caps`](crate::QueuePair::caps)). The slot stays posted until the
-    /// request's completion, as any other.
-    pub fn inline(mut self) -> Self {
-        self.flags.insert(SendFlags::INLINE);
-        self
-    }
-}
-
-impl SlotSend<SendOp> {
-    /// SEND of the slot's first [`len`](Slot::len) bytes.
-    pub fn send(slot: Slot) -> Self {
-        Self::new(slot, RingOp::Send)
-    }
-}
-
-impl SlotSend<WriteOp> {
-    /// RDMA WRITE of the slot's first [`len`](Slot::len) bytes to `remote` (refused when
-    /// posted if longer than `remote`).
-    pub fn write(slot: Slot, remote: RemoteMemory) -> Self {
-        Self::new(slot, RingOp::Write(remote))
-    }
-}
-
-impl SlotSend<ReadOp> {
-    /// RDMA READ of `remote` into the slot's first [`len`](Slot::len) bytes (refused when
-    /// posted if longer than `remote`).
-    pub fn read(slot: Slot, remote: RemoteMemory) -> Self {
-        Self::new(slot, RingOp::Read(remote))
-    }
-}
-
-impl SlotSend<AtomicOp> {
-    /// ATOMIC_FETCH_AND_ADD of `add` to the 8 bytes at `remote`; the old value lands in the
-    /// slot's first 8 bytes (in the byte order the provider writes), its length set to 8.
-    pub fn fetch_add(slot: Slot, remote: RemoteMemory, add: u64) -> Self {
-        Self::new(slot, RingOp::FetchAdd(remote, add))
-    }
-
-    /// ATOMIC_CMP_AND_SWP: `swap` into the 8 bytes at `remote` if they hold `compare`; the
-    /// old value lands in the slot's first 8 bytes, its length set to 8.
-    pub fn compare_swap(slot: Slot, remote: RemoteMemory, compare: u64, swap: u64) -> Self {
-        Self::new(slot, RingOp::CompareSwap(remote, compare, swap))
-    }
-}
-
-impl<K: Operation> fmt::Debug for SlotSend<K> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SlotSend")
-            .field("slot", &self.slot)
-            .field("op", &self.op)
-            .field("imm", &self.imm)
-            .field("flags", &self.flags)
-            .finish()
+        self.into_parts().1
     }
 }
 
@@ -243,6 +142,7 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
         let payload = Payload::Slice(ring.raw_slice(slot.index, ring.region.size()));
         let posted = Posted {
             id,
+            tag: 0,
             index: slot.index,
             len: ring.region.size(),
         };
@@ -280,6 +180,7 @@ fn refused(ring: &mut SlotRing, recv: bool, id: u64, error: Error) -> SlotRefuse
         ring: ring.ring,
         index: posted.index,
         len: posted.len,
+        tag: 0,
     });
     SlotRefused { error, slot }
 }
@@ -305,16 +206,10 @@ impl<T: Transport> QueuePair<T, Rts> {
     pub fn post_send_slot<K: Operation>(
         &mut self,
         ring: &mut SlotRing,
-        request: SlotSend<K>,
+        request: SendRequest<'_, K, Slot>,
     ) -> std::result::Result<(), SlotRefused> {
-        let SlotSend {
-            mut slot,
-            op,
-            imm,
-            mut flags,
-            _op,
-        } = request;
-        if matches!(op, RingOp::FetchAdd(..) | RingOp::CompareSwap(..)) {
+        let (request, mut slot) = request.into_parts();
+        if request.has_atomic_result() {
             slot.len = 8;
         }
         let checked = if T::DATAGRAM {
@@ -322,14 +217,13 @@ impl<T: Transport> QueuePair<T, Rts> {
         } else if !ring.region.is_for(self.tables()) {
             Err(other_qp())
         } else {
-            ring.check(&slot).and_then(|len| match op {
-                RingOp::Write(remote) | RingOp::Read(remote)
-                    if len as u64 > u64::from(remote.len) =>
-                {
-                    Err(longer_than_remote(len as u32, &remote))
-                }
-                _ => Ok(()),
-            })
+            ring.check(&slot)
+                .and_then(|len| match request.rdma_remote() {
+                    Some(remote) if len as u64 > u64::from(remote.len) => {
+                        Err(longer_than_remote(len as u32, &remote))
+                    }
+                    _ => Ok(()),
+                })
         };
         if let Err(error) = checked {
             return Err(SlotRefused {
@@ -349,6 +243,7 @@ impl<T: Transport> QueuePair<T, Rts> {
         let slice = ring.raw_slice(slot.index, slot.len);
         let posted = Posted {
             id,
+            tag: request.wr_id(),
             index: slot.index,
             len: slot.len,
         };
@@ -362,6 +257,7 @@ impl<T: Transport> QueuePair<T, Rts> {
         // `signal_every - 1` unsignaled sends of this queue pair in a row (of any ring, or of
         // the owned path: fewer than this ring's slots and than the send queue holds), and
         // whenever no slot of this ring is left free (the caller may have none to post).
+        let mut flags = request.flags();
         let run = self.next_unsignaled(
             flags.contains(SendFlags::SIGNALED) || ring.record.free_is_empty(),
             ring.signal_every,
@@ -369,21 +265,10 @@ impl<T: Transport> QueuePair<T, Rts> {
         if run == 0 {
             flags.insert(SendFlags::SIGNALED);
         }
-        let payload = Payload::Slice(slice);
-        let mut request = match op {
-            RingOp::Send => SendRequest::send(payload).into_wr(),
-            RingOp::Write(remote) => SendRequest::write(payload, remote).into_wr(),
-            RingOp::Read(remote) => SendRequest::read(payload, remote).into_wr(),
-            RingOp::FetchAdd(remote, add) => SendRequest::fetch_add(slice, remote, add).into_wr(),
-            RingOp::CompareSwap(remote, compare, swap) => {
-                SendRequest::compare_swap(slice, remote, compare, swap).into_wr()
-            }
-        }
-        .owned(id)
-        .set_flags(flags);
-        if let Some(imm) = imm {
-            request = request.with_imm(imm);
-        }
+        let request = request
+            .with_payload(Payload::Slice(slice))
+            .owned(id)
+            .set_flags(flags);
         // SAFETY: as in `post_recv_slot`: the request names the slot's first `len` bytes (at
         // most the slot size, checked), in the ring's region, which the queue pair keeps
         // registered; the slot is recorded as posted and its `Slot` is gone until the

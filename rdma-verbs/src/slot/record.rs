@@ -1,10 +1,11 @@
 //! [`Record`]: which slots of a ring are posted, to which queue, under which request id, and
 //! which are free. Plain data, owned by the ring (`&mut` for every change): no lock, no atomic.
 
-/// One posted request: its id, its slot and the slot's length.
+/// One posted request: its id, the caller's tag, its slot and the slot's length.
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub(super) struct Posted {
     pub(super) id: u64,
+    pub(super) tag: u64,
     pub(super) index: u32,
     pub(super) len: u32,
 }
@@ -206,7 +207,12 @@ mod tests {
     use super::*;
 
     fn posted(id: u64, index: u32) -> Posted {
-        Posted { id, index, len: 10 }
+        Posted {
+            id,
+            tag: id,
+            index,
+            len: 10,
+        }
     }
 
     /// Taking every slot, posting them, completing them in order: each completion gives its
@@ -328,7 +334,15 @@ mod tests {
                     let recv = random(2) == 0;
                     let id = next_id | if recv { 1 << 62 } else { 0 };
                     next_id += 1;
-                    assert!(record.push(recv, Posted { id, index, len: 1 }));
+                    assert!(record.push(
+                        recv,
+                        Posted {
+                            id,
+                            tag: 0,
+                            index,
+                            len: 1
+                        }
+                    ));
                     if random(4) == 0 {
                         // Refused by the provider: taken back.
                         assert_eq!(record.unpush(recv, id).map(|p| p.index), Some(index));

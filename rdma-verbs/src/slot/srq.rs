@@ -166,6 +166,7 @@ impl SrqSlotRing {
             ring: self.ring,
             index,
             len: self.region.size(),
+            tag: 0,
         })
     }
 
@@ -200,6 +201,7 @@ impl SrqSlotRing {
             ring: self.ring,
             index,
             len: received_len(wc, self.region.size()),
+            tag: 0,
         })
     }
 

@@ -16,8 +16,10 @@ mod send;
 pub use list::{PostList, RecvList, SendList, WorkRequest};
 pub use recv::RecvRequest;
 pub(crate) use send::SendWr;
+pub(crate) use send::memory_sealed;
 pub use send::{
-    AnyOp, AtomicOp, BindOp, ImmOp, InvalidateOp, Operation, ReadOp, SendOp, SendRequest, WriteOp,
+    AnyOp, AtomicOp, AtomicTarget, BindOp, Borrowed, ImmOp, IntoMemory, InvalidateOp, Operation,
+    ReadOp, SendOp, SendRequest, WriteOp,
 };
 
 use std::fmt;

@@ -1,7 +1,7 @@
-//! [`SendRequest`]: send work requests (`struct ibv_send_wr`), typed by operation, and
-//! [`SendWr`], the untyped request that the `unsafe` calls, the lists, the owned and slot paths
-//! and `PostScope` lower to `ibv_send_wr` through one function ([`SendWr::fill`]); the ring
-//! path still fills its own.
+//! [`SendRequest`]: send work requests (`struct ibv_send_wr`), typed by operation and by
+//! memory model, and [`SendWr`], the untyped request that the `unsafe` calls, the lists, the
+//! owned and slot paths and `PostScope` lower to `ibv_send_wr` through one function
+//! ([`SendWr::fill`]); the ring path still fills its own.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -14,10 +14,20 @@ use crate::ffi;
 use crate::flags::{AccessFlags, SendFlags};
 use crate::mr::{MemoryRegion, MrSlice, RemoteMemory};
 use crate::mw::{BindRange, MemoryWindow, MwType, check_bind};
+use crate::wr::Sge;
 
 /// A send work request (`struct ibv_send_wr`), typed by its operation `K`: SEND (with
 /// immediate data, or invalidating a peer's window), RDMA WRITE (with immediate data), RDMA
-/// READ, the atomics (compare-and-swap, fetch-and-add, atomic write), BIND_MW and LOCAL_INV.
+/// READ, the atomics (compare-and-swap, fetch-and-add, atomic write), BIND_MW and LOCAL_INV;
+/// and by its memory model `M`, which the constructors take from what they are given:
+///
+/// - [`Borrowed`] (the default): memory the request borrows, a [`MrSlice`], a list of
+///   [`Sge`]s or a [`Payload`], for the `unsafe` posts
+///   ([`QueuePair::post_send_one`](crate::QueuePair::post_send_one), lists);
+/// - [`Slot`](crate::Slot): a slot of a [`SlotRing`](crate::SlotRing), which the request
+///   carries into [`QueuePair::post_send_slot`](crate::QueuePair::post_send_slot), safely.
+///
+/// The operations, their options and their names are the same for every model.
 ///
 /// Signaled by default (its completion comes to the send completion queue); options chain by
 /// value. What an operation cannot carry does not compile: only SEND and RDMA WRITE take
@@ -37,27 +47,103 @@ use crate::mw::{BindRange, MemoryWindow, MwType, check_bind};
 /// # }
 /// ```
 ///
-/// The request borrows the memory it names (`'a`); posting it is the `unsafe` step
+/// A [`Borrowed`] request borrows the memory it names (`'a`); posting it is the `unsafe` step
 /// ([`QueuePair::post_send_one`](crate::QueuePair::post_send_one),
 /// [`QueuePair::post_send`](crate::QueuePair::post_send) for a [`SendList`](crate::SendList)),
-/// because the device uses the memory after the call returns.
+/// because the device uses the memory after the call returns. A request of a slot is posted
+/// safely, the slot moving into its ring until the completion hands it back:
+///
+/// ```no_run
+/// # use rdma_verbs::{QueuePair, Rc, Rts, SendRequest};
+/// # fn f(qp: &mut QueuePair<Rc, Rts>) -> rdma_verbs::Result<()> {
+/// let mut ring = qp.slot_ring(16, 4096)?;
+/// let mut slot = ring.take().expect("a free slot");
+/// ring.fill(&mut slot, b"hello")?;
+/// qp.post_send_slot(&mut ring, SendRequest::send(slot).with_imm(7).tag(1))?;
+/// # Ok(()) }
+/// ```
 #[must_use = "a request does nothing until it is posted"]
-pub struct SendRequest<'a, K: Operation = SendOp> {
+pub struct SendRequest<'a, K: Operation = SendOp, M = Borrowed> {
     wr: SendWr<'a>,
+    /// What the memory model keeps besides `wr`'s payload (a [`Slot`](crate::Slot)), or
+    /// nothing.
+    memory: M,
     _op: PhantomData<fn() -> K>,
 }
 
-impl<K: Operation> Clone for SendRequest<'_, K> {
+impl<K: Operation, M: Clone> Clone for SendRequest<'_, K, M> {
     fn clone(&self) -> Self {
-        *self
+        Self {
+            wr: self.wr,
+            memory: self.memory.clone(),
+            _op: PhantomData,
+        }
     }
 }
 
-impl<K: Operation> Copy for SendRequest<'_, K> {}
+impl<K: Operation, M: Copy> Copy for SendRequest<'_, K, M> {}
 
-impl<K: Operation> fmt::Debug for SendRequest<'_, K> {
+impl<K: Operation, M: fmt::Debug> fmt::Debug for SendRequest<'_, K, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.wr.fmt(f)
+        self.wr.debug(f, &self.memory)
+    }
+}
+
+/// The memory model of requests that borrow the memory they name (the default of
+/// [`SendRequest`]): what the `unsafe` posts and the lists take.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Borrowed;
+
+/// What a request's constructor takes as its memory ([`SendRequest::send`],
+/// [`write`](SendRequest::write), [`read`](SendRequest::read)), and the memory model it gives
+/// the request: [`Borrowed`] for a [`MrSlice`], a slice of [`Sge`]s or a [`Payload`];
+/// [`Slot`](crate::Slot) for a slot. Sealed.
+pub trait IntoMemory<'a>: memory_sealed::Sealed {
+    /// The memory model of the request.
+    type Memory;
+
+    /// The payload the request names now, and what its model keeps.
+    #[doc(hidden)]
+    fn into_memory(self) -> (Payload<'a>, Self::Memory);
+}
+
+/// What an atomic's constructor takes for the 8-byte word where the old value lands
+/// ([`SendRequest::fetch_add`], [`compare_swap`](SendRequest::compare_swap)): a [`MrSlice`]
+/// of 8 bytes, or a [`Slot`](crate::Slot) (its length set to 8 when posted). Sealed.
+pub trait AtomicTarget<'a>: IntoMemory<'a> {}
+
+pub(crate) mod memory_sealed {
+    pub trait Sealed {}
+}
+
+impl memory_sealed::Sealed for MrSlice<'_> {}
+impl<'a> IntoMemory<'a> for MrSlice<'a> {
+    type Memory = Borrowed;
+
+    #[inline]
+    fn into_memory(self) -> (Payload<'a>, Borrowed) {
+        (Payload::Slice(self), Borrowed)
+    }
+}
+impl<'a> AtomicTarget<'a> for MrSlice<'a> {}
+
+impl memory_sealed::Sealed for &[Sge<'_>] {}
+impl<'a> IntoMemory<'a> for &'a [Sge<'a>] {
+    type Memory = Borrowed;
+
+    #[inline]
+    fn into_memory(self) -> (Payload<'a>, Borrowed) {
+        (Payload::List(self), Borrowed)
+    }
+}
+
+impl memory_sealed::Sealed for Payload<'_> {}
+impl<'a> IntoMemory<'a> for Payload<'a> {
+    type Memory = Borrowed;
+
+    #[inline]
+    fn into_memory(self) -> (Payload<'a>, Borrowed) {
+        (self, Borrowed)
     }
 }
 
@@ -133,7 +219,9 @@ pub(crate) struct SendWr<'a> {
     pub(super) payload: Payload<'a>,
     flags: SendFlags,
     imm: u32,
-    remote: (u64, u32),
+    /// The remote memory of a READ, a WRITE or an atomic (its length checked by the safe
+    /// paths; the work request carries only its address and key).
+    remote: RemoteMemory,
     atomic: (u64, u64),
     ud: Option<(&'a AddressHandle, u32, u32)>,
     invalidate_rkey: u32,
@@ -146,6 +234,13 @@ pub(crate) struct SendWr<'a> {
 // Named as users know it: `SendRequest`'s `Debug` is this.
 impl fmt::Debug for SendWr<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.debug(f, &Borrowed)
+    }
+}
+
+impl SendWr<'_> {
+    /// The request's fields, and what its memory model keeps.
+    fn debug<M: fmt::Debug>(&self, f: &mut fmt::Formatter<'_>, memory: &M) -> fmt::Result {
         f.debug_struct("SendRequest")
             .field("wr_id", &self.wr_id)
             .field("opcode", &self.opcode)
@@ -157,6 +252,7 @@ impl fmt::Debug for SendWr<'_> {
             .field("ud", &self.ud)
             .field("invalidate_rkey", &self.invalidate_rkey)
             .field("bind", &self.bind)
+            .field("memory", memory)
             .finish()
     }
 }
@@ -182,7 +278,11 @@ impl<'a> SendWr<'a> {
             payload,
             flags: SendFlags::SIGNALED,
             imm: 0,
-            remote: (0, 0),
+            remote: RemoteMemory {
+                addr: 0,
+                len: 0,
+                rkey: 0,
+            },
             atomic: (0, 0),
             ud: None,
             invalidate_rkey: 0,
@@ -213,17 +313,26 @@ impl<'a> SendWr<'a> {
     }
 }
 
-impl<'a, K: Operation> SendRequest<'a, K> {
+impl<'a, K: Operation, M> SendRequest<'a, K, M> {
     #[inline]
-    fn typed(wr: SendWr<'a>) -> Self {
+    fn typed(wr: SendWr<'a>, memory: M) -> Self {
         Self {
             wr,
+            memory,
             _op: PhantomData,
         }
     }
 
-    /// A tag for the request (its `wr_id`), which its completion gives back
-    /// ([`WorkCompletion::wr_id`](crate::WorkCompletion::wr_id)). 0 unless set.
+    /// A request of operation `K` with `memory`: its payload goes into the request.
+    #[inline]
+    fn of<P: IntoMemory<'a, Memory = M>>(opcode: u32, op: u32, memory: P) -> Self {
+        let (payload, memory) = memory.into_memory();
+        Self::typed(SendWr::new(opcode, op, payload), memory)
+    }
+
+    /// A tag for the request, which its completion gives back: as its `wr_id`
+    /// ([`WorkCompletion::wr_id`](crate::WorkCompletion::wr_id)) for a [`Borrowed`] request, as
+    /// the slot's [`tag`](crate::Slot::tag) for a slot's. 0 unless set.
     #[inline]
     pub fn tag(mut self, tag: u64) -> Self {
         self.wr.wr_id = tag;
@@ -264,10 +373,18 @@ impl<'a, K: Operation> SendRequest<'a, K> {
 
     /// The same request, of [`AnyOp`]: requests of different operations then have one type.
     #[inline]
-    pub fn erase(self) -> SendRequest<'a, AnyOp> {
-        SendRequest::typed(self.wr)
+    pub fn erase(self) -> SendRequest<'a, AnyOp, M> {
+        SendRequest::typed(self.wr, self.memory)
     }
 
+    /// The untyped request and what its memory model keeps, for the post paths.
+    #[inline]
+    pub(crate) fn into_parts(self) -> (SendWr<'a>, M) {
+        (self.wr, self.memory)
+    }
+}
+
+impl<'a, K: Operation> SendRequest<'a, K> {
     /// The untyped request, for the post paths.
     #[inline]
     pub(crate) fn wr(&self) -> &SendWr<'a> {
@@ -281,7 +398,7 @@ impl<'a, K: Operation> SendRequest<'a, K> {
     }
 }
 
-impl<K: ImmOp> SendRequest<'_, K> {
+impl<K: ImmOp, M> SendRequest<'_, K, M> {
     /// Adds immediate data (host order): SEND becomes SEND_WITH_IMM and RDMA_WRITE becomes
     /// RDMA_WRITE_WITH_IMM, which consumes a receive request at the peer and is delivered with
     /// its completion.
@@ -304,7 +421,8 @@ impl<K: ImmOp> SendRequest<'_, K> {
     /// otherwise fetch it, a shorter round trip for small messages). Refused by the provider
     /// when longer than the queue pair's granted `max_inline_data`
     /// ([`QueuePair::caps`](crate::QueuePair::caps)). [`Payload::Inline`] sends bytes of no
-    /// region this way.
+    /// region this way. A slot sent inline stays posted until the request's completion, as
+    /// any other.
     #[inline]
     pub fn inline(mut self) -> Self {
         self.wr.flags |= SendFlags::INLINE;
@@ -312,13 +430,16 @@ impl<K: ImmOp> SendRequest<'_, K> {
     }
 }
 
-impl<'a> SendRequest<'a, SendOp> {
-    /// SEND: delivers `payload` to the next receive request of the peer.
+impl<'a, M> SendRequest<'a, SendOp, M> {
+    /// SEND: delivers `memory` (a slot's first [`len`](crate::Slot::len) bytes) to the next
+    /// receive request of the peer.
     #[inline]
-    pub fn send(payload: impl Into<Payload<'a>>) -> Self {
-        Self::typed(SendWr::new(ffi::IBV_WR_SEND, op::SEND, payload.into()))
+    pub fn send<P: IntoMemory<'a, Memory = M>>(memory: P) -> Self {
+        Self::of(ffi::IBV_WR_SEND, op::SEND, memory)
     }
+}
 
+impl<'a> SendRequest<'a, SendOp> {
     /// Addresses a datagram (UD): to queue pair `remote_qpn` behind `ah`, with Q_Key
     /// `remote_qkey`. Required for every request posted to a UD queue pair, refused on the
     /// others.
@@ -329,57 +450,70 @@ impl<'a> SendRequest<'a, SendOp> {
     }
 }
 
-impl<'a> SendRequest<'a, WriteOp> {
-    /// RDMA_WRITE: writes `payload` to `remote` (the peer's memory, which must allow remote
-    /// write). The peer gets no completion (unless [`with_imm`](Self::with_imm)).
+impl<'a, M> SendRequest<'a, WriteOp, M> {
+    /// RDMA_WRITE: writes `memory` to `remote` (the peer's memory, which must allow remote
+    /// write). The peer gets no completion (unless [`with_imm`](Self::with_imm)). The safe
+    /// paths refuse a write longer than `remote`.
     #[inline]
-    pub fn write(payload: impl Into<Payload<'a>>, remote: RemoteMemory) -> Self {
-        let mut wr = SendWr::new(ffi::IBV_WR_RDMA_WRITE, op::WRITE, payload.into());
-        wr.remote = (remote.addr, remote.rkey);
-        Self::typed(wr)
+    pub fn write<P: IntoMemory<'a, Memory = M>>(memory: P, remote: RemoteMemory) -> Self {
+        let mut request = Self::of(ffi::IBV_WR_RDMA_WRITE, op::WRITE, memory);
+        request.wr.remote = remote;
+        request
     }
 }
 
-impl<'a> SendRequest<'a, ReadOp> {
-    /// RDMA_READ: reads `remote` into `local` (which needs `LOCAL_WRITE`).
+impl<'a, M> SendRequest<'a, ReadOp, M> {
+    /// RDMA_READ: reads `remote` into `local` (which needs `LOCAL_WRITE`). The safe paths
+    /// refuse a read longer than `remote`.
     ///
     /// The target cannot be [`Payload::Inline`] (the device writes it); posting such a request
     /// fails with `InvalidArgument`.
     #[inline]
-    pub fn read(local: impl Into<Payload<'a>>, remote: RemoteMemory) -> Self {
-        let local = local.into();
-        let mut wr = SendWr::new(ffi::IBV_WR_RDMA_READ, op::READ, local);
-        if let Payload::Inline(_) = local {
-            wr.op |= op::INVALID;
+    pub fn read<P: IntoMemory<'a, Memory = M>>(local: P, remote: RemoteMemory) -> Self {
+        let mut request = Self::of(ffi::IBV_WR_RDMA_READ, op::READ, local);
+        if let Payload::Inline(_) = request.wr.payload {
+            request.wr.op |= op::INVALID;
         }
-        wr.remote = (remote.addr, remote.rkey);
-        Self::typed(wr)
+        request.wr.remote = remote;
+        request
     }
 }
 
-impl<'a> SendRequest<'a, AtomicOp> {
+impl<'a, M> SendRequest<'a, AtomicOp, M> {
     /// ATOMIC_CMP_AND_SWP: if the 8-byte word at `remote.addr` equals `compare`, replaces it
     /// with `swap`. The old value lands in `local` (8 bytes, `LOCAL_WRITE`) in the byte order
     /// the device writes: host order on rxe, big-endian (the wire order) on some devices; read
     /// it with [`u64::from_ne_bytes`] only where the device is known to write host order.
     #[inline]
-    pub fn compare_swap(local: MrSlice<'a>, remote: RemoteMemory, compare: u64, swap: u64) -> Self {
-        let mut wr = SendWr::new(ffi::IBV_WR_ATOMIC_CMP_AND_SWP, op::ATOMIC, local.into());
-        wr.remote = (remote.addr, remote.rkey);
-        wr.atomic = (compare, swap);
-        Self::typed(wr)
+    pub fn compare_swap<P: AtomicTarget<'a, Memory = M>>(
+        local: P,
+        remote: RemoteMemory,
+        compare: u64,
+        swap: u64,
+    ) -> Self {
+        let mut request = Self::of(ffi::IBV_WR_ATOMIC_CMP_AND_SWP, op::ATOMIC, local);
+        request.wr.remote = remote;
+        request.wr.atomic = (compare, swap);
+        request
     }
 
     /// ATOMIC_FETCH_AND_ADD: adds `add` to the 8-byte word at `remote.addr`. The old value
     /// lands in `local` (8 bytes, `LOCAL_WRITE`) in the byte order the device writes (see
     /// [`compare_swap`](Self::compare_swap)).
     #[inline]
-    pub fn fetch_add(local: MrSlice<'a>, remote: RemoteMemory, add: u64) -> Self {
-        let mut wr = SendWr::new(ffi::IBV_WR_ATOMIC_FETCH_AND_ADD, op::ATOMIC, local.into());
-        wr.remote = (remote.addr, remote.rkey);
-        wr.atomic = (add, 0);
-        Self::typed(wr)
+    pub fn fetch_add<P: AtomicTarget<'a, Memory = M>>(
+        local: P,
+        remote: RemoteMemory,
+        add: u64,
+    ) -> Self {
+        let mut request = Self::of(ffi::IBV_WR_ATOMIC_FETCH_AND_ADD, op::ATOMIC, local);
+        request.wr.remote = remote;
+        request.wr.atomic = (add, 0);
+        request
     }
+}
+
+impl<'a> SendRequest<'a, AtomicOp> {
     /// ATOMIC_WRITE (`IBV_WR_ATOMIC_WRITE`): writes the 8 bytes of `value`, as they lie in
     /// this host's memory (native byte order), to `remote.addr` (8-byte aligned) in one
     /// indivisible access: a peer never reads half of it. No local memory is involved.
@@ -400,9 +534,9 @@ impl<'a> SendRequest<'a, AtomicOp> {
     #[inline]
     pub fn atomic_write(remote: RemoteMemory, value: u64) -> Self {
         let mut wr = SendWr::new(ffi::IBV_WR_ATOMIC_WRITE, op::ATOMIC_WRITE, Payload::None);
-        wr.remote = (remote.addr, remote.rkey);
+        wr.remote = remote;
         wr.atomic = (value, 0);
-        Self::typed(wr)
+        Self::typed(wr, Borrowed)
     }
 }
 
@@ -470,9 +604,10 @@ impl<'a> SendRequest<'a, BindOp> {
     ) -> Result<Self> {
         let range = check_bind(mw, MwType::Type2, mr, range, access)?;
         let rkey = mw.next_type2_rkey()?;
-        Ok(Self::typed(SendWr::bind_checked(
-            mw, rkey, mr, range, access,
-        )))
+        Ok(Self::typed(
+            SendWr::bind_checked(mw, rkey, mr, range, access),
+            Borrowed,
+        ))
     }
 
     /// The key the bind gives its window.
@@ -496,7 +631,7 @@ impl<'a> SendRequest<'a, InvalidateOp> {
     pub fn local_invalidate(rkey: u32) -> Self {
         let mut wr = SendWr::new(ffi::IBV_WR_LOCAL_INV, op::LOCAL_INV, Payload::None);
         wr.invalidate_rkey = rkey;
-        Self::typed(wr)
+        Self::typed(wr, Borrowed)
     }
 
     /// SEND_WITH_INV (`IBV_WR_SEND_WITH_INV`): a SEND that also invalidates the peer's type 2
@@ -513,7 +648,7 @@ impl<'a> SendRequest<'a, InvalidateOp> {
     pub fn send_with_invalidate(payload: impl Into<Payload<'a>>, rkey: u32) -> Self {
         let mut wr = SendWr::new(ffi::IBV_WR_SEND_WITH_INV, op::SEND_WITH_INV, payload.into());
         wr.invalidate_rkey = rkey;
-        Self::typed(wr)
+        Self::typed(wr, Borrowed)
     }
 
     /// Raises a solicited event at the receiver of a SEND_WITH_INV (`IBV_SEND_SOLICITED`).
@@ -596,16 +731,16 @@ impl<'a> SendWr<'a> {
         match self.op & !op::INVALID {
             op::ATOMIC | op::ATOMIC_WRITE => {
                 raw.wr.atomic = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
-                    remote_addr: self.remote.0,
+                    remote_addr: self.remote.addr,
                     compare_add: self.atomic.0,
                     swap: self.atomic.1,
-                    rkey: self.remote.1,
+                    rkey: self.remote.rkey,
                 };
             }
             op::WRITE | op::WRITE_WITH_IMM | op::READ => {
                 raw.wr.rdma = ffi::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
-                    remote_addr: self.remote.0,
-                    rkey: self.remote.1,
+                    remote_addr: self.remote.addr,
+                    rkey: self.remote.rkey,
                 };
             }
             op::BIND_MW => {
@@ -698,6 +833,41 @@ impl<'a> SendWr<'a> {
     #[inline]
     pub(crate) fn add_flags(mut self, flags: SendFlags) -> Self {
         self.flags |= flags;
+        self
+    }
+
+    /// The request's `wr_id`: the caller's tag until a safe path gives it an id of its own.
+    #[inline]
+    pub(crate) fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+
+    /// The `IBV_SEND_*` flags the caller asked for.
+    #[inline]
+    pub(crate) fn flags(&self) -> SendFlags {
+        self.flags
+    }
+
+    /// Whether the operation is an atomic with a result word (compare-and-swap, fetch-and-add).
+    #[inline]
+    pub(crate) fn has_atomic_result(&self) -> bool {
+        self.op & !op::INVALID == op::ATOMIC
+    }
+
+    /// The remote memory of a READ or a WRITE (with or without immediate data), whose length
+    /// the safe paths check against the local bytes.
+    #[inline]
+    pub(crate) fn rdma_remote(&self) -> Option<RemoteMemory> {
+        match self.op & !op::INVALID {
+            op::WRITE | op::WRITE_WITH_IMM | op::READ => Some(self.remote),
+            _ => None,
+        }
+    }
+
+    /// The same request naming `payload` (a slot's bytes, at post).
+    #[inline]
+    pub(crate) fn with_payload(mut self, payload: Payload<'a>) -> Self {
+        self.payload = payload;
         self
     }
 
