@@ -25,8 +25,8 @@ use criterion::{
 use rdma_benches::loopback::{self, Loopback, Patience, Shape, spin};
 use rdma_verbs::{
     AccessFlags, Buf, BufferPool, Completion, CompletionQueue, MemoryRegion, OwnedRecvList,
-    OwnedSend, OwnedSendList, Payload, QueuePair, Rc, RecvList, RecvRequest, RingSend, Rts,
-    SendList, SendRequest, Slot, SlotRing, WcOpcode, WorkCompletion,
+    OwnedSendList, Payload, QueuePair, Rc, RecvList, RecvRequest, RingSend, Rts, SendList,
+    SendRequest, Slot, SlotRing, WcOpcode, WorkCompletion,
 };
 
 /// Message sizes of the latency benches.
@@ -201,11 +201,11 @@ fn send_latency(c: &mut Criterion) {
         let mut echoed = None;
         let ran = run(&mut group, BenchmarkId::new("owned", size), || {
             if size <= INLINE {
-                ok(a.post_send_owned(OwnedSend::send_inline(&message).tag(3)));
+                ok(a.post_send_owned(SendRequest::send(&message).tag(3)));
             } else {
                 let mut out = take(&pool);
                 ok(out.fill_from(&message));
-                ok(a.post_send_owned(OwnedSend::send(out).tag(3)));
+                ok(a.post_send_owned(SendRequest::send(out).tag(3)));
             }
             let mut received = None;
             ok(spin_owned(cq_b, 1, SEND_RECV, |op, buf| {
@@ -216,7 +216,7 @@ fn send_latency(c: &mut Criterion) {
             ok(b.post_recv_buf(take(&pool), 1));
             // `b` answers with the buffer it received.
             let back = received.unwrap_or_else(|| die("no buffer received"));
-            ok(b.post_send_owned(OwnedSend::send(back).tag(4)));
+            ok(b.post_send_owned(SendRequest::send(back).tag(4)));
             ok(spin_owned(cq_a, 2, SEND_RECV, |op, buf| {
                 if op == WcOpcode::Recv {
                     echoed = Some(buf);
@@ -526,11 +526,11 @@ fn write_latency(c: &mut Criterion) {
             seq = seq % 250 + 1;
             bytes[size - 1] = seq;
             let write = if size <= INLINE {
-                OwnedSend::write_inline(&bytes, to_b)
+                SendRequest::write(&bytes, to_b)
             } else {
                 let mut out = take(&pool);
                 ok(out.fill_from(&bytes));
-                OwnedSend::write(out, to_b)
+                SendRequest::write(out, to_b)
             };
             ok(a.post_send_owned(write.tag(1)));
             wait_byte(mr_b, size - 1, seq);
@@ -538,7 +538,7 @@ fn write_latency(c: &mut Criterion) {
             // buffer (its region is not a pool's: an owned post cannot send from it).
             let mut back = take(&pool);
             ok(mr_b.read_at(0, &mut back));
-            ok(b.post_send_owned(OwnedSend::write(back, to_a).tag(2)));
+            ok(b.post_send_owned(SendRequest::write(back, to_a).tag(2)));
             wait_byte(mr_a, BACK + size - 1, seq);
             ok(spin_owned(cq_a, 1, &[WcOpcode::RdmaWrite], |_, _| {}));
             ok(spin_owned(cq_b, 1, &[WcOpcode::RdmaWrite], |_, _| {}));
@@ -615,7 +615,9 @@ fn read_latency(c: &mut Criterion) {
         let mut last = None;
         let ran = run(&mut group, BenchmarkId::new("owned", size), || {
             let target = take(&pool);
-            ok(lb.a.post_send_owned(OwnedSend::read(target, from_b).tag(1)));
+            ok(lb
+                .a
+                .post_send_owned(SendRequest::read(target, from_b).tag(1)));
             ok(spin_owned(
                 &mut lb.cq_a,
                 1,
@@ -666,7 +668,7 @@ fn atomic_latency(c: &mut Criterion) {
         let result = take(&pool);
         ok(lb
             .a
-            .post_send_owned(OwnedSend::fetch_add(result, counter, 1).tag(1)));
+            .post_send_owned(SendRequest::fetch_add(result, counter, 1).tag(1)));
         ok(spin_owned(
             &mut lb.cq_a,
             1,
@@ -787,7 +789,7 @@ fn message_rate(c: &mut Criterion) {
                 for k in first..first + post_list {
                     let mut out = take(&send_pool);
                     ok(out.fill_from(&message));
-                    let request = OwnedSend::send(out).tag(k as u64);
+                    let request = SendRequest::send(out).tag(k as u64);
                     // One completion per iteration, as in the `unsafe` bench; it also
                     // returns the unsignaled requests' buffers.
                     let request = if k == BATCH - 1 {
@@ -857,7 +859,7 @@ fn post_poll(c: &mut Criterion) {
         ok(b.post_recv_buf(take(&pool), 1));
         let mut out = take(&pool);
         ok(out.fill_from(&message));
-        ok(a.post_send_owned(OwnedSend::send(out).tag(2)));
+        ok(a.post_send_owned(SendRequest::send(out).tag(2)));
         ok(spin_owned(cq_a, 1, &[WcOpcode::Send], |_, _| {}));
         ok(spin_owned(cq_b, 1, &[WcOpcode::Recv], |_, buf| {
             received = Some(buf)

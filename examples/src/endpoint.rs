@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use rdma_cm::Endpoint;
 use rdma_cm::rdma_verbs::{
-    BufferPool, Completion, CompletionQueue, Init, OwnedSend, QueuePair, Rc, Rts, WcOpcode,
+    BufferPool, Completion, CompletionQueue, Init, QueuePair, Rc, Rts, SendRequest, WcOpcode,
     WcStatus,
 };
 
@@ -56,7 +56,7 @@ pub fn side(ep: &Endpoint) -> Result<(QueuePair<Rc, Init>, Side), String> {
 pub fn send(qp: &mut QueuePair<Rc, Rts>, side: &Side, data: &[u8]) -> Result<(), String> {
     let mut buf = side.pool.take().ok_or("no buffer")?;
     buf.fill_from(data).map_err(|e| e.to_string())?;
-    qp.post_send_owned(OwnedSend::send(buf).tag(2))
+    qp.post_send_owned(SendRequest::send(buf).tag(2))
         .map_err(|e| format!("rdma_post_send: {e}"))
 }
 

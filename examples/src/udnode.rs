@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use rdma_cm::CmId;
 use rdma_cm::rdma_verbs::{
-    AddressHandle, BufferPool, Completion, CompletionQueue, GRH_LEN, OwnedSend, QueuePair, Rts, Ud,
-    WcOpcode, WcStatus,
+    AddressHandle, BufferPool, Completion, CompletionQueue, GRH_LEN, QueuePair, Rts, SendRequest,
+    Ud, WcOpcode, WcStatus,
 };
 
 /// One connection: its identifier, UD queue pair (RTS), queues and buffers, and where the
@@ -89,7 +89,7 @@ impl UdNode {
             let mut buf = self.pool.take().ok_or("out of buffers")?;
             buf.fill_from(data).map_err(|e| e.to_string())?;
             self.qp
-                .post_send_owned(OwnedSend::send(buf).with_imm(own).to(ah, *qpn, *qkey))
+                .post_send_owned(SendRequest::send(buf).with_imm(own).to(ah, *qpn, *qkey))
                 .map_err(|e| format!("failed to post sends: {}", e.error()))?;
         }
         for _ in payloads {

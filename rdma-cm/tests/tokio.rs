@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use futures_core::Stream;
 use rdma_cm::rdma_verbs::{
-    AsyncCompletionChannel, BufferPool, Completion, CompletionQueue, OwnedSend, QueuePair, Rc,
-    Reset, Rts, WcOpcode, WcStatus,
+    AsyncCompletionChannel, BufferPool, Completion, CompletionQueue, QueuePair, Rc, Reset, Rts,
+    SendRequest, WcOpcode, WcStatus,
 };
 use rdma_cm::{AsyncCmId, AsyncListener, CmId, ConnParam, Error, EventKind, PortSpace};
 use rdma_test_support::cm::*;
@@ -81,7 +81,7 @@ impl Conn {
         let mut buf = self.pool.take().expect("a buffer");
         buf.fill_from(data).unwrap();
         self.qp
-            .post_send_owned(OwnedSend::send(buf).tag(1))
+            .post_send_owned(SendRequest::send(buf).tag(1))
             .expect("post a send");
         let mut received = None;
         let mut sent = false;
@@ -142,7 +142,7 @@ async fn serve(request: rdma_cm::AsyncConnectRequest) {
         let mut buf = conn.pool.take().expect("a buffer");
         buf.fill_from(&got).unwrap();
         conn.qp
-            .post_send_owned(OwnedSend::send(buf).tag(1))
+            .post_send_owned(SendRequest::send(buf).tag(1))
             .expect("echo");
         let sent = conn.next(&what).await;
         assert_eq!(

@@ -104,6 +104,21 @@ case!(
     "compile_fail,E0599"
 );
 case!(OwnedWriteToUd, "owned_write_to_ud.rs", "compile_fail,E0599");
+case!(
+    BorrowedRequestPostedOwned,
+    "borrowed_request_posted_owned.rs",
+    "compile_fail,E0308"
+);
+case!(
+    SlotRequestPostedOwned,
+    "slot_request_posted_owned.rs",
+    "compile_fail,E0308"
+);
+case!(
+    OwnedRequestInList,
+    "owned_request_in_list.rs",
+    "compile_fail,E0277"
+);
 case!(OwnedOpsOk, "owned_ops_ok.rs", "rust");
 case!(
     RequestAtomicWithImm,

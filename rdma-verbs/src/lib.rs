@@ -132,7 +132,7 @@ pub use flags::{AccessFlags, SendFlags, WcFlags};
 pub use mr::{Advice, DeviceRegion, MemoryRegion, MrSlice, MrSliceMut, NullRegion, RemoteMemory};
 pub use mw::{MemoryWindow, MwType};
 pub use owned::{
-    Completion, OwnedRecv, OwnedRecvList, OwnedSend, OwnedSendList, PostRefused, RegionRange,
+    Completion, Owned, OwnedRecv, OwnedRecvList, OwnedSendList, PostRefused, RegionRange,
 };
 pub use pd::ProtectionDomain;
 pub use qp::{
@@ -149,8 +149,8 @@ pub use td::ThreadDomain;
 #[cfg(feature = "tokio")]
 pub use tokio_io::{AsyncCompletionChannel, AsyncContextEvents};
 pub use wr::{
-    AnyOp, AtomicOp, AtomicTarget, BindOp, Borrowed, ImmOp, IntoMemory, InvalidateOp, Operation,
-    Payload, PostList, ReadOp, RecvList, RecvRequest, SendList, SendOp, SendRequest, Sge,
-    WorkRequest, WriteOp,
+    AnyOp, AtomicOp, AtomicTarget, BindOp, BindRegion, Borrowed, ImmOp, IntoMemory, InvalidateOp,
+    Memoryless, Operation, Payload, PostList, ReadOp, RecvList, RecvRequest, SendList, SendOp,
+    SendRequest, Sge, WorkRequest, WriteOp,
 };
 pub use xrcd::{XrcDomain, XrcdFile};

@@ -78,7 +78,8 @@ impl MwType {
 ///
 /// # Destroying the queue pair a window is bound to
 ///
-/// A type 2 window an owned bind ([`OwnedSend::bind_mw`]) of a queue pair handed to the
+/// A type 2 window an owned bind ([`SendRequest::bind_mw`] given an `&Arc<MemoryRegion>`) of a
+/// queue pair handed to the
 /// provider is deallocated by that queue pair's destruction ([`QueuePair::close`] or drop),
 /// before `ibv_destroy_qp`, even if it was bound elsewhere since: a window bound through the
 /// owned path belongs with its queue pair (allocate one per queue pair). rxe holds a queue
@@ -87,10 +88,12 @@ impl MwType {
 /// key grants nothing, [`is_allocated`](Self::is_allocated) says `false`, and a bind of it is
 /// refused, when the request is made or when it is posted: allocate a new window.
 ///
-/// A window bound with [`SendRequest::bind_mw`] is not recorded by the queue pair: invalidate
-/// it (or drop it) before its queue pair is destroyed. Its `unsafe` post requires the window to
-/// stay allocated until the post returns, which the destruction (on any thread, before or
-/// during the post) of a queue pair that bound it through the owned path breaks.
+/// A window bound by a borrowed bind ([`SendRequest::bind_mw`] given a `&MemoryRegion`) is not
+/// recorded by the queue pair: invalidate it (or drop it) before its queue pair is destroyed.
+/// Its `unsafe` post requires the window to stay allocated until the post returns, which the
+/// destruction (on any thread, before or during the post) of a queue pair that bound it
+/// through the owned path breaks; a scope's post ([`PostScope::send`](crate::PostScope::send))
+/// holds the window's lock across the verb, as an owned post does.
 ///
 /// # Thread safety
 ///
@@ -101,10 +104,9 @@ impl MwType {
 /// provider in `ibv_bind_mw`), when no request borrows the window. Another thread may
 /// deallocate the window (the destruction of a queue pair that bound it through the owned
 /// path) while its owner holds it, even `&mut`: always under the window's lock, which an owned
-/// post of a bind holds from its check that the window is allocated until the post verb
+/// or scoped post of a bind holds from its check that the window is allocated until the post verb
 /// returns, and which a bind request's construction holds while it writes `ibv_mw`.
 ///
-/// [`OwnedSend::bind_mw`]: crate::OwnedSend::bind_mw
 /// [`SendRequest::bind_mw`]: crate::SendRequest::bind_mw
 /// [`QueuePair::close`]: crate::QueuePair::close
 pub struct MemoryWindow {
@@ -428,8 +430,9 @@ impl Drop for MemoryWindow {
 }
 
 /// A checked bind: the window's range inside the region, as `ibv_mw_bind_info` wants it.
+/// Public only in name (this module is private), for `BindRegion`'s hidden method.
 #[derive(Copy, Clone, Debug)]
-pub(crate) struct BindRange {
+pub struct BindRange {
     pub(crate) addr: u64,
     pub(crate) length: u64,
 }

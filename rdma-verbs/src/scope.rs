@@ -272,6 +272,32 @@ fn shared_with_others() -> Error {
     )
 }
 
+/// Refuses, before the post, what a scope cannot pass to the provider safely: flags the crate
+/// does not know (`SendFlags` keeps any bit), and `IBV_SEND_INLINE` on bytes of a region, which
+/// the provider would copy with the CPU while a peer may write them (a shared region is read
+/// with atomic copies only). Inline bytes of no region ([`Payload::Inline`]) go as ever.
+fn check_scope_flags(request: &SendWr<'_>) -> Result<()> {
+    let known = SendFlags::FENCE
+        | SendFlags::SIGNALED
+        | SendFlags::SOLICITED
+        | SendFlags::INLINE
+        | SendFlags::IP_CSUM;
+    let flags = request.flags();
+    if !known.contains(flags) {
+        return Err(Error::InvalidArgument(format!(
+            "unknown send flags {:#x} in a scope",
+            (flags - known).bits()
+        )));
+    }
+    if flags.contains(SendFlags::INLINE) && !matches!(request.payload(), Payload::Inline(_)) {
+        return Err(Error::invalid(
+            "a scope sends only bytes of no region inline (Payload::Inline): the provider \
+             would copy a region's bytes while a peer may write them",
+        ));
+    }
+    Ok(())
+}
+
 impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
     /// Posts a send request: SEND, RDMA WRITE (with or without immediate), or a memory-window
     /// bind or invalidation. Every request is made signaled, so that its completion can be
@@ -281,7 +307,10 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
     ///
     /// [`Error::InvalidArgument`] for RDMA READ and atomics (use [`read`](Self::read),
     /// [`compare_swap`](Self::compare_swap), [`fetch_add`](Self::fetch_add): the device writes
-    /// their targets, which must be borrowed exclusively), else as
+    /// their targets, which must be borrowed exclusively), for flags the crate does not know,
+    /// for a region's bytes sent [`inline`](SendRequest::inline) (the provider would copy them
+    /// while a peer may write them; [`Payload::Inline`] bytes go), and for a bind of a window
+    /// deallocated since the request was made; else as
     /// [`QueuePair::post_send`](crate::QueuePair::post_send).
     pub fn send<K: Operation>(&mut self, request: SendRequest<'scope, K>) -> Result<()> {
         let request = request.into_wr();
@@ -399,11 +428,23 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
 
     fn post(&mut self, request: SendWr<'scope>) -> Result<()> {
         let request = request.add_flags(SendFlags::SIGNALED);
+        check_scope_flags(&request)?;
+        // A bind holds its window's lock from the check that the window is allocated until the
+        // post verb returns, so that no queue pair's destruction deallocates it meanwhile
+        // (`mw.rs`), as on the owned path.
+        let guard = match request.bind_window() {
+            Some(mw) => Some(mw.shared().lock_for_post()?),
+            None => None,
+        };
         // SAFETY: everything the request borrows lives for 'scope, which outlasts the scope's
         // end; sources are shared borrows (Rust cannot change them) and targets exclusive ones
         // (Rust cannot touch them); the scope does not end before the completion is reaped,
-        // flushed, or the queue pair reset (`count`).
+        // flushed, or the queue pair reset (`count`). A bound window is allocated and stays so
+        // until the verb returns (`guard`); its region is borrowed for 'scope. No flag the
+        // crate does not know reaches the provider, and only bytes of no region are copied by
+        // it (`check_scope_flags`).
         let posted = unsafe { self.qp.post_send_wr(&request) };
+        drop(guard);
         self.count(posted)
     }
 

@@ -249,7 +249,7 @@ fn channel_solicited_only_notification() {
     cq_b.req_notify(true).unwrap();
 
     // A plain send completes at the receiver without an event.
-    a.post_send_owned(OwnedSend::send(filled(11)).tag(10))
+    a.post_send_owned(SendRequest::send(filled(11)).tag(10))
         .unwrap();
     // RC: the acknowledgement comes after the receiver's completion is written, and an event
     // for it would have been raised then: QUIET covers only its delivery.
@@ -263,7 +263,7 @@ fn channel_solicited_only_notification() {
     assert_eq!(&first.take_buf().unwrap()[..], &pattern(64, 11)[..]);
 
     // A solicited send wakes it.
-    a.post_send_owned(OwnedSend::send(filled(12)).solicited().tag(11))
+    a.post_send_owned(SendRequest::send(filled(12)).solicited().tag(11))
         .unwrap();
     let event = ch.wait(WAIT).expect("the solicited event");
     assert!(event.is_for(&cq_b), "{event:?}");
@@ -279,7 +279,7 @@ fn channel_solicited_only_notification() {
     b.post_recv_owned(OwnedRecv::empty().tag(4)).unwrap();
     cq_b.req_notify(true).unwrap();
     let remote = target.remote(..).unwrap();
-    a.post_send_owned(OwnedSend::write(filled(13), remote).with_imm(7).tag(12))
+    a.post_send_owned(SendRequest::write(filled(13), remote).with_imm(7).tag(12))
         .unwrap();
     assert_done(&reap(&mut cq_a, 1)[0], 12, WcOpcode::RdmaWrite);
     match ch.wait(QUIET) {
@@ -288,7 +288,7 @@ fn channel_solicited_only_notification() {
     }
     assert_done(&reap(&mut cq_b, 1)[0], 3, WcOpcode::RecvRdmaWithImm);
     a.post_send_owned(
-        OwnedSend::write(filled(14), remote)
+        SendRequest::write(filled(14), remote)
             .with_imm(8)
             .solicited()
             .tag(13),

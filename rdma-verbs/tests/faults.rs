@@ -41,7 +41,7 @@ fn fault_cq_overflow_is_an_async_event() {
     for i in 0..n {
         let mut buf = tx.take().unwrap();
         buf.fill_from(&pattern(64, i as u8)).unwrap();
-        a.post_send_owned(OwnedSend::send(buf).tag(100 + i as u64))
+        a.post_send_owned(SendRequest::send(buf).tag(100 + i as u64))
             .unwrap();
     }
     // The messages themselves arrive.
@@ -113,7 +113,7 @@ fn fault_async_event_wait_without_deadline() {
     let pool = BufferPool::new(&f.pd, 2 * n, 64).unwrap();
     for i in 0..n as u64 {
         b.post_recv_buf(pool.take().unwrap(), i).unwrap();
-        a.post_send_owned(OwnedSend::send(pool.take().unwrap()).tag(i))
+        a.post_send_owned(SendRequest::send(pool.take().unwrap()).tag(i))
             .unwrap();
     }
     match rx.recv_timeout(WAIT) {
@@ -145,7 +145,7 @@ fn fault_owned_requests_hand_back_their_buffers_on_error_completions() {
 
     // Traffic flows first: the receive's buffer comes back with the bytes sent.
     b.post_recv_buf(pool.take().unwrap(), 1).unwrap();
-    a.post_send_owned(OwnedSend::send(filled(9)).tag(2))
+    a.post_send_owned(SendRequest::send(filled(9)).tag(2))
         .unwrap();
     let mut sent = reap(&mut cq_a, 1).remove(0);
     assert_eq!(
@@ -166,9 +166,9 @@ fn fault_owned_requests_hand_back_their_buffers_on_error_completions() {
     // the first send exhausts its retries, and the queue pair's error flushes the rest.
     drop(b);
     a.post_recv_buf(pool.take().unwrap(), 5).unwrap();
-    a.post_send_owned(OwnedSend::send(filled(3)).tag(3))
+    a.post_send_owned(SendRequest::send(filled(3)).tag(3))
         .unwrap();
-    a.post_send_owned(OwnedSend::send(filled(4)).tag(4))
+    a.post_send_owned(SendRequest::send(filled(4)).tag(4))
         .unwrap();
     assert_eq!((a.owned_in_flight(), pool.available()), (3, 3));
     let started = Instant::now();
@@ -217,7 +217,7 @@ fn fault_owned_receiver_not_ready_hands_back_the_buffer() {
     let pool = BufferPool::new(&f.pd, 2, 64).unwrap();
     let mut buf = pool.take().unwrap();
     buf.fill_from(&pattern(64, 7)).unwrap();
-    a.post_send_owned(OwnedSend::send(buf).tag(5)).unwrap();
+    a.post_send_owned(SendRequest::send(buf).tag(5)).unwrap();
     let mut c = reap(&mut cq_a, 1).remove(0);
     assert_eq!((c.tag(), c.status()), (Some(5), WcStatus::RnrRetryExcErr));
     assert_eq!(&c.take_buf().unwrap()[..], &pattern(64, 7)[..]);

@@ -208,12 +208,12 @@ fn rc_write_read_and_atomics_between_hosts() {
         let mut out = pool.take().unwrap();
         out.set_len(HALF).unwrap();
         fill(1, 0, &mut out);
-        qp.post_send_owned(OwnedSend::write(out, region.slice(0, HALF as u32).unwrap()).tag(1))
+        qp.post_send_owned(SendRequest::write(out, region.slice(0, HALF as u32).unwrap()).tag(1))
             .unwrap();
         let mut back = pool.take().unwrap();
         back.set_len(HALF).unwrap();
         qp.post_send_owned(
-            OwnedSend::read(back, region.slice(HALF as u32, HALF as u32).unwrap()).tag(2),
+            SendRequest::read(back, region.slice(HALF as u32, HALF as u32).unwrap()).tag(2),
         )
         .unwrap();
         let mut done = reap_within(&mut cq, 2, "WRITE and READ").into_iter();
@@ -240,17 +240,17 @@ fn rc_write_read_and_atomics_between_hosts() {
             (
                 3,
                 WcOpcode::FetchAdd,
-                OwnedSend::fetch_add(pool.take().unwrap(), word, 5),
+                SendRequest::fetch_add(pool.take().unwrap(), word, 5),
             ),
             (
                 4,
                 WcOpcode::CompSwap,
-                OwnedSend::compare_swap(pool.take().unwrap(), word, 1005, 77),
+                SendRequest::compare_swap(pool.take().unwrap(), word, 1005, 77),
             ),
             (
                 5,
                 WcOpcode::CompSwap,
-                OwnedSend::compare_swap(pool.take().unwrap(), word, 1005, 9),
+                SendRequest::compare_swap(pool.take().unwrap(), word, 1005, 9),
             ),
         ] {
             qp.post_send_owned(request.tag(tag)).unwrap();
@@ -333,7 +333,7 @@ fn rc_transfer_survives_loss_delay_and_reordering() {
                 buf.set_len(CHUNK).unwrap();
                 fill(7, posted * CHUNK, &mut buf);
                 let at = region.slice((posted * CHUNK) as u32, CHUNK as u32).unwrap();
-                qp.post_send_owned(OwnedSend::write(buf, at).tag(posted as u64))
+                qp.post_send_owned(SendRequest::write(buf, at).tag(posted as u64))
                     .unwrap();
                 posted += 1;
             }
@@ -358,7 +358,7 @@ fn rc_transfer_survives_loss_delay_and_reordering() {
                 let mut buf = pool.take().expect("a free buffer");
                 buf.set_len(CHUNK).unwrap();
                 let at = region.slice((posted * CHUNK) as u32, CHUNK as u32).unwrap();
-                qp.post_send_owned(OwnedSend::read(buf, at).tag(posted as u64))
+                qp.post_send_owned(SendRequest::read(buf, at).tag(posted as u64))
                     .unwrap();
                 posted += 1;
             }
@@ -465,7 +465,7 @@ fn rc_link_down_ends_in_retry_exceeded() {
             buf.set_len(CHUNK).unwrap();
             fill(9, k * CHUNK, &mut buf);
             let at = region.slice((k * CHUNK) as u32, CHUNK as u32).unwrap();
-            qp.post_send_owned(OwnedSend::write(buf, at).tag(k as u64))
+            qp.post_send_owned(SendRequest::write(buf, at).tag(k as u64))
                 .unwrap();
             let done = reap_within(&mut cq, 1, "a write before the link went down");
             assert_eq!(done[0].status(), WcStatus::Success);
@@ -480,7 +480,7 @@ fn rc_link_down_ends_in_retry_exceeded() {
             buf.set_len(CHUNK).unwrap();
             fill(10, 0, &mut buf);
             let at = region.slice((BEFORE * CHUNK) as u32, CHUNK as u32).unwrap();
-            qp.post_send_owned(OwnedSend::write(buf, at).tag(100 + k))
+            qp.post_send_owned(SendRequest::write(buf, at).tag(100 + k))
                 .unwrap();
         }
         let done = reap_within(&mut cq, 3, "writes into a dead link");
@@ -601,7 +601,7 @@ fn ud_under_loss_loses_whole_datagrams_only() {
             buf[..4].copy_from_slice(&(number as u32).to_ne_bytes());
             fill(number as u8, 4, &mut buf[4..]);
             qp.post_send_owned(
-                OwnedSend::send(buf)
+                SendRequest::send(buf)
                     .to(&ah, peer_qpn, QKEY)
                     .tag(number as u64),
             )

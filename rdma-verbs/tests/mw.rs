@@ -63,7 +63,7 @@ impl Pair {
         let remote = RemoteMemory { addr, len, rkey };
         let range = RegionRange::new(src, ..len as usize).unwrap();
         self.a
-            .post_send_owned(OwnedSend::write_range(range, remote).tag(tag))
+            .post_send_owned(SendRequest::write(range, remote).tag(tag))
             .unwrap();
         let done = reap(&mut self.cq_a, 1);
         assert_eq!(done[0].tag(), Some(tag), "{done:?}");
@@ -483,7 +483,7 @@ fn mw_type2_owned_invalidations_revoke_the_key() {
         WcStatus::Success
     );
 
-    p.b.post_send_owned(OwnedSend::local_invalidate(first).tag(77))
+    p.b.post_send_owned(SendRequest::local_invalidate(first).tag(77))
         .unwrap();
     reap_success(&mut p.cq_b, 77, WcOpcode::LocalInv);
     assert_eq!(
@@ -503,7 +503,7 @@ fn mw_type2_owned_invalidations_revoke_the_key() {
     q.b.post_recv_buf(pool.take().unwrap(), 88).unwrap();
     let mut message = pool.take().unwrap();
     message.fill_from(&pattern(200, 52)).unwrap();
-    q.a.post_send_owned(OwnedSend::send_with_invalidate(message, second).tag(99))
+    q.a.post_send_owned(SendRequest::send_with_invalidate(message, second).tag(99))
         .unwrap();
     reap_success(&mut q.cq_a, 99, WcOpcode::Send);
     let mut got = reap(&mut q.cq_b, 1);
@@ -550,7 +550,7 @@ fn mw_type2_owned_bind_keeps_its_region_until_it_executes() {
     let mut mw = f.pd.alloc_mw(MwType::Type2).unwrap();
     let old = mw.rkey();
 
-    let bind = OwnedSend::bind_mw(&mut mw, &target, 1024..2048, AccessFlags::REMOTE_WRITE)
+    let bind = SendRequest::bind_mw(&mut mw, &target, 1024..2048, AccessFlags::REMOTE_WRITE)
         .unwrap()
         .tag(41);
     let rkey = bind.rkey();
@@ -582,28 +582,28 @@ fn mw_type2_owned_bind_keeps_its_region_until_it_executes() {
             .all(|&x| x == 0)
     );
 
-    p.b.post_send_owned(OwnedSend::local_invalidate(rkey).tag(42))
+    p.b.post_send_owned(SendRequest::local_invalidate(rkey).tag(42))
         .unwrap();
     reap_success(&mut p.cq_b, 42, WcOpcode::LocalInv);
 
     // Refused binds.
     let invalid = |e: &Error| matches!(e, Error::InvalidArgument(_));
     let mut t1 = f.pd.alloc_mw(MwType::Type1).unwrap();
-    let refused = OwnedSend::bind_mw(&mut t1, &target, .., AccessFlags::REMOTE_WRITE);
+    let refused = SendRequest::bind_mw(&mut t1, &target, .., AccessFlags::REMOTE_WRITE);
     assert!(invalid(refused.as_ref().unwrap_err()), "{refused:?}");
     let other_pd = f.context.alloc_pd().unwrap();
     let mut foreign = other_pd.alloc_mw(MwType::Type2).unwrap();
-    let refused = OwnedSend::bind_mw(&mut foreign, &target, .., AccessFlags::REMOTE_WRITE);
+    let refused = SendRequest::bind_mw(&mut foreign, &target, .., AccessFlags::REMOTE_WRITE);
     assert!(invalid(refused.as_ref().unwrap_err()), "{refused:?}");
     drop(refused);
     let foreign_target = Arc::new(other_pd.register(4096, BINDABLE).unwrap());
     let request =
-        OwnedSend::bind_mw(&mut foreign, &foreign_target, .., AccessFlags::REMOTE_WRITE).unwrap();
+        SendRequest::bind_mw(&mut foreign, &foreign_target, .., AccessFlags::REMOTE_WRITE).unwrap();
     let refused = p.b.post_send_owned(request).unwrap_err();
     assert!(invalid(refused.error()), "{refused:?}");
     assert_eq!(Arc::strong_count(&foreign_target), 1);
     let mut ud = f.ud_qp(f.pd.qp_builder(&p.cq_a, &p.cq_a), 0x1111);
-    let request = OwnedSend::bind_mw(&mut mw, &target, 0..64, AccessFlags::REMOTE_WRITE).unwrap();
+    let request = SendRequest::bind_mw(&mut mw, &target, 0..64, AccessFlags::REMOTE_WRITE).unwrap();
     let refused = ud.post_send_owned(request).unwrap_err();
     assert!(invalid(refused.error()), "{refused:?}");
     assert_eq!(Arc::strong_count(&target), 1);
@@ -614,14 +614,14 @@ fn mw_type2_owned_bind_keeps_its_region_until_it_executes() {
     );
     // A bind in a list that is cleared before it is posted, and one in a list dropped.
     let mut list = OwnedSendList::with_capacity(1);
-    list.push(OwnedSend::bind_mw(&mut mw, &target, 0..64, AccessFlags::REMOTE_WRITE).unwrap())
+    list.push(SendRequest::bind_mw(&mut mw, &target, 0..64, AccessFlags::REMOTE_WRITE).unwrap())
         .unwrap();
     list.clear();
     assert!(list.is_empty());
     drop(list);
     assert_eq!(mw.rkey(), rkey);
     let mut list = OwnedSendList::with_capacity(1);
-    list.push(OwnedSend::bind_mw(&mut mw, &target, 0..64, AccessFlags::REMOTE_WRITE).unwrap())
+    list.push(SendRequest::bind_mw(&mut mw, &target, 0..64, AccessFlags::REMOTE_WRITE).unwrap())
         .unwrap();
     drop(list);
     assert_eq!(mw.rkey(), rkey);
@@ -629,7 +629,7 @@ fn mw_type2_owned_bind_keeps_its_region_until_it_executes() {
 
     // So the device's next bind of the window (through a list) works, and its key lets the
     // peer write.
-    let request = OwnedSend::bind_mw(&mut mw, &target, 0..512, AccessFlags::REMOTE_WRITE)
+    let request = SendRequest::bind_mw(&mut mw, &target, 0..512, AccessFlags::REMOTE_WRITE)
         .unwrap()
         .tag(43);
     let again = request.rkey();
@@ -664,7 +664,7 @@ fn mw_type2_owned_bind_extended_unsignaled_and_dropped() {
     let pool = BufferPool::new(&f.pd, 2, 64).unwrap();
     let mut mw = f.pd.alloc_mw(MwType::Type2).unwrap();
 
-    let bind = OwnedSend::bind_mw(&mut mw, &target, 0..4096, AccessFlags::REMOTE_WRITE)
+    let bind = SendRequest::bind_mw(&mut mw, &target, 0..4096, AccessFlags::REMOTE_WRITE)
         .unwrap()
         .unsignaled()
         .tag(1);
@@ -672,7 +672,7 @@ fn mw_type2_owned_bind_extended_unsignaled_and_dropped() {
     p.b.post_send_owned(bind).unwrap();
     assert_eq!(Arc::strong_count(&target), 2);
     p.a.post_recv_buf(pool.take().unwrap(), 3).unwrap();
-    p.b.post_send_owned(OwnedSend::send_inline(b"after the bind").tag(2))
+    p.b.post_send_owned(SendRequest::send(b"after the bind").tag(2))
         .unwrap();
     reap_success(&mut p.cq_b, 2, WcOpcode::Send);
     assert_no_completion_each(&mut p.cq_b);
@@ -694,10 +694,10 @@ fn mw_type2_owned_bind_extended_unsignaled_and_dropped() {
     );
     assert_eq!(&contents(&target)[256..384], &pattern(128, 71)[..]);
 
-    p.b.post_send_owned(OwnedSend::local_invalidate(rkey).tag(5))
+    p.b.post_send_owned(SendRequest::local_invalidate(rkey).tag(5))
         .unwrap();
     reap_success(&mut p.cq_b, 5, WcOpcode::LocalInv);
-    let bind = OwnedSend::bind_mw(&mut mw, &target, 0..64, AccessFlags::REMOTE_WRITE)
+    let bind = SendRequest::bind_mw(&mut mw, &target, 0..64, AccessFlags::REMOTE_WRITE)
         .unwrap()
         .unsignaled();
     p.b.post_send_owned(bind).unwrap();
@@ -729,7 +729,7 @@ fn mw_type2_owned_bind_in_flight_is_released_by_a_reset() {
         a,
         b,
     } = p;
-    let bind = OwnedSend::bind_mw(&mut mw, &target, 0..4096, AccessFlags::REMOTE_WRITE)
+    let bind = SendRequest::bind_mw(&mut mw, &target, 0..4096, AccessFlags::REMOTE_WRITE)
         .unwrap()
         .unsignaled();
     let mut b = b;
@@ -751,7 +751,7 @@ fn mw_type2_owned_bind_in_flight_is_released_by_a_reset() {
     }
     let pool = BufferPool::new(&f.pd, 2, 64).unwrap();
     a.post_recv_buf(pool.take().unwrap(), 7).unwrap();
-    b.post_send_owned(OwnedSend::send_inline(b"after the reset").tag(8))
+    b.post_send_owned(SendRequest::send(b"after the reset").tag(8))
         .unwrap();
     reap_success(&mut cq_b, 8, WcOpcode::Send);
     let mut got = reap(&mut cq_a, 1);
@@ -782,17 +782,17 @@ fn mw_type2_owned_bind_is_ended_by_closing_its_queue_pair() {
 
     // `moved`: bound through `p.b`, invalidated there, then bound through `q.b`.
     let mut moved = f.pd.alloc_mw(MwType::Type2).unwrap();
-    let bind = OwnedSend::bind_mw(&mut moved, &target, 0..1024, AccessFlags::REMOTE_WRITE)
+    let bind = SendRequest::bind_mw(&mut moved, &target, 0..1024, AccessFlags::REMOTE_WRITE)
         .unwrap()
         .tag(1);
     let first = bind.rkey();
     p.b.post_send_owned(bind).unwrap();
     reap_success(&mut p.cq_b, 1, WcOpcode::BindMw);
-    p.b.post_send_owned(OwnedSend::local_invalidate(first).tag(2))
+    p.b.post_send_owned(SendRequest::local_invalidate(first).tag(2))
         .unwrap();
     reap_success(&mut p.cq_b, 2, WcOpcode::LocalInv);
     let mut q = pair(&f);
-    let bind = OwnedSend::bind_mw(&mut moved, &target, 0..1024, AccessFlags::REMOTE_WRITE)
+    let bind = SendRequest::bind_mw(&mut moved, &target, 0..1024, AccessFlags::REMOTE_WRITE)
         .unwrap()
         .tag(3);
     let second = bind.rkey();
@@ -805,7 +805,7 @@ fn mw_type2_owned_bind_is_ended_by_closing_its_queue_pair() {
 
     // `left`: bound through `p.b` and left bound; a write through it lands.
     let mut left = f.pd.alloc_mw(MwType::Type2).unwrap();
-    let bind = OwnedSend::bind_mw(&mut left, &target, 1024..2048, AccessFlags::REMOTE_WRITE)
+    let bind = SendRequest::bind_mw(&mut left, &target, 1024..2048, AccessFlags::REMOTE_WRITE)
         .unwrap()
         .tag(5);
     let rkey = bind.rkey();
@@ -823,29 +823,35 @@ fn mw_type2_owned_bind_is_ended_by_closing_its_queue_pair() {
     // request made before `p.b` is closed (`listed`'s pushed to a list).
     let mut pending = f.pd.alloc_mw(MwType::Type2).unwrap();
     let mut listed = f.pd.alloc_mw(MwType::Type2).unwrap();
-    for (mw, tag) in [(&mut pending, 8), (&mut listed, 10)] {
-        let bind = OwnedSend::bind_mw(mw, &target, 2048..3072, AccessFlags::REMOTE_WRITE)
+    let mut scoped = f.pd.alloc_mw(MwType::Type2).unwrap();
+    for (mw, tag) in [(&mut pending, 8), (&mut listed, 10), (&mut scoped, 15)] {
+        let bind = SendRequest::bind_mw(mw, &target, 2048..3072, AccessFlags::REMOTE_WRITE)
             .unwrap()
             .tag(tag);
         let key = bind.rkey();
         p.b.post_send_owned(bind).unwrap();
         reap_success(&mut p.cq_b, tag, WcOpcode::BindMw);
-        p.b.post_send_owned(OwnedSend::local_invalidate(key).tag(tag + 1))
+        p.b.post_send_owned(SendRequest::local_invalidate(key).tag(tag + 1))
             .unwrap();
         reap_success(&mut p.cq_b, tag + 1, WcOpcode::LocalInv);
     }
-    let request = OwnedSend::bind_mw(&mut pending, &target, 2048..3072, AccessFlags::REMOTE_WRITE)
-        .unwrap()
-        .tag(12);
+    let request =
+        SendRequest::bind_mw(&mut pending, &target, 2048..3072, AccessFlags::REMOTE_WRITE)
+            .unwrap()
+            .tag(12);
     let mut list = OwnedSendList::with_capacity(2);
-    list.push(OwnedSend::send_inline(b"never sent").tag(13))
-        .unwrap();
+    list.push(SendRequest::send(b"never sent").tag(13)).unwrap();
     list.push(
-        OwnedSend::bind_mw(&mut listed, &target, 2048..3072, AccessFlags::REMOTE_WRITE)
+        SendRequest::bind_mw(&mut listed, &target, 2048..3072, AccessFlags::REMOTE_WRITE)
             .unwrap()
             .tag(14),
     )
     .unwrap();
+    // `scoped`: a borrowed bind request, for a scope of another queue pair.
+    let scoped_bind =
+        SendRequest::bind_mw(&mut scoped, &*target, 2048..3072, AccessFlags::REMOTE_WRITE)
+            .unwrap()
+            .tag(17);
 
     let Pair { a, b, cq_a, cq_b } = p;
     let started = std::time::Instant::now();
@@ -860,7 +866,7 @@ fn mw_type2_owned_bind_is_ended_by_closing_its_queue_pair() {
         2,
         "the receive buffer in flight came back"
     );
-    let refused = OwnedSend::bind_mw(&mut left, &target, .., AccessFlags::REMOTE_WRITE);
+    let refused = SendRequest::bind_mw(&mut left, &target, .., AccessFlags::REMOTE_WRITE);
     assert!(
         matches!(refused, Err(Error::InvalidArgument(_))),
         "{refused:?}"
@@ -881,7 +887,17 @@ fn mw_type2_owned_bind_is_ended_by_closing_its_queue_pair() {
     assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
     assert_eq!(list.len(), 2, "the list keeps both requests");
     drop(list);
-    assert!(!pending.is_allocated() && !listed.is_allocated());
+    // A scope, a safe post too, holds the window's lock across the verb as the owned path
+    // does: the bind of a window deallocated since the request was made is refused before
+    // the verb (which would otherwise read the freed `ibv_mw`).
+    let refused =
+        q.b.scope(ScopeCqs::shared(&mut q.cq_b), |s| s.send(scoped_bind))
+            .unwrap();
+    assert!(
+        matches!(&refused, Err(Error::InvalidArgument(why)) if why.contains("deallocated")),
+        "{refused:?}"
+    );
+    assert!(!pending.is_allocated() && !listed.is_allocated() && !scoped.is_allocated());
     assert_eq!(q.b.owned_in_flight(), 0);
     assert_no_completion_each(&mut q.cq_b);
     assert!(
@@ -916,7 +932,7 @@ fn read_back(
 ) -> Vec<u8> {
     let mut buf = pool.take().unwrap();
     buf.set_len(remote.len as usize).unwrap();
-    qp.post_send_owned(OwnedSend::read(buf, remote).tag(tag))
+    qp.post_send_owned(SendRequest::read(buf, remote).tag(tag))
         .unwrap();
     let mut done = reap(cq, 1);
     assert_eq!(
@@ -988,7 +1004,7 @@ fn a_window_grants_remote_read_over_a_region_without_it() {
         .copy_from_slice(&pattern(4096, 95));
     let region = Arc::new(region);
     let mut mw = f.pd.alloc_mw(MwType::Type2).unwrap();
-    let bind = OwnedSend::bind_mw(&mut mw, &region, 1024..3072, AccessFlags::REMOTE_READ)
+    let bind = SendRequest::bind_mw(&mut mw, &region, 1024..3072, AccessFlags::REMOTE_READ)
         .unwrap()
         .tag(1);
     let rkey = bind.rkey();
@@ -1023,7 +1039,8 @@ fn a_window_grants_remote_read_over_a_region_without_it() {
         len: 64,
         rkey: region.rkey(),
     };
-    a.post_send_owned(OwnedSend::read(buf, own).tag(4)).unwrap();
+    a.post_send_owned(SendRequest::read(buf, own).tag(4))
+        .unwrap();
     let done = reap(&mut cq_a, 1);
     assert_eq!(
         (done[0].tag(), done[0].status()),

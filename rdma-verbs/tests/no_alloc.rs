@@ -246,12 +246,13 @@ fn owned_no_alloc_post_and_poll_round_trips() {
                 // It needs a receive of its own; its buffer returns to the pool when the
                 // signaled send after it completes.
                 b.post_recv_buf(rx.take().unwrap(), u64::MAX).unwrap();
-                a.post_send_owned(OwnedSend::send(early).unsignaled())
+                a.post_send_owned(SendRequest::send(early).unsignaled())
                     .unwrap();
             }
             let mut buf = tx.take().unwrap();
             buf.fill_from(&data).unwrap();
-            a.post_send_owned(OwnedSend::send(buf).tag(round)).unwrap();
+            a.post_send_owned(SendRequest::send(buf).tag(round))
+                .unwrap();
 
             let (mut sent, mut received) = (0, 0);
             let want = if round % 2 == 1 { 2 } else { 1 };
@@ -321,9 +322,9 @@ fn owned_no_alloc_range_round_trips() {
             b.post_recv_owned(receive).unwrap();
             let mut header = headers.take().unwrap();
             header.fill_from(&[round as u8; 16]).unwrap();
-            let send = OwnedSend::send(header).and_range(RegionRange::new(&src, ..LEN).unwrap());
+            let send = SendRequest::send(header).and_range(RegionRange::new(&src, ..LEN).unwrap());
             a.post_send_owned(send.unsignaled()).unwrap();
-            let read = OwnedSend::read_range(RegionRange::new(&dst, LEN..).unwrap(), remote);
+            let read = SendRequest::read(RegionRange::new(&dst, LEN..).unwrap(), remote);
             a.post_send_owned(read.tag(round)).unwrap();
 
             let (mut sent, mut received) = (0, 0);
@@ -392,12 +393,12 @@ fn owned_no_alloc_ud_and_srq_round_trips() {
             b.post_recv_buf(pool.take().unwrap(), round).unwrap();
             let mut buf = pool.take().unwrap();
             buf.fill_from(&data).unwrap();
-            a.post_send_owned(OwnedSend::send(buf).to(&ah, b_num, QKEY))
+            a.post_send_owned(SendRequest::send(buf).to(&ah, b_num, QKEY))
                 .unwrap();
             srq.post_recv_buf(pool.take().unwrap(), round).unwrap();
             let mut buf = pool.take().unwrap();
             buf.fill_from(&data).unwrap();
-            c.post_send_owned(OwnedSend::send(buf)).unwrap();
+            c.post_send_owned(SendRequest::send(buf)).unwrap();
             let mut check = |c: Completion| assert!(c.is_success(), "round {round}: {c:?}");
             wait(&mut cq_a, round, &mut check);
             wait(&mut cq_c, round, &mut check);
@@ -440,7 +441,7 @@ fn owned_no_alloc_list_round_trips() {
                 receives.push(rx.take().unwrap(), m).unwrap();
                 let mut buf = tx.take().unwrap();
                 buf.fill_from(&data).unwrap();
-                let request = OwnedSend::send(buf).tag(round);
+                let request = SendRequest::send(buf).tag(round);
                 sends
                     .push(if m == 3 {
                         request

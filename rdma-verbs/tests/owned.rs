@@ -38,7 +38,7 @@ fn owned_receive_ring_across_rounds() {
     for round in 0..200u64 {
         let mut buf = tx.take().unwrap();
         buf.fill_from(&message(round)).unwrap();
-        a.post_send_owned(OwnedSend::send(buf).tag(1000 + round))
+        a.post_send_owned(SendRequest::send(buf).tag(1000 + round))
             .unwrap();
         let mut sent = reap(&mut cq_a, 1);
         assert_eq!(sent[0].tag(), Some(1000 + round));
@@ -86,7 +86,7 @@ fn owned_poll_each_for_hands_over_min_or_gives_up() {
     for round in 0..3u64 {
         let mut buf = pool.take().unwrap();
         buf.fill_from(&message(round)).unwrap();
-        a.post_send_owned(OwnedSend::send(buf).tag(100 + round))
+        a.post_send_owned(SendRequest::send(buf).tag(100 + round))
             .unwrap();
     }
     // The senders' three completions: two, then the third.
@@ -141,7 +141,7 @@ fn owned_queue_pairs_share_a_completion_queue_and_unsignaled_sends_return() {
         for m in 0..4u64 {
             let mut buf = tx.take().unwrap();
             buf.fill_from(&message((p as u64) << 4 | m)).unwrap();
-            let request = OwnedSend::send(buf).tag((p as u64) << 8 | m);
+            let request = SendRequest::send(buf).tag((p as u64) << 8 | m);
             let request = if m < 3 { request.unsignaled() } else { request };
             a.post_send_owned(request).unwrap();
         }
@@ -199,11 +199,11 @@ fn owned_write_read_and_atomics() {
 
     let mut buf = pool.take().unwrap();
     buf.fill_from(&message(5)).unwrap();
-    a.post_send_owned(OwnedSend::write(buf, target.remote(..SIZE).unwrap()).tag(1))
+    a.post_send_owned(SendRequest::write(buf, target.remote(..SIZE).unwrap()).tag(1))
         .unwrap();
     let mut read = pool.take().unwrap();
     read.set_len(SIZE).unwrap();
-    a.post_send_owned(OwnedSend::read(read, target.remote(SIZE..).unwrap()).tag(2))
+    a.post_send_owned(SendRequest::read(read, target.remote(SIZE..).unwrap()).tag(2))
         .unwrap();
     let done = reap(&mut cq_a, 2);
     let mut copy = vec![0u8; SIZE];
@@ -225,7 +225,7 @@ fn owned_write_read_and_atomics() {
 
     let word = target.remote(..8).unwrap();
     target.write_at(0, &40u64.to_ne_bytes()).unwrap();
-    a.post_send_owned(OwnedSend::fetch_add(pool.take().unwrap(), word, 2).tag(3))
+    a.post_send_owned(SendRequest::fetch_add(pool.take().unwrap(), word, 2).tag(3))
         .unwrap();
     let mut added = reap(&mut cq_a, 1).remove(0);
     assert_eq!(added.wc().opcode(), WcOpcode::FetchAdd);
@@ -233,7 +233,7 @@ fn owned_write_read_and_atomics() {
     assert_eq!(old.len(), 8);
     assert_eq!(u64::from_ne_bytes(old[..8].try_into().unwrap()), 40);
     drop(old);
-    a.post_send_owned(OwnedSend::compare_swap(pool.take().unwrap(), word, 42, 7).tag(4))
+    a.post_send_owned(SendRequest::compare_swap(pool.take().unwrap(), word, 42, 7).tag(4))
         .unwrap();
     let mut swapped = reap(&mut cq_a, 1).remove(0);
     assert_eq!(swapped.wc().opcode(), WcOpcode::CompSwap);
@@ -248,12 +248,12 @@ fn owned_write_read_and_atomics() {
     let mut result = pool.take().unwrap();
     result.set_len(8).unwrap();
     a.post_send_owned(
-        OwnedSend::fetch_add(pool.take().unwrap(), word, 5)
+        SendRequest::fetch_add(pool.take().unwrap(), word, 5)
             .unsignaled()
             .tag(5),
     )
     .unwrap();
-    a.post_send_owned(OwnedSend::read(result, word).fenced().tag(6))
+    a.post_send_owned(SendRequest::read(result, word).fenced().tag(6))
         .unwrap();
     let mut fenced = reap(&mut cq_a, 1).remove(0);
     assert_eq!(
@@ -286,7 +286,7 @@ fn owned_reset_releases_and_stale_completions_match_nothing() {
     }
     let mut buf = pool.take().unwrap();
     buf.fill_from(&message(1)).unwrap();
-    a.post_send_owned(OwnedSend::send(buf)).unwrap();
+    a.post_send_owned(SendRequest::send(buf)).unwrap();
     // Wait for the send: on rxe the receive's completion is then in b's queue, not polled.
     let mut sent = reap(&mut cq_a, 1);
     drop(sent.remove(0).take_buf());
@@ -310,7 +310,7 @@ fn owned_reset_releases_and_stale_completions_match_nothing() {
 
     let mut buf = pool.take().unwrap();
     buf.fill_from(&message(2)).unwrap();
-    a.post_send_owned(OwnedSend::send(buf)).unwrap();
+    a.post_send_owned(SendRequest::send(buf)).unwrap();
     drop(reap(&mut cq_a, 1));
     let mut got = reap(&mut cq_b, 1).remove(0);
     assert_eq!(got.tag(), Some(9));
@@ -380,7 +380,7 @@ fn owned_refusals_give_the_buffer_back() {
             .unwrap();
     counter.write_at(0, &5u64.to_ne_bytes()).unwrap();
     let short = a
-        .post_send_owned(OwnedSend::fetch_add(
+        .post_send_owned(SendRequest::fetch_add(
             small.take().unwrap(),
             counter.remote(..).unwrap(),
             1,
@@ -413,7 +413,7 @@ fn owned_refusals_give_the_buffer_back() {
     let mut ud_cq = f.cq(4);
     let mut ud = f.ud_qp(f.pd.qp_builder(&ud_cq, &ud_cq), 0x1234);
     let datagram = ud
-        .post_send_owned(OwnedSend::send(pool.take().unwrap()))
+        .post_send_owned(SendRequest::send(pool.take().unwrap()))
         .unwrap_err();
     assert!(
         matches!(datagram.error(), Error::InvalidArgument(_)),
@@ -480,11 +480,11 @@ fn owned_receive_lengths_for_write_with_immediate_and_empty_sends() {
     b.post_recv_buf(pool.take().unwrap(), 2).unwrap();
     let mut buf = pool.take().unwrap();
     buf.fill_from(&message(3)).unwrap();
-    a.post_send_owned(OwnedSend::write(buf, target.remote(..).unwrap()).with_imm(0xabcd))
+    a.post_send_owned(SendRequest::write(buf, target.remote(..).unwrap()).with_imm(0xabcd))
         .unwrap();
     let mut empty = pool.take().unwrap();
     empty.set_len(0).unwrap();
-    a.post_send_owned(OwnedSend::send(empty)).unwrap();
+    a.post_send_owned(SendRequest::send(empty)).unwrap();
     drop(reap(&mut cq_a, 2));
     let mut got = reap(&mut cq_b, 2);
     assert_eq!(got[0].wc().opcode(), WcOpcode::RecvRdmaWithImm);
@@ -522,7 +522,7 @@ fn owned_unsignaled_sends_cannot_wedge_the_queue() {
     for m in 0..slots as u64 {
         let mut buf = pool.take().unwrap();
         buf.fill_from(&[m as u8; 16]).unwrap();
-        a.post_send_owned(OwnedSend::send(buf).tag(m).unsignaled())
+        a.post_send_owned(SendRequest::send(buf).tag(m).unsignaled())
             .unwrap();
     }
     let sent = reap(&mut cq_a, 1);
@@ -555,7 +555,7 @@ fn owned_read_longer_than_the_remote_memory_is_refused() {
             .unwrap();
     let pool = BufferPool::new(&f.pd, 1, SIZE).unwrap();
     let refused = a
-        .post_send_owned(OwnedSend::read(
+        .post_send_owned(SendRequest::read(
             pool.take().unwrap(),
             source.remote(..).unwrap(),
         ))
@@ -584,7 +584,7 @@ fn owned_ud_send_keeps_its_address_handle_alive() {
         let ah = f.pd.create_ah(&f.av()).unwrap();
         let mut buf = pool.take().unwrap();
         buf.fill_from(&message(round)).unwrap();
-        a.post_send_owned(OwnedSend::send(buf).to(&ah, b.qp_num(), QKEY).tag(round))
+        a.post_send_owned(SendRequest::send(buf).to(&ah, b.qp_num(), QKEY).tag(round))
             .unwrap();
         // The request holds its own reference: the handle outlives this one.
         drop(ah);
@@ -624,7 +624,7 @@ fn owned_ud_receive_of_just_the_grh_takes_an_empty_datagram() {
     let mut empty = pool.take().unwrap();
     empty.set_len(0).unwrap();
     a.post_send_owned(
-        OwnedSend::send(empty)
+        SendRequest::send(empty)
             .with_imm(0x5eed)
             .to(&ah, b.qp_num(), QKEY),
     )
@@ -655,7 +655,7 @@ fn owned_ud_receive_of_just_the_grh_takes_an_empty_datagram() {
     let mut empty = pool.take().unwrap();
     empty.set_len(0).unwrap();
     a.post_send_owned(
-        OwnedSend::send(empty)
+        SendRequest::send(empty)
             .with_imm(0x5eee)
             .to(&ah, b.qp_num(), QKEY),
     )
@@ -714,7 +714,7 @@ fn owned_srq_receives_complete_through_either_queue_pair() {
         for (m, a) in [(2 * round, &mut a1), (2 * round + 1, &mut a2)] {
             let mut buf = tx.take().unwrap();
             buf.fill_from(&message(m)).unwrap();
-            a.post_send_owned(OwnedSend::send(buf).tag(m)).unwrap();
+            a.post_send_owned(SendRequest::send(buf).tag(m)).unwrap();
         }
         drop(reap(&mut send_cq, 2));
         for (m, cq, qp_num) in [

@@ -12,7 +12,7 @@ const SIZE: usize = 128;
 /// Pushes `request` tagged `m`, signaled only when `m % 4 == 3`.
 fn push_every_fourth_signaled<'a, K: Operation>(
     list: &mut OwnedSendList<'a>,
-    request: OwnedSend<'a, K>,
+    request: SendRequest<'a, K, Owned<'a>>,
     m: u64,
 ) {
     let request = request.tag(m);
@@ -65,17 +65,17 @@ fn owned_lists_post_sixteen_requests_with_one_call() {
         for m in 0..16u64 {
             // Requests of different operations (types) go into one list.
             match m {
-                5 => push_every_fourth_signaled(&mut sends, OwnedSend::send_inline(&inline), m),
+                5 => push_every_fourth_signaled(&mut sends, SendRequest::send(&inline), m),
                 9 => {
                     let mut buf = tx.take().unwrap();
                     buf.fill_from(&message(m)).unwrap();
-                    let write = OwnedSend::write(buf, target.remote(..).unwrap());
+                    let write = SendRequest::write(buf, target.remote(..).unwrap());
                     push_every_fourth_signaled(&mut sends, write.with_imm(0x900d_0000 | 9), m);
                 }
                 _ => {
                     let mut buf = tx.take().unwrap();
                     buf.fill_from(&message(m)).unwrap();
-                    push_every_fourth_signaled(&mut sends, OwnedSend::send(buf), m);
+                    push_every_fourth_signaled(&mut sends, SendRequest::send(buf), m);
                 }
             }
         }
@@ -154,7 +154,7 @@ fn owned_send_list_posts_what_fits_and_keeps_the_rest() {
     for m in 0..total as u64 {
         let mut buf = tx.take().unwrap();
         buf.fill_from(&message(m)).unwrap();
-        sends.push(OwnedSend::send(buf).tag(m)).unwrap();
+        sends.push(SendRequest::send(buf).tag(m)).unwrap();
     }
     match a.post_send_list(&mut sends) {
         Err(Error::QueueFull { verb, index }) => {
@@ -223,7 +223,7 @@ fn owned_srq_fed_by_a_list() {
         for m in 0..8 {
             let mut buf = tx.take().unwrap();
             buf.fill_from(&message(p << 4 | m)).unwrap();
-            let request = OwnedSend::send(buf).tag(p << 4 | m);
+            let request = SendRequest::send(buf).tag(p << 4 | m);
             sends
                 .push(if m == 7 {
                     request
@@ -259,7 +259,7 @@ fn owned_srq_fed_by_a_list() {
 /// (named by its index), an operation the transport does not allow, a UD send without a
 /// destination, receives for a queue pair on an SRQ. The list keeps every request and its
 /// buffer; nothing is in flight. Pushing refuses a full list and a short atomic result buffer,
-/// giving the buffer back. (Immediate data on a READ does not compile: `OwnedSend`'s type
+/// giving the buffer back. (Immediate data on a READ does not compile: an owned request's type
 /// says its operation.)
 #[test]
 fn owned_list_refusals_post_nothing_and_keep_the_buffers() {
@@ -280,10 +280,10 @@ fn owned_list_refusals_post_nothing_and_keep_the_buffers() {
     // Another PD's buffer at index 2.
     let mut sends = OwnedSendList::with_capacity(4);
     for _ in 0..2 {
-        sends.push(OwnedSend::send(pool.take().unwrap())).unwrap();
+        sends.push(SendRequest::send(pool.take().unwrap())).unwrap();
     }
     sends
-        .push(OwnedSend::send(foreign.take().unwrap()))
+        .push(SendRequest::send(foreign.take().unwrap()))
         .unwrap();
     match a.post_send_list(&mut sends) {
         Err(Error::InvalidArgument(why)) => assert!(why.starts_with("request 2:"), "{why}"),
@@ -295,9 +295,9 @@ fn owned_list_refusals_post_nothing_and_keep_the_buffers() {
 
     // A full list gives the buffer back.
     let mut small = OwnedSendList::with_capacity(1);
-    small.push(OwnedSend::send(pool.take().unwrap())).unwrap();
+    small.push(SendRequest::send(pool.take().unwrap())).unwrap();
     let refused = small
-        .push(OwnedSend::send(pool.take().unwrap()))
+        .push(SendRequest::send(pool.take().unwrap()))
         .unwrap_err();
     assert!(
         matches!(refused.error(), Error::InvalidArgument(_)),
@@ -310,7 +310,7 @@ fn owned_list_refusals_post_nothing_and_keep_the_buffers() {
     // An atomic's result needs 8 bytes.
     let tiny = BufferPool::new(&f.pd, 1, 4).unwrap();
     let refused = sends
-        .push(OwnedSend::fetch_add(
+        .push(SendRequest::fetch_add(
             tiny.take().unwrap(),
             remote.remote(..8).unwrap(),
             1,
@@ -330,9 +330,9 @@ fn owned_list_refusals_post_nothing_and_keep_the_buffers() {
         AccessFlags::REMOTE_WRITE,
     );
     let mut reads = OwnedSendList::with_capacity(2);
-    reads.push(OwnedSend::send(pool.take().unwrap())).unwrap();
+    reads.push(SendRequest::send(pool.take().unwrap())).unwrap();
     reads
-        .push(OwnedSend::read(
+        .push(SendRequest::read(
             pool.take().unwrap(),
             remote.remote(..).unwrap(),
         ))
@@ -348,7 +348,7 @@ fn owned_list_refusals_post_nothing_and_keep_the_buffers() {
     let mut ud = f.ud_qp(f.pd.qp_builder(&cq, &cq), 1);
     let mut datagrams = OwnedSendList::with_capacity(1);
     datagrams
-        .push(OwnedSend::send(pool.take().unwrap()))
+        .push(SendRequest::send(pool.take().unwrap()))
         .unwrap();
     match ud.post_send_list(&mut datagrams) {
         Err(Error::InvalidArgument(why)) => assert!(why.starts_with("request 0:"), "{why}"),

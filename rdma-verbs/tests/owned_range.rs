@@ -61,7 +61,7 @@ fn owned_ranges_gather_and_scatter_zero_copy() {
         let mut header = headers.take().unwrap();
         header.fill_from(&pattern(HEADER, 100 + round)).unwrap();
         let from = 100 + usize::from(round);
-        let send = OwnedSend::send(header)
+        let send = SendRequest::send(header)
             .and_range(RegionRange::new(&src, from..from + 512).unwrap())
             .tag(round.into());
         a.post_send_owned(send).unwrap();
@@ -132,7 +132,7 @@ fn owned_write_and_read_ranges() {
     let mine = Arc::new(mine.into_shared());
     let pool = BufferPool::new(&f.pd, 2, 64).unwrap();
 
-    let write = OwnedSend::write_range(
+    let write = SendRequest::write(
         RegionRange::new(&mine, 0..300).unwrap(),
         peer.remote(100..400).unwrap(),
     )
@@ -148,7 +148,7 @@ fn owned_write_and_read_ranges() {
     assert!(bytes(&peer, 0, 100).iter().all(|&b| b == 0));
     assert!(bytes(&peer, 400, 624).iter().all(|&b| b == 0));
 
-    let read = OwnedSend::read_range(
+    let read = SendRequest::read(
         RegionRange::new(&mine, 1000..1500).unwrap(),
         peer.remote(1024..1524).unwrap(),
     )
@@ -167,7 +167,7 @@ fn owned_write_and_read_ranges() {
     // 64 bytes into the buffer, then 200 into the range.
     let mut target = pool.take().unwrap();
     target.set_len(64).unwrap();
-    let read = OwnedSend::read(target, peer.remote(1024..1288).unwrap())
+    let read = SendRequest::read(target, peer.remote(1024..1288).unwrap())
         .and_range(RegionRange::new(&mine, 1600..1800).unwrap())
         .tag(3);
     a.post_send_owned(read).unwrap();
@@ -180,7 +180,8 @@ fn owned_write_and_read_ranges() {
 
 /// What owned ranges refuse, each with the buffer handed back and the region's reference
 /// count back to one: a receive or READ into a region that is not shared, a range of another
-/// protection domain, a range on an inline request or a UD send, two ranges on one request,
+/// protection domain, a range on an inline request (bytes, none, or a buffer sent inline) or a
+/// UD send, two ranges on one request,
 /// a WRITE longer than its remote memory, empty and outside ranges; and in lists,
 /// naming the request. A region without `LOCAL_WRITE` cannot be made shared, and a shared
 /// region hands out no reference to its bytes.
@@ -225,7 +226,7 @@ fn owned_range_refusals() {
     assert_eq!(Arc::strong_count(&plain), 1);
 
     let refused = a
-        .post_send_owned(OwnedSend::read_range(
+        .post_send_owned(SendRequest::read(
             RegionRange::new(&plain, 0..8).unwrap(),
             plain.remote(8..16).unwrap(),
         ))
@@ -238,7 +239,7 @@ fn owned_range_refusals() {
     invalid(&refused, "protection domain");
     let refused = a
         .post_send_owned(
-            OwnedSend::send(pool.take().unwrap())
+            SendRequest::send(pool.take().unwrap())
                 .and_range(RegionRange::new(&foreign, 0..8).unwrap()),
         )
         .unwrap_err();
@@ -248,16 +249,37 @@ fn owned_range_refusals() {
 
     let refused = a
         .post_send_owned(
-            OwnedSend::send_inline(b"inline").and_range(RegionRange::new(&plain, 0..8).unwrap()),
+            SendRequest::send(b"inline").and_range(RegionRange::new(&plain, 0..8).unwrap()),
         )
         .unwrap_err();
     invalid(&refused, "inline");
     assert_eq!(Arc::strong_count(&plain), 1);
+    // No bytes inline is inline too; and a buffer sent inline carries no range either, since
+    // the provider would copy the range's bytes with the CPU while a peer may write them.
+    let refused = a
+        .post_send_owned(SendRequest::send(b"").and_range(RegionRange::new(&plain, 0..8).unwrap()))
+        .unwrap_err();
+    invalid(&refused, "inline");
+    let refused = a
+        .post_send_owned(
+            SendRequest::send(pool.take().unwrap())
+                .and_range(RegionRange::new(&plain, 0..8).unwrap())
+                .inline(),
+        )
+        .unwrap_err();
+    invalid(&refused, "inline");
+    assert!(refused.into_buf().is_some(), "the buffer comes back");
+    let refused = a
+        .post_send_owned(SendRequest::send(RegionRange::new(&plain, 0..8).unwrap()).inline())
+        .unwrap_err();
+    invalid(&refused, "inline");
+    assert_eq!(Arc::strong_count(&plain), 1);
+    assert_eq!(pool.available(), 2);
 
     // One range per request: a second is refused, not silently swapped for the first.
     let r = |range: std::ops::Range<usize>| RegionRange::new(&plain, range).unwrap();
     let refused = a
-        .post_send_owned(OwnedSend::send_range(r(0..8)).and_range(r(8..16)))
+        .post_send_owned(SendRequest::send(r(0..8)).and_range(r(8..16)))
         .unwrap_err();
     invalid(&refused, "one region range");
     let refused = b
@@ -280,25 +302,23 @@ fn owned_range_refusals() {
     // buffer, or inline bytes).
     let eight = plain.remote(8..16).unwrap();
     let refused = a
-        .post_send_owned(OwnedSend::write_range(r(0..300), eight))
+        .post_send_owned(SendRequest::write(r(0..300), eight))
         .unwrap_err();
     invalid(&refused, "a write of 300 bytes to 8 bytes");
     let mut nine = pool.take().unwrap();
     nine.fill_from(&[1; 9]).unwrap();
     let refused = a
-        .post_send_owned(OwnedSend::write(nine, eight))
+        .post_send_owned(SendRequest::write(nine, eight))
         .unwrap_err();
     invalid(&refused, "a write of 9 bytes to 8 bytes");
     assert!(refused.into_buf().is_some());
     let refused = a
-        .post_send_owned(OwnedSend::write_inline(&[2; 9], eight))
+        .post_send_owned(SendRequest::write(&[2; 9], eight))
         .unwrap_err();
     invalid(&refused, "a write of 9 bytes to 8 bytes");
     // A READ into an unshared range is refused when pushed to a list, not only when posted.
     let mut sends = OwnedSendList::with_capacity(1);
-    let refused = sends
-        .push(OwnedSend::read_range(r(0..8), eight))
-        .unwrap_err();
+    let refused = sends.push(SendRequest::read(r(0..8), eight)).unwrap_err();
     invalid(&refused, "shared region");
     assert!(sends.is_empty());
     assert_eq!(Arc::strong_count(&plain), 1);
@@ -310,7 +330,7 @@ fn owned_range_refusals() {
     let ah = f.pd.create_ah(&f.av()).unwrap();
     let refused = ud
         .post_send_owned(
-            OwnedSend::send(pool.take().unwrap())
+            SendRequest::send(pool.take().unwrap())
                 .and_range(RegionRange::new(&plain, 0..8).unwrap())
                 .to(&ah, ud.qp_num(), 0x77),
         )
@@ -335,9 +355,7 @@ fn owned_range_refusals() {
     receives.clear();
     let mut sends = OwnedSendList::with_capacity(1);
     sends
-        .push(OwnedSend::send_range(
-            RegionRange::new(&foreign, 0..8).unwrap(),
-        ))
+        .push(SendRequest::send(RegionRange::new(&foreign, 0..8).unwrap()))
         .unwrap();
     let error = a.post_send_list(&mut sends).unwrap_err();
     assert!(
@@ -400,7 +418,7 @@ fn owned_ranges_in_lists_srq_and_teardown() {
     let mut sends = OwnedSendList::with_capacity(2);
     for i in 0..2 {
         let range = RegionRange::new(&src, 512 + i * 100..512 + i * 100 + 256).unwrap();
-        let send = OwnedSend::send_range(range).tag(10 + i as u64);
+        let send = SendRequest::send(range).tag(10 + i as u64);
         sends
             .push(if i == 0 { send.unsignaled() } else { send })
             .unwrap();

@@ -678,7 +678,7 @@ fn ring_ud_receives_lend_the_grh_and_the_datagram() {
         let mut buf = pool.take().unwrap();
         buf.fill_from(&message(round)[..SIZE - round as usize])
             .unwrap();
-        a.post_send_owned(OwnedSend::send(buf).to(&ah, b.qp_num(), QKEY))
+        a.post_send_owned(SendRequest::send(buf).to(&ah, b.qp_num(), QKEY))
             .unwrap();
         let sent = reap(&mut cq_a, 1);
         assert!(sent[0].is_success());

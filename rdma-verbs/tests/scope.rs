@@ -52,6 +52,21 @@ fn scope_send_receive_read_and_atomics() {
                     matches!(refused, Err(Error::InvalidArgument(_))),
                     "{refused:?}"
                 );
+                // So would flags the crate does not know, and a region's bytes copied by the
+                // provider (inline) while a peer may write them: refused before the post.
+                let unknown = sa.send(
+                    SendRequest::send(src.slice(..8).unwrap())
+                        .flags(SendFlags::from_bits_retain(1 << 26)),
+                );
+                assert!(
+                    matches!(&unknown, Err(Error::InvalidArgument(why)) if why.contains("unknown send flags")),
+                    "{unknown:?}"
+                );
+                let inline = sa.send(SendRequest::send(src.slice(..8).unwrap()).inline());
+                assert!(
+                    matches!(&inline, Err(Error::InvalidArgument(why)) if why.contains("inline")),
+                    "{inline:?}"
+                );
                 let done = reap_all(sa);
                 assert_eq!(done.len(), 3);
                 assert!(done.iter().all(|wc| wc.is_success()), "{done:?}");

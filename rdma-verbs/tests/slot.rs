@@ -667,7 +667,7 @@ fn slot_and_owned_requests_share_a_queue_pair() {
         } else {
             let mut buf = pool.take().unwrap();
             buf.fill_from(&message(m)).unwrap();
-            let request = OwnedSend::send(buf).tag(m);
+            let request = SendRequest::send(buf).tag(m);
             let request = if m < 2 { request.unsignaled() } else { request };
             a.post_send_owned(request).unwrap();
         }
@@ -866,7 +866,7 @@ fn unsignaled_sends_of_every_path_share_one_run() {
         let m = pattern(16, sent.len() as u8);
         let mut buf = pool.take().expect("a buffer");
         buf.fill_from(&m).unwrap();
-        let request = OwnedSend::send(buf).tag(sent.len() as u64);
+        let request = SendRequest::send(buf).tag(sent.len() as u64);
         let request = if signaled {
             request
         } else {
@@ -933,7 +933,7 @@ fn unsignaled_sends_of_every_path_share_one_run() {
         let m = pattern(16, sent.len() as u8);
         let mut buf = pool.take().expect("a buffer");
         buf.fill_from(&m).unwrap();
-        list.push(OwnedSend::send(buf).tag(sent.len() as u64).unsignaled())
+        list.push(SendRequest::send(buf).tag(sent.len() as u64).unsignaled())
             .unwrap();
         sent.push(m);
     }

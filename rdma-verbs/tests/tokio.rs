@@ -390,7 +390,7 @@ async fn tokio_async_events_yield_the_srq_limit_event() {
         for tag in 10..13 {
             let mut buf = tx.take().unwrap();
             buf.fill_from(&pattern(64, tag as u8)).unwrap();
-            a.post_send_owned(OwnedSend::send(buf).tag(tag)).unwrap();
+            a.post_send_owned(SendRequest::send(buf).tag(tag)).unwrap();
         }
         for (c, tag) in reap(&mut cq_a, 3).iter().zip(10..) {
             assert_done(c, tag, WcOpcode::Send);
@@ -462,7 +462,7 @@ async fn tokio_owned_receive_awaited_and_cancel_safe() {
     buf.fill_from(&pattern(512, 4)).unwrap();
     let sender = thread::spawn(move || {
         thread::sleep(DELAY);
-        a.post_send_owned(OwnedSend::send(buf).tag(1)).unwrap();
+        a.post_send_owned(SendRequest::send(buf).tag(1)).unwrap();
         let deadline = Instant::now() + WAIT;
         let mut sent = 0;
         while sent == 0 {

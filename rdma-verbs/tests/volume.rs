@@ -49,8 +49,8 @@ fn volume_zero_length_send() {
     b.post_recv_buf(dst, 1).unwrap();
     // A receive with no memory at all, for the send with immediate data.
     b.post_recv_owned(OwnedRecv::empty().tag(3)).unwrap();
-    a.post_send_owned(OwnedSend::send_empty().tag(2)).unwrap();
-    a.post_send_owned(OwnedSend::send_empty().with_imm(0x0bad_cafe).tag(4))
+    a.post_send_owned(SendRequest::send(b"").tag(2)).unwrap();
+    a.post_send_owned(SendRequest::send(b"").with_imm(0x0bad_cafe).tag(4))
         .unwrap();
     let sent = reap(&mut cq_a, 2);
     assert_done(&sent[0], 2, WcOpcode::Send);
@@ -93,7 +93,7 @@ fn send_many_packets(len: usize, seed: u32) {
     let dst = Arc::new(dst);
     b.post_recv_owned(OwnedRecv::range(RegionRange::new(&dst, ..).unwrap()).tag(1))
         .unwrap();
-    a.post_send_owned(OwnedSend::send(src).tag(2)).unwrap();
+    a.post_send_owned(SendRequest::send(src).tag(2)).unwrap();
     let mut sent = reap(&mut cq_a, 1);
     assert_done(&sent[0], 2, WcOpcode::Send);
     assert_eq!(sent[0].take_buf().unwrap().len(), len);
@@ -144,7 +144,7 @@ fn volume_rdma_write_and_read_1_mib() {
     let mut target = f.pd.register(len + 2 * TAIL, rights).unwrap();
     target.write_at(0, &vec![GUARD; len + 2 * TAIL]).unwrap();
     let remote = target.remote(TAIL..TAIL + len).unwrap();
-    a.post_send_owned(OwnedSend::write_range(RegionRange::new(&src, ..).unwrap(), remote).tag(1))
+    a.post_send_owned(SendRequest::write(RegionRange::new(&src, ..).unwrap(), remote).tag(1))
         .unwrap();
     assert_done(&reap(&mut cq_a, 1)[0], 1, WcOpcode::RdmaWrite);
     let mut got = vec![0; len + 2 * TAIL];
@@ -163,10 +163,8 @@ fn volume_rdma_write_and_read_1_mib() {
     let mut sink = f.pd.register(len + TAIL, LOCAL).unwrap().into_shared();
     sink.write_at(0, &vec![GUARD; len + TAIL]).unwrap();
     let sink = Arc::new(sink);
-    a.post_send_owned(
-        OwnedSend::read_range(RegionRange::new(&sink, ..len).unwrap(), remote).tag(2),
-    )
-    .unwrap();
+    a.post_send_owned(SendRequest::read(RegionRange::new(&sink, ..len).unwrap(), remote).tag(2))
+        .unwrap();
     let done = reap(&mut cq_a, 1);
     assert_done(&done[0], 2, WcOpcode::RdmaRead);
     assert_eq!(done[0].wc().byte_len() as usize, len);
@@ -215,7 +213,7 @@ fn volume_256_queue_pairs_at_once() {
         b.post_recv_buf(rx.take().unwrap(), i as u64).unwrap();
         let mut buf = tx.take().unwrap();
         buf.fill_from(&message(LEN, 1000 + i as u32)).unwrap();
-        a.post_send_owned(OwnedSend::send(buf).tag((N + i) as u64))
+        a.post_send_owned(SendRequest::send(buf).tag((N + i) as u64))
             .unwrap();
     }
     assert_eq!((tx.available(), rx.available()), (0, 0));

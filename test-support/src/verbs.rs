@@ -324,7 +324,7 @@ pub fn write_range(
     remote: RemoteMemory,
 ) {
     let range = RegionRange::new(src, ..).unwrap();
-    qp.post_send_owned(OwnedSend::write_range(range, remote).tag(tag))
+    qp.post_send_owned(SendRequest::write(range, remote).tag(tag))
         .unwrap();
 }
 

@@ -36,9 +36,9 @@ use std::process::ExitCode;
 
 use rdma_benches::loopback::{Loopback, Shape};
 use rdma_verbs::{
-    AccessFlags, Buf, BufferPool, Completion, CompletionQueue, MemoryRegion, MrSlice, OwnedSend,
-    QueuePair, Rc, RecvRequest, RecvRing, RingSend, Rts, SendRequest, SendRing, SharedReceiveQueue,
-    Slot, SlotRing, SrqSlotRing, WcFields, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, Buf, BufferPool, Completion, CompletionQueue, MemoryRegion, MrSlice, QueuePair,
+    Rc, RecvRequest, RecvRing, RingSend, Rts, SendRequest, SendRing, SharedReceiveQueue, Slot,
+    SlotRing, SrqSlotRing, WcFields, WcOpcode, WcStatus, WorkCompletion,
 };
 
 const SIZE: usize = 64;
@@ -446,7 +446,7 @@ fn measured_post_recv_owned(qp: &mut QueuePair<Rc, Rts>, buf: Buf) -> rdma_verbs
 #[unsafe(no_mangle)]
 #[inline(never)]
 fn measured_post_send_owned(qp: &mut QueuePair<Rc, Rts>, buf: Buf) -> rdma_verbs::Result<()> {
-    qp.post_send_owned(OwnedSend::send(buf).tag(2))
+    qp.post_send_owned(SendRequest::send(buf).tag(2))
         .map_err(rdma_verbs::Error::from)
 }
 

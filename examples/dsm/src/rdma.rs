@@ -30,9 +30,9 @@ use std::time::{Duration, Instant};
 
 use rdma_verbs::{
     AccessFlags, AddressVector, Buf, BufferPool, CanPostRecv, Completion, CompletionChannel,
-    CompletionQueue, ConnectedInitAttr, Context, Gid, MemoryRegion, OwnedRecv, OwnedSend,
+    CompletionQueue, ConnectedInitAttr, Context, Gid, MemoryRegion, Owned, OwnedRecv,
     ProtectionDomain, QueuePair, Rc, RcRtrAttr, RcRtsAttr, RegionRange, RemoteMemory, Rts,
-    WcOpcode, WcStatus,
+    SendRequest, WcOpcode, WcStatus,
 };
 
 use crate::error::{Error, Result};
@@ -511,14 +511,14 @@ impl RdmaLinks {
             let mut bytes = [0u8; INLINE as usize];
             bytes[..HEADER_LEN].copy_from_slice(&header);
             bytes[HEADER_LEN..len].copy_from_slice(&msg.payload);
-            let request = OwnedSend::send_inline(&bytes[..len]).tag(ID_SEND);
+            let request = SendRequest::send(&bytes[..len]).tag(ID_SEND);
             return post_send(qp, request, &mut None);
         }
         let mut buf = take(&mut self.send_buf, "send")?;
         buf.set_len(len)?;
         buf[..HEADER_LEN].copy_from_slice(&header);
         buf[HEADER_LEN..].copy_from_slice(&msg.payload);
-        post_send(qp, OwnedSend::send(buf).tag(ID_SEND), &mut self.send_buf)
+        post_send(qp, SendRequest::send(buf).tag(ID_SEND), &mut self.send_buf)
     }
 
     /// Marks the links broken after an error: a request may still be posted, and its late
@@ -581,7 +581,7 @@ impl RdmaLinks {
             let remote = self.remote[home].slice(start as u32, bytes as u32)?;
             // The window's pages are inaccessible meanwhile (invalid here), and the runtime
             // reads the frames only after the completion.
-            let request = OwnedSend::read_range(pages, remote).tag(ID_READ);
+            let request = SendRequest::read(pages, remote).tag(ID_READ);
             post_send(&mut self.qps[home], request, &mut None)?;
             self.wait(msg.to, &[ID_READ], bound)?;
             let mut w = Writer::new();
@@ -628,7 +628,7 @@ fn take(slot: &mut Option<Buf>, what: &str) -> Result<Buf> {
 /// Posts `request`; a buffer the post refused goes back to `slot`.
 fn post_send<K: rdma_verbs::Operation>(
     qp: &mut QueuePair<Rc, Rts>,
-    request: OwnedSend<'_, K>,
+    request: SendRequest<'_, K, Owned<'_>>,
     slot: &mut Option<Buf>,
 ) -> Result<()> {
     qp.post_send_owned(request).map_err(|refused| {
@@ -676,7 +676,7 @@ impl RdmaServer {
         buf.set_len(len)?;
         buf[..HEADER_LEN].copy_from_slice(&header);
         buf[HEADER_LEN..].copy_from_slice(&out.msg.payload);
-        let mut request = OwnedSend::send(buf).tag(to as u64);
+        let mut request = SendRequest::send(buf).tag(to as u64);
         if let Some((first, count)) = out.pages {
             // The pages go straight from the frames. They are home pages, which the
             // application may store into meanwhile, but only with relaxed atomic stores

@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use rdma_cm::rdma_verbs::{
-    AsyncCompletionChannel, BufferPool, Completion, CompletionQueue, OwnedSend, QueuePair, Rc,
-    Reset, Rts, WcOpcode, WcStatus,
+    AsyncCompletionChannel, BufferPool, Completion, CompletionQueue, QueuePair, Rc, Reset, Rts,
+    SendRequest, WcOpcode, WcStatus,
 };
 use rdma_cm::{
     AsyncCmId, AsyncConnectRequest, AsyncListener, CmId, ConnParam, EventKind, PortSpace,
@@ -132,7 +132,7 @@ impl Endpoint {
         let mut buf = self.pool.take().ok_or("no send buffer free")?;
         buf.fill_from(data).map_err(|e| e.to_string())?;
         self.qp
-            .post_send_owned(OwnedSend::send(buf))
+            .post_send_owned(SendRequest::send(buf))
             .map_err(|e| format!("post a send: {}", e.error()))
     }
 

@@ -22,7 +22,9 @@ use clap::Parser;
 use rdma_examples::connect::{self, PairArgs};
 use rdma_examples::exchange::PeerEnd;
 use rdma_examples::pingpong;
-use rdma_verbs::{AccessFlags, AtomicOp, BufferPool, OwnedSend, QueuePair, Rc, RemoteMemory, Rts};
+use rdma_verbs::{
+    AccessFlags, AtomicOp, BufferPool, Owned, QueuePair, Rc, RemoteMemory, Rts, SendRequest,
+};
 
 const PROGRAM: &str = "atomic_counter";
 
@@ -61,16 +63,17 @@ fn run(args: &Args) -> Result<(), String> {
             let lock = words.slice(LOCK, 8).map_err(|e| e.to_string())?;
             let pool = BufferPool::new(&pair.setup.pd, 2, 8)
                 .map_err(|e| format!("couldn't register the result buffers: {e}"))?;
-            let mut atomic = |request: OwnedSend<'static, AtomicOp>| -> Result<u64, String> {
-                one_atomic(&mut pair.qp, &mut pair.setup.cq, request, timeout)
-            };
+            let mut atomic =
+                |request: SendRequest<'static, AtomicOp, Owned<'static>>| -> Result<u64, String> {
+                    one_atomic(&mut pair.qp, &mut pair.setup.cq, request, timeout)
+                };
 
-            let old = atomic(OwnedSend::compare_swap(take(&pool)?, lock, 0, 1))?;
+            let old = atomic(SendRequest::compare_swap(take(&pool)?, lock, 0, 1))?;
             if old != 0 {
                 return Err(format!("the lock was taken (it holds {old})"));
             }
             for i in 0..args.iters {
-                let old = atomic(OwnedSend::fetch_add(take(&pool)?, counter, 1))?;
+                let old = atomic(SendRequest::fetch_add(take(&pool)?, counter, 1))?;
                 let expected = args.start.wrapping_add(i);
                 if old != expected {
                     return Err(format!(
@@ -80,13 +83,13 @@ fn run(args: &Args) -> Result<(), String> {
                 }
             }
             // The lock is ours: a second taker's compare fails, and the word stays 1.
-            let old = atomic(OwnedSend::compare_swap(take(&pool)?, lock, 0, 2))?;
+            let old = atomic(SendRequest::compare_swap(take(&pool)?, lock, 0, 2))?;
             if old != 1 {
                 return Err(format!(
                     "a second CMP_AND_SWP on the taken lock returned {old}"
                 ));
             }
-            let old = atomic(OwnedSend::compare_swap(take(&pool)?, lock, 1, 0))?;
+            let old = atomic(SendRequest::compare_swap(take(&pool)?, lock, 1, 0))?;
             if old != 1 {
                 return Err(format!("releasing the lock found {old}, expected 1"));
             }
@@ -142,7 +145,7 @@ fn take(pool: &BufferPool) -> Result<rdma_verbs::Buf, String> {
 fn one_atomic(
     qp: &mut QueuePair<Rc, Rts>,
     cq: &mut rdma_verbs::CompletionQueue,
-    request: OwnedSend<'static, AtomicOp>,
+    request: SendRequest<'static, AtomicOp, Owned<'static>>,
     timeout: std::time::Duration,
 ) -> Result<u64, String> {
     qp.post_send_owned(request)

@@ -21,7 +21,7 @@ use clap::Parser;
 use rdma_examples::connect::{self, PairArgs};
 use rdma_examples::exchange::PeerEnd;
 use rdma_examples::pingpong;
-use rdma_verbs::{AccessFlags, BufferPool, MemoryRegion, OwnedSend, WcOpcode};
+use rdma_verbs::{AccessFlags, BufferPool, MemoryRegion, SendRequest, WcOpcode};
 
 const PROGRAM: &str = "rdma_rw";
 
@@ -112,11 +112,11 @@ fn run(args: &Args) -> Result<(), String> {
             // The send queue completes in order: the READ's completion also tells that the
             // (unsignaled) WRITE is done.
             pair.qp
-                .post_send_owned(OwnedSend::write(out, first).tag(1).unsignaled())
+                .post_send_owned(SendRequest::write(out, first).tag(1).unsignaled())
                 .map_err(|e| format!("couldn't post the RDMA WRITE: {e}"))?;
             let back = pool.take().ok_or("no buffer")?;
             pair.qp
-                .post_send_owned(OwnedSend::read(back, second).tag(2))
+                .post_send_owned(SendRequest::read(back, second).tag(2))
                 .map_err(|e| format!("couldn't post the RDMA READ: {e}"))?;
             let mut done = connect::next_completion(&mut pair.setup.cq, timeout)?;
             let elapsed = started.elapsed();

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use rdma_cm::rdma_verbs::{
-    AccessFlags, BufferPool, Completion, CompletionQueue, OwnedSend, QpStateKind, QueuePair, Rc,
-    RemoteMemory, Rts, WcOpcode,
+    AccessFlags, BufferPool, Completion, CompletionQueue, QpStateKind, QueuePair, Rc, RemoteMemory,
+    Rts, SendRequest, WcOpcode,
 };
 use rdma_cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
 use rdma_examples::pingpong;
@@ -181,7 +181,7 @@ fn send_info(
 ) -> Result<(), String> {
     let mut buf = pool.take().ok_or("no send buffer free")?;
     buf.fill_from(&info).map_err(|e| e.to_string())?;
-    qp.post_send_owned(OwnedSend::send(buf))
+    qp.post_send_owned(SendRequest::send(buf))
         .map_err(|e| format!("post send error: {e}"))
 }
 
@@ -352,7 +352,7 @@ fn serve(args: &Args, id: &CmId, timeout: Duration) -> Result<(), String> {
         let mut buf = rdma.take().ok_or("the read buffer is in use")?;
         buf.set_len(source.len as usize)
             .map_err(|e| e.to_string())?;
-        qp.post_send_owned(OwnedSend::read(buf, source))
+        qp.post_send_owned(SendRequest::read(buf, source))
             .map_err(|e| format!("post send error: {e}"))?;
         let mut read = next_of(&mut cq, WcOpcode::RdmaRead, timeout)?;
         let mut buf = read
@@ -370,7 +370,7 @@ fn serve(args: &Args, id: &CmId, timeout: Duration) -> Result<(), String> {
         // The string and its NUL, as the C server writes.
         let len = (text.len() + 1).min(buf.len()).min(sink.len as usize);
         buf.set_len(len).map_err(|e| e.to_string())?;
-        qp.post_send_owned(OwnedSend::write(
+        qp.post_send_owned(SendRequest::write(
             buf,
             sink.slice(0, len as u32).map_err(|e| e.to_string())?,
         ))

@@ -28,7 +28,7 @@ use rdma_examples::exchange::{self, Dest};
 use rdma_examples::pingpong::{self, C_PEER_LINGER, Options, RECV_ID, SEND_ID};
 use rdma_verbs::{
     BufferPool, Completion, CompletionChannel, CompletionQueue, ConnectedInitAttr, OwnedRecvList,
-    OwnedSend, QueuePair, Rc, Rts, SharedReceiveQueue,
+    QueuePair, Rc, Rts, SendRequest, SharedReceiveQueue,
 };
 
 const PROGRAM: &str = "srq_pingpong";
@@ -86,9 +86,9 @@ fn post_send(
     inline: bool,
 ) -> Result<(), String> {
     let posted = if inline {
-        qp.post_send_owned(OwnedSend::send_inline(&message).tag(SEND_ID))
+        qp.post_send_owned(SendRequest::send(&message[..]).tag(SEND_ID))
     } else {
-        qp.post_send_owned(OwnedSend::send(message).tag(SEND_ID))
+        qp.post_send_owned(SendRequest::send(message).tag(SEND_ID))
     };
     posted.map_err(|e| format!("couldn't post send: {e}"))
 }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use rdma_cm::rdma_verbs::{
-    BufferPool, CompletionQueue, OwnedSend, QueuePair, Rc, Reset, Rts, WcOpcode, WcStatus,
+    BufferPool, CompletionQueue, QueuePair, Rc, Reset, Rts, SendRequest, WcOpcode, WcStatus,
 };
 use rdma_cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
 use rdma_examples::cmtool::{self, lookup, parse_u8};
@@ -166,7 +166,7 @@ impl Node {
             let mut buf = self.pool.take().ok_or("out of buffers")?;
             buf.fill_from(&data).map_err(|e| e.to_string())?;
             self.qp
-                .post_send_owned(OwnedSend::send(buf))
+                .post_send_owned(SendRequest::send(buf))
                 .map_err(|e| format!("failed to post sends: {}", e.error()))?;
         }
         Ok(())

@@ -19,7 +19,7 @@ use clap::Parser;
 use rdma_examples::connect;
 use rdma_examples::pingpong::{self, Options};
 use rdma_verbs::{
-    AddressVector, BufferPool, GRH_LEN, OwnedSend, QueuePair, SqPsnRtsAttr, Ud, UdInitAttr,
+    AddressVector, BufferPool, GRH_LEN, QueuePair, SendRequest, SqPsnRtsAttr, Ud, UdInitAttr,
     UdRtrAttr,
 };
 
@@ -139,7 +139,7 @@ fn run(args: &Args) -> Result<(), String> {
             .for_each(|(i, b)| *b = byte(round, i));
         sender
             .post_send_owned(
-                OwnedSend::send(out)
+                SendRequest::send(out)
                     .to(&ah, receiver.qp_num(), args.qkey)
                     .tag(round),
             )
@@ -182,7 +182,7 @@ fn run(args: &Args) -> Result<(), String> {
     let mut out = take()?;
     out.set_len(args.size).map_err(|e| e.to_string())?;
     sender
-        .post_send_owned(OwnedSend::send(out).to(&ah, receiver.qp_num(), wrong))
+        .post_send_owned(SendRequest::send(out).to(&ah, receiver.qp_num(), wrong))
         .map_err(|e| format!("couldn't post send: {e}"))?;
     drop(connect::next_completion(&mut send_cq, timeout)?);
     // Give the datagram ample time to arrive if it were accepted.

@@ -12,7 +12,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::recv::{check_room, room};
-use super::{OwnedRecv, OwnedSend, OwnedSges, PostRefused, Prepared, RegionRange, Table, check_pd};
+use super::{Owned, OwnedRecv, OwnedSges, PostRefused, Prepared, RegionRange, Table, check_pd};
 use crate::buf::Buf;
 use crate::error::{Error, Result};
 use crate::ffi;
@@ -97,7 +97,7 @@ impl Item for Prepared<'_> {
         self.disarm();
     }
     fn tag(&self) -> u64 {
-        self.tag
+        Prepared::tag(self)
     }
     fn keep(&self) -> Option<Arc<dyn Send + Sync>> {
         Prepared::keep(self)
@@ -201,7 +201,7 @@ impl<'a> OwnedSendList<'a> {
     /// when the list is posted.)
     pub fn push<K: Operation>(
         &mut self,
-        request: OwnedSend<'a, K>,
+        request: SendRequest<'a, K, Owned<'a>>,
     ) -> std::result::Result<(), PostRefused> {
         if self.items.len() >= self.capacity() {
             return Err(PostRefused {
@@ -224,7 +224,9 @@ impl<'a> OwnedSendList<'a> {
         let checked = match request.op() & op::INVALID {
             0 => request.fill(&mut raw, &mut one),
             _ => Err(Error::InvalidArgument(
-                "immediate data on an operation other than SEND or RDMA WRITE".into(),
+                "immediate data on an operation other than SEND or RDMA WRITE, or inline data \
+                 as the target of a read"
+                    .into(),
             )),
         };
         if let Err(error) = checked {

@@ -36,7 +36,7 @@ pub use range::RegionRange;
 use range::{OwnedSges, check_region};
 pub use recv::OwnedRecv;
 pub(crate) use recv::check_room;
-pub use send::OwnedSend;
+pub use send::Owned;
 pub(crate) use send::Prepared;
 
 /// A post the queue pair did not take: the error, and the buffer, which the device never saw.

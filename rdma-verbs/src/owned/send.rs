@@ -1,9 +1,8 @@
-//! [`OwnedSend`]: owned send requests, typed by operation, and their posting
+//! [`Owned`]: the memory model of the owned-buffer path's send requests
+//! ([`SendRequest<'_, K, Owned>`](SendRequest)), and their posting
 //! ([`QueuePair::post_send_owned`]).
 
 use std::fmt;
-use std::marker::PhantomData;
-use std::ops::RangeBounds;
 use std::sync::Arc;
 
 use super::{OwnedSges, PostRefused, RegionRange, check_pd, check_region, post_owned, range};
@@ -12,63 +11,66 @@ use crate::buf::Buf;
 use crate::error::{Error, Result};
 use crate::flags::{AccessFlags, SendFlags};
 use crate::inflight::Ring;
-use crate::mr::{MemoryRegion, RemoteMemory};
-use crate::mw::{BindRange, MemoryWindow, MwShared, MwType, check_bind};
+use crate::mr::MemoryRegion;
+use crate::mw::{BindRange, MemoryWindow, MwShared};
 use crate::qp::{QueuePair, Rts, Transport, may_have_posted};
 use crate::wr::{
-    AtomicOp, BindOp, ImmOp, InvalidateOp, Operation, Payload, ReadOp, SendOp, SendRequest, SendWr,
-    WriteOp,
+    AtomicTarget, BindOp, BindRegion, IntoMemory, Memoryless, Operation, Payload, ReadOp, SendOp,
+    SendRequest, SendWr, WriteOp, memory_sealed,
 };
 
-/// A send request of the owned-buffer path: what it sends (a [`Buf`], or inline bytes), the
-/// operation, a tag the completion gives back, and whether it is signaled.
+/// The memory model of the owned-buffer path: what a [`SendRequest<'_, K, Owned>`](SendRequest)
+/// carries into [`QueuePair::post_send_owned`] (or an
+/// [`OwnedSendList`](crate::OwnedSendList)), moved into the queue pair's in-flight table until
+/// the request's completion hands it back through
+/// [`CompletionQueue::poll_each`](crate::CompletionQueue::poll_each).
 ///
-/// Signaled by default: its completion hands its buffer back. An [`unsignaled`](Self::unsignaled)
-/// request produces no completion; its buffer returns to its pool when a later signaled
-/// request of the same queue pair completes (the post signals it whatever it asked when
-/// otherwise none might come: see [`QueuePair::post_send_owned`]).
+/// The constructors take it from what they are given ([`IntoMemory`]): a [`Buf`] (its first
+/// [`len`](Buf::len) bytes), a [`RegionRange`] (bytes of the caller's region, zero-copy), or
+/// bytes of no region copied into the request when it is posted (inline; `b""` for none);
+/// [`and_range`](SendRequest::and_range) appends a range after a buffer's bytes. A UD
+/// destination ([`to`](SendRequest::to)) is kept alive (a clone of the address handle), and a
+/// bind ([`bind_mw`](SendRequest::bind_mw) given `&Arc<MemoryRegion>`) keeps its region, until
+/// the request completes.
 ///
-/// The operation is part of the type (`K`: [`SendOp`], [`WriteOp`], [`ReadOp`], [`AtomicOp`],
-/// [`InvalidateOp`], [`BindOp`]), so what an operation cannot carry is refused at compile time:
-/// only SEND and RDMA WRITE have [`with_imm`](OwnedSend::with_imm), only SEND has a UD
-/// destination ([`to`](OwnedSend::to)):
+/// Signaled by default: the completion hands the buffer back. An
+/// [`unsignaled`](SendRequest::unsignaled) request produces no completion; its buffer returns
+/// to its pool when a later signaled request of the same queue pair completes (the post
+/// signals it whatever it asked when otherwise none might come: see
+/// [`QueuePair::post_send_owned`]).
+///
+/// ```no_run
+/// # use rdma_verbs::{BufferPool, QueuePair, Rc, Rts, SendRequest};
+/// # fn f(qp: &mut QueuePair<Rc, Rts>, pool: &BufferPool) -> Result<(), Box<dyn std::error::Error>> {
+/// let mut buf = pool.take().expect("a free buffer");
+/// buf.fill_from(b"hello")?;
+/// qp.post_send_owned(SendRequest::send(buf).with_imm(7).tag(1))?;
+/// qp.post_send_owned(SendRequest::send(b"inline bytes").tag(2))?;
+/// # Ok(()) }
+/// ```
+///
+/// What an operation cannot carry does not compile, as for every model:
 ///
 /// ```compile_fail,E0599
 /// # fn f(buf: rdma_verbs::Buf, remote: rdma_verbs::RemoteMemory) {
-/// let request = rdma_verbs::OwnedSend::read(buf, remote).with_imm(7);
+/// let request = rdma_verbs::SendRequest::read(buf, remote).with_imm(7);
 /// # }
 /// ```
-#[must_use = "a request does nothing until it is posted"]
-pub struct OwnedSend<'a, K: Operation = SendOp> {
-    kind: Kind<'a>,
-    tag: u64,
-    imm: Option<u32>,
-    /// `SIGNALED` (the default), `SOLICITED`, `FENCE`.
-    flags: SendFlags,
-    dest: Option<(AddressHandle, u32, u32)>,
-    /// Bytes of a caller's region, after the buffer's ([`OwnedSend::and_range`]).
+pub struct Owned<'a> {
+    buf: Option<Buf>,
+    /// Bytes of a caller's region, after the buffer's ([`SendRequest::and_range`]).
     range: Option<RegionRange>,
     /// A second range was given, which the request cannot carry: refused when prepared.
     ranges_over: bool,
-    _op: PhantomData<fn() -> K>,
-}
-
-enum Kind<'a> {
-    Send(Option<Buf>),
-    SendInline(&'a [u8]),
-    Write(Option<Buf>, RemoteMemory),
-    WriteInline(&'a [u8], RemoteMemory),
-    Read(Option<Buf>, RemoteMemory),
-    FetchAdd(Buf, RemoteMemory, u64),
-    CompareSwap(Buf, RemoteMemory, u64, u64),
-    LocalInvalidate(u32),
-    SendInvalidate(Option<Buf>, u32),
-    Bind(Bind<'a>, Arc<MemoryRegion>),
+    dest: Option<(AddressHandle, u32, u32)>,
+    bind: Option<Bind<'a>>,
+    /// The region a bind names, which the request keeps until the bind has executed.
+    bind_region: Option<Arc<MemoryRegion>>,
 }
 
 /// A checked BIND_MW: the window, the key the bind gives it (taken by the window only once
 /// the request is posted, so that a request the device never sees leaves the window's key as
-/// the device knows it), the range and the rights. The region travels beside it.
+/// the device knows it), the range and the rights.
 struct Bind<'a> {
     mw: &'a mut MemoryWindow,
     rkey: u32,
@@ -76,340 +78,186 @@ struct Bind<'a> {
     access: AccessFlags,
 }
 
-impl<'a, K: Operation> OwnedSend<'a, K> {
-    fn new(kind: Kind<'a>) -> Self {
+impl Owned<'_> {
+    #[inline]
+    fn of(buf: Option<Buf>, range: Option<RegionRange>) -> Self {
         Self {
-            kind,
-            tag: 0,
-            imm: None,
-            flags: SendFlags::SIGNALED,
-            dest: None,
-            range: None,
+            buf,
+            range,
             ranges_over: false,
-            _op: PhantomData,
-        }
-    }
-
-    /// Appends `range` to the request's memory, after the buffer's bytes (a second
-    /// scatter/gather entry; the queue pair needs `max_send_sge` of 2 for both). A request
-    /// carries one range: a second is refused when the request is posted or pushed.
-    fn with_range(mut self, range: RegionRange) -> Self {
-        self.ranges_over |= self.range.is_some();
-        self.range = Some(range);
-        self
-    }
-
-    /// The tag [`Completion::tag`](crate::Completion::tag) gives back (0 by default).
-    pub fn tag(mut self, tag: u64) -> Self {
-        self.tag = tag;
-        self
-    }
-
-    /// No completion for this request (see the type's documentation).
-    pub fn unsignaled(mut self) -> Self {
-        self.flags.remove(SendFlags::SIGNALED);
-        self
-    }
-
-    /// Starts the request only once the queue pair's earlier RDMA READs and atomics have
-    /// completed (`IBV_SEND_FENCE`): for example a SEND that tells the peer a READ's data has
-    /// arrived, or a READ of what an earlier atomic changed.
-    pub fn fenced(mut self) -> Self {
-        self.flags.insert(SendFlags::FENCE);
-        self
-    }
-}
-
-impl<'a> OwnedSend<'a, SendOp> {
-    /// SEND of the buffer's first [`len`](Buf::len) bytes.
-    pub fn send(buf: Buf) -> Self {
-        Self::new(Kind::Send(Some(buf)))
-    }
-
-    /// A SEND of no bytes (no buffer).
-    pub fn send_empty() -> Self {
-        Self::new(Kind::Send(None))
-    }
-
-    /// SEND of the bytes of `range`, zero-copy from the caller's region (see [`RegionRange`]).
-    pub fn send_range(range: RegionRange) -> Self {
-        Self::new(Kind::Send(None)).with_range(range)
-    }
-
-    /// The bytes of `range` sent after the buffer's (gathered: the buffer's
-    /// [`len`](Buf::len) bytes, then the range's), for example a header from a pool buffer
-    /// and a payload straight from the caller's region. Refused at post on an inline request
-    /// and on a UD send (whose in-flight entry keeps its address handle instead).
-    pub fn and_range(self, range: RegionRange) -> Self {
-        self.with_range(range)
-    }
-
-    /// SEND of `bytes`, copied into the request when it is posted (`IBV_SEND_INLINE`, up to
-    /// the queue pair's `max_inline_data`): no buffer, and `bytes` are free again as soon as
-    /// the post returns.
-    pub fn send_inline(bytes: &'a [u8]) -> Self {
-        Self::new(Kind::SendInline(bytes))
-    }
-
-    /// The destination of a UD send: queue pair `remote_qpn` with Q_Key `remote_qkey` behind
-    /// `ah`, which the request keeps alive (a clone) until it completes. Only UD queue pairs
-    /// take it.
-    pub fn to(mut self, ah: &AddressHandle, remote_qpn: u32, remote_qkey: u32) -> Self {
-        self.dest = Some((ah.clone(), remote_qpn, remote_qkey));
-        self
-    }
-}
-
-impl OwnedSend<'_, InvalidateOp> {
-    /// LOCAL_INV: invalidates the memory window (type 2) or region with remote key `rkey`, on
-    /// this queue pair; after it completes, peers' accesses with the key fail. Carries no
-    /// memory.
-    pub fn local_invalidate(rkey: u32) -> Self {
-        Self::new(Kind::LocalInvalidate(rkey))
-    }
-
-    /// SEND_WITH_INV: a SEND of the buffer's first [`len`](Buf::len) bytes that also
-    /// invalidates the peer's memory window (type 2) with remote key `rkey`, bound to the
-    /// receiving queue pair; the peer's receive completion names the key.
-    pub fn send_with_invalidate(buf: Buf, rkey: u32) -> Self {
-        Self::new(Kind::SendInvalidate(Some(buf), rkey))
-    }
-
-    /// Raises a solicited event at the receiver of a SEND_WITH_INV (`IBV_SEND_SOLICITED`), as
-    /// [`OwnedSend::<SendOp>::solicited`](OwnedSend::solicited) does for a SEND; a LOCAL_INV
-    /// sends nothing, and the flag does nothing.
-    pub fn solicited(mut self) -> Self {
-        self.flags.insert(SendFlags::SOLICITED);
-        self
-    }
-}
-
-impl<'a> OwnedSend<'a, BindOp> {
-    /// BIND_MW: binds type 2 window `mw` to bytes `range` of `mr` with rights `access`, giving
-    /// it a new key ([`rkey`](Self::rkey)), as [`SendRequest::bind_mw`] does, without its
-    /// `unsafe` post: the request keeps `mr` (a reference count) until the bind has executed —
-    /// until its completion, a later one of the same queue pair, or the queue pair's reset or
-    /// destruction — so the device cannot find another region under the key.
-    ///
-    /// The window is borrowed by the request (and by an [`OwnedSendList`](crate::OwnedSendList)
-    /// it is pushed to, for the list's life). It takes the new key only when the request is
-    /// posted (or its post's outcome is unknown): a request the device never sees — refused by
-    /// the post, dropped, cleared from a list, forgotten — leaves the window's key as the
-    /// device knows it, so a retry works. The completion is
-    /// [`WcOpcode::BindMw`](crate::WcOpcode::BindMw); hand the key to a peer after it. The
-    /// window is bound to the queue pair the request is posted on, which must be of the
-    /// window's protection domain. A bound type 2 window cannot be bound again before it is
-    /// invalidated ([`local_invalidate`](OwnedSend::local_invalidate), or a peer's
-    /// SEND_WITH_INV).
-    ///
-    /// While the window is bound, rxe refuses to deregister the region: keep a reference to
-    /// `mr` until the window is dropped, or invalidated with the invalidation's completion
-    /// polled. If the request's reference is the last one when the bind completes, the region's
-    /// deregistration fails there, unreported, and its memory leaks (which is safe).
-    ///
-    /// # Errors
-    ///
-    /// As [`SendRequest::bind_mw`]: [`Error::InvalidArgument`] if `mw` is not of type 2, the
-    /// window and region belong to different protection domains, the region does not own its
-    /// memory, the range is empty or outside the region, or the region lacks
-    /// [`MW_BIND`](crate::AccessFlags::MW_BIND) or a right the window would grant.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// use std::sync::Arc;
-    ///
-    /// use rdma_verbs::{AccessFlags, MwType, OwnedSend, ProtectionDomain, QueuePair, Rc, Rts};
-    ///
-    /// # fn f(qp: &mut QueuePair<Rc, Rts>, pd: &ProtectionDomain) -> rdma_verbs::Result<()> {
-    /// let rights = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    /// let mr = Arc::new(pd.register(8192, rights | AccessFlags::MW_BIND)?);
-    /// let mut mw = pd.alloc_mw(MwType::Type2)?;
-    /// let bind = OwnedSend::bind_mw(&mut mw, &mr, 0..4096, AccessFlags::REMOTE_WRITE)?.tag(1);
-    /// let rkey = bind.rkey();
-    /// qp.post_send_owned(bind)?;
-    /// // ... reap the completion tagged 1 with `poll_each`, then send `mr.addr()`, 4096 and
-    /// // `rkey` to the peer; keep `mr` until the window is dropped or invalidated.
-    /// # let _ = rkey;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # References
-    ///
-    /// [`ibv_post_send(3)`](https://man7.org/linux/man-pages/man3/ibv_post_send.3.html)
-    pub fn bind_mw(
-        mw: &'a mut MemoryWindow,
-        mr: &Arc<MemoryRegion>,
-        range: impl RangeBounds<usize>,
-        access: AccessFlags,
-    ) -> Result<Self> {
-        let range = check_bind(mw, MwType::Type2, mr, range, access)?;
-        let rkey = mw.preview_type2_rkey()?;
-        Ok(Self::new(Kind::Bind(
-            Bind {
-                mw,
-                rkey,
-                range,
-                access,
-            },
-            Arc::clone(mr),
-        )))
-    }
-
-    /// The window's key once the bind has executed (its [`rkey`](MemoryWindow::rkey) from
-    /// the moment the request is posted).
-    pub fn rkey(&self) -> u32 {
-        match &self.kind {
-            Kind::Bind(bind, _) => bind.rkey,
-            // Only `bind_mw` makes an `OwnedSend<BindOp>`.
-            _ => 0,
+            dest: None,
+            bind: None,
+            bind_region: None,
         }
     }
 }
 
-impl<'a> OwnedSend<'a, WriteOp> {
-    /// RDMA WRITE of the buffer's first `len` bytes to `remote` (the peer's memory).
-    pub fn write(buf: Buf, remote: RemoteMemory) -> Self {
-        Self::new(Kind::Write(Some(buf), remote))
-    }
-
-    /// RDMA WRITE of the bytes of `range` (the caller's region, zero-copy) to `remote`.
-    pub fn write_range(range: RegionRange, remote: RemoteMemory) -> Self {
-        Self::new(Kind::Write(None, remote)).with_range(range)
-    }
-
-    /// The bytes of `range` written after the buffer's. Refused at post on an inline request.
-    pub fn and_range(self, range: RegionRange) -> Self {
-        self.with_range(range)
-    }
-
-    /// RDMA WRITE of `bytes`, inline.
-    pub fn write_inline(bytes: &'a [u8], remote: RemoteMemory) -> Self {
-        Self::new(Kind::WriteInline(bytes, remote))
-    }
-}
-
-impl<K: ImmOp> OwnedSend<'_, K> {
-    /// Immediate data, delivered with the peer's receive completion (an RDMA WRITE with it also
-    /// consumes a receive at the peer).
-    pub fn with_imm(mut self, imm: u32) -> Self {
-        self.imm = Some(imm);
-        self
-    }
-
-    /// Raises a solicited event at the receiver with its receive completion
-    /// (`IBV_SEND_SOLICITED`), which wakes a completion queue armed for solicited completions
-    /// only ([`CompletionQueue::req_notify`](crate::CompletionQueue::req_notify)`(true)`). An
-    /// RDMA WRITE without immediate data completes no receive: the flag does nothing there.
-    pub fn solicited(mut self) -> Self {
-        self.flags.insert(SendFlags::SOLICITED);
-        self
-    }
-}
-
-impl OwnedSend<'_, ReadOp> {
-    /// RDMA READ of `remote` into the buffer's first `len` bytes.
-    pub fn read(target: Buf, remote: RemoteMemory) -> Self {
-        Self::new(Kind::Read(Some(target), remote))
-    }
-
-    /// RDMA READ of `remote` into `range`, zero-copy into the caller's region, which must be
-    /// [shared](MemoryRegion::is_shared) (see [`RegionRange`]): as many bytes as the range
-    /// holds.
-    pub fn read_range(range: RegionRange, remote: RemoteMemory) -> Self {
-        Self::new(Kind::Read(None, remote)).with_range(range)
-    }
-
-    /// Scatters the READ's bytes: the buffer's first `len` bytes, then `range`'s (of a shared
-    /// region).
-    pub fn and_range(self, range: RegionRange) -> Self {
-        self.with_range(range)
-    }
-}
-
-impl OwnedSend<'_, AtomicOp> {
-    /// ATOMIC_FETCH_AND_ADD on the 8-byte word at `remote`; the old value lands in the first 8
-    /// bytes of `result` (its length is set to 8), in the byte order the device writes (host
-    /// order on rxe, big-endian on some devices).
-    pub fn fetch_add(result: Buf, remote: RemoteMemory, add: u64) -> Self {
-        Self::new(Kind::FetchAdd(result, remote, add))
-    }
-
-    /// ATOMIC_CMP_AND_SWP on the 8-byte word at `remote`: if it equals `compare`, it becomes
-    /// `swap`. The old value lands in the first 8 bytes of `result` (its length is set to 8).
-    pub fn compare_swap(result: Buf, remote: RemoteMemory, compare: u64, swap: u64) -> Self {
-        Self::new(Kind::CompareSwap(result, remote, compare, swap))
-    }
-}
-
-impl<K: Operation> fmt::Debug for OwnedSend<'_, K> {
+impl fmt::Debug for Owned<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let op = match &self.kind {
-            Kind::Send(_) => "SEND",
-            Kind::SendInline(_) => "SEND (inline)",
-            Kind::Write(..) => "RDMA_WRITE",
-            Kind::WriteInline(..) => "RDMA_WRITE (inline)",
-            Kind::Read(..) => "RDMA_READ",
-            Kind::FetchAdd(..) => "ATOMIC_FETCH_AND_ADD",
-            Kind::CompareSwap(..) => "ATOMIC_CMP_AND_SWP",
-            Kind::LocalInvalidate(_) => "LOCAL_INV",
-            Kind::SendInvalidate(..) => "SEND_WITH_INV",
-            Kind::Bind(..) => "BIND_MW",
-        };
-        f.debug_struct("OwnedSend")
-            .field("op", &op)
-            .field("tag", &self.tag)
-            .field("imm", &self.imm)
-            .field("flags", &self.flags)
+        f.debug_struct("Owned")
+            .field("buf", &self.buf)
             .field("range", &self.range)
+            .field(
+                "dest",
+                &self.dest.as_ref().map(|(_, qpn, qkey)| (qpn, qkey)),
+            )
+            .field("bind_rkey", &self.bind.as_ref().map(|bind| bind.rkey))
             .finish()
     }
 }
 
-impl<'a, K: Operation> OwnedSend<'a, K> {
+impl memory_sealed::Sealed for Owned<'_> {}
+impl Memoryless for Owned<'_> {
+    #[inline]
+    fn none() -> Self {
+        Self::of(None, None)
+    }
+}
+
+impl memory_sealed::Sealed for Buf {}
+impl<'a> IntoMemory<'a, Owned<'a>> for Buf {
+    #[inline]
+    fn into_memory(self) -> (Payload<'a>, Owned<'a>) {
+        (Payload::None, Owned::of(Some(self), None))
+    }
+}
+impl<'a> AtomicTarget<'a, Owned<'a>> for Buf {}
+
+impl memory_sealed::Sealed for RegionRange {}
+impl<'a> IntoMemory<'a, Owned<'a>> for RegionRange {
+    #[inline]
+    fn into_memory(self) -> (Payload<'a>, Owned<'a>) {
+        (Payload::None, Owned::of(None, Some(self)))
+    }
+}
+
+impl memory_sealed::Sealed for &Arc<MemoryRegion> {}
+impl<'a> BindRegion<'a, Owned<'a>> for &Arc<MemoryRegion> {
+    #[inline]
+    fn region(&self) -> &MemoryRegion {
+        self
+    }
+
+    fn bind(
+        self,
+        mw: &'a mut MemoryWindow,
+        range: BindRange,
+        access: AccessFlags,
+    ) -> Result<(SendWr<'a>, Owned<'a>)> {
+        let rkey = mw.preview_type2_rkey()?;
+        let mut owned = Owned::of(None, None);
+        owned.bind = Some(Bind {
+            mw,
+            rkey,
+            range,
+            access,
+        });
+        owned.bind_region = Some(Arc::clone(self));
+        Ok((SendWr::bind_pending(), owned))
+    }
+}
+
+impl<'a, K: Operation> SendRequest<'a, K, Owned<'a>> {
+    /// Appends `range` to the request's memory, after the buffer's bytes (a second
+    /// scatter/gather entry; the queue pair needs `max_send_sge` of 2 for both). A request
+    /// carries one range: a second is refused when the request is posted or pushed.
+    #[inline]
+    fn with_range(mut self, range: RegionRange) -> Self {
+        let memory = self.memory_mut();
+        memory.ranges_over |= memory.range.is_some();
+        memory.range = Some(range);
+        self
+    }
+
+    /// The buffer the request carries, if any: for a request that will not be posted.
+    pub fn into_buf(self) -> Option<Buf> {
+        self.into_parts().1.buf
+    }
+}
+
+impl<'a> SendRequest<'a, SendOp, Owned<'a>> {
+    /// The bytes of `range` sent after the buffer's (gathered: the buffer's
+    /// [`len`](Buf::len) bytes, then the range's), for example a header from a pool buffer
+    /// and a payload straight from the caller's region. Refused at post on an inline request
+    /// (bytes of no region, `b""`, or [`inline`](SendRequest::inline)) and on a UD send (whose
+    /// in-flight entry keeps its address handle instead).
+    pub fn and_range(self, range: RegionRange) -> Self {
+        self.with_range(range)
+    }
+
+    /// The destination of a UD send: queue pair `remote_qpn` with Q_Key `remote_qkey` behind
+    /// `ah`, which the request keeps alive (a clone) until it completes. Required for every
+    /// request posted to a UD queue pair, refused on the others.
+    pub fn to(mut self, ah: &AddressHandle, remote_qpn: u32, remote_qkey: u32) -> Self {
+        self.memory_mut().dest = Some((ah.clone(), remote_qpn, remote_qkey));
+        self
+    }
+}
+
+impl<'a> SendRequest<'a, WriteOp, Owned<'a>> {
+    /// The bytes of `range` written after the buffer's. Refused at post on an inline request
+    /// (bytes of no region, `b""`, or [`inline`](SendRequest::inline)).
+    pub fn and_range(self, range: RegionRange) -> Self {
+        self.with_range(range)
+    }
+}
+
+impl<'a> SendRequest<'a, ReadOp, Owned<'a>> {
+    /// Scatters the READ's bytes: the buffer's first `len` bytes, then `range`'s (of a
+    /// [shared](MemoryRegion::is_shared) region).
+    pub fn and_range(self, range: RegionRange) -> Self {
+        self.with_range(range)
+    }
+}
+
+impl<'a> SendRequest<'a, BindOp, Owned<'a>> {
+    /// The key the bind gives its window (its [`rkey`](MemoryWindow::rkey) from the moment
+    /// the request is posted).
+    pub fn rkey(&self) -> u32 {
+        self.memory().bind.as_ref().map_or(0, |bind| bind.rkey)
+    }
+}
+
+/// Inline bytes that are bytes (an empty slice names no memory, as `b""` does).
+#[inline]
+fn inline_bytes<'a>(payload: Payload<'a>) -> Option<&'a [u8]> {
+    match payload {
+        Payload::Inline(bytes) if !bytes.is_empty() => Some(bytes),
+        _ => None,
+    }
+}
+
+impl<'a, K: Operation> SendRequest<'a, K, Owned<'a>> {
     /// Checks what can be checked without the queue pair, and splits the request into what the
     /// in-flight table keeps and what the work request needs.
     #[inline]
     pub(super) fn prepare(self) -> std::result::Result<Prepared<'a>, PostRefused> {
-        let OwnedSend {
-            kind,
-            tag,
-            imm,
-            flags,
-            dest,
+        let (wr, owned) = self.into_parts();
+        let Owned {
+            mut buf,
             range,
             ranges_over,
-            _op,
-        } = self;
-        let mut region = None;
-        let (mut buf, build): (Option<Buf>, Build<'_>) = match kind {
-            Kind::Send(buf) => (buf, Build::Send),
-            Kind::SendInline(bytes) => (None, Build::SendInline(bytes)),
-            Kind::Write(buf, remote) => (buf, Build::Write(remote)),
-            Kind::WriteInline(bytes, remote) => (None, Build::WriteInline(bytes, remote)),
-            Kind::Read(buf, remote) => (buf, Build::Read(remote)),
-            Kind::FetchAdd(buf, remote, add) => (Some(buf), Build::FetchAdd(remote, add)),
-            Kind::CompareSwap(buf, remote, compare, swap) => {
-                (Some(buf), Build::CompareSwap(remote, compare, swap))
-            }
-            Kind::LocalInvalidate(rkey) => (None, Build::LocalInvalidate(rkey)),
-            Kind::SendInvalidate(buf, rkey) => (buf, Build::SendInvalidate(rkey)),
-            Kind::Bind(bind, mr) => {
-                region = Some(mr);
-                (None, Build::Bind(bind))
-            }
-        };
-        if build.is_atomic() {
+            dest,
+            bind,
+            bind_region,
+        } = owned;
+        if wr.has_atomic_result() {
             if let Some(result) = buf.as_mut() {
                 if let Err(error) = result.set_len(8) {
                     return Err(PostRefused { error, buf });
                 }
             }
         }
+        let inline = inline_bytes(wr.payload());
         if range.is_some() {
             let error = if ranges_over {
                 Some(range::second_range("request"))
-            } else if matches!(build, Build::SendInline(_) | Build::WriteInline(..)) {
+            } else if matches!(wr.payload(), Payload::Inline(_))
+                || wr.flags().contains(SendFlags::INLINE)
+            {
+                // Also for `.inline()` on a buffer with a range: the provider would copy the
+                // range's bytes with the CPU while a peer or the device may write them (a
+                // shared region's bytes are read with atomic copies only).
                 Some(Error::invalid(
                     "an inline request cannot carry a region range",
                 ))
@@ -425,22 +273,21 @@ impl<'a, K: Operation> OwnedSend<'a, K> {
             }
         }
         let sges = OwnedSges::new(buf.as_ref().map(|b| b.raw_slice(false)), range.as_ref());
-        if let Some(range) = range {
-            // Binds carry no range (`and_range` is not theirs).
-            region = Some(range.into_region());
-        }
+        // Binds carry no range (`and_range` is not theirs).
+        let region = match range {
+            Some(range) => Some(range.into_region()),
+            None => bind_region,
+        };
         // The device moves as many bytes as the local side names, whatever the remote
         // memory's length: a READ or WRITE longer than it would reach past it.
-        let remote_op = match build {
-            Build::Read(remote) => Some(("a read of", sges.bytes(), "from", remote)),
-            Build::Write(remote) => Some(("a write of", sges.bytes(), "to", remote)),
-            Build::WriteInline(bytes, remote) => {
-                Some(("a write of", bytes.len() as u64, "to", remote))
-            }
-            _ => None,
-        };
-        if let Some((what, bytes, direction, remote)) = remote_op {
+        if let Some(remote) = wr.rdma_remote() {
+            let bytes = inline.map_or_else(|| sges.bytes(), |bytes| bytes.len() as u64);
             if bytes > u64::from(remote.len) {
+                let (what, direction) = if wr.device_only_reads() {
+                    ("a write of", "to")
+                } else {
+                    ("a read of", "from")
+                };
                 let error = Error::InvalidArgument(format!(
                     "{what} {bytes} bytes {direction} {} bytes of remote memory",
                     remote.len
@@ -451,26 +298,11 @@ impl<'a, K: Operation> OwnedSend<'a, K> {
         Ok(Prepared {
             buf,
             sges,
-            build,
+            wr,
+            bind,
             region,
-            tag,
-            imm,
-            flags,
             dest,
         })
-    }
-
-    /// The buffer the request carries, if any: for a request that will not be posted.
-    pub fn into_buf(self) -> Option<Buf> {
-        match self.kind {
-            Kind::Send(buf) | Kind::Write(buf, _) | Kind::Read(buf, _) => buf,
-            Kind::SendInline(_)
-            | Kind::WriteInline(..)
-            | Kind::LocalInvalidate(_)
-            | Kind::Bind(..) => None,
-            Kind::SendInvalidate(buf, _) => buf,
-            Kind::FetchAdd(buf, ..) | Kind::CompareSwap(buf, ..) => Some(buf),
-        }
     }
 }
 
@@ -481,21 +313,26 @@ pub(crate) struct Prepared<'a> {
     pub(crate) buf: Option<Buf>,
     /// The buffer's bytes and the range's, as the work request names them.
     sges: OwnedSges,
-    build: Build<'a>,
-    /// The region a bind ([`Build::Bind`]) names, or the region of the caller's range the
-    /// request names after the buffer: its in-flight entry keeps it registered.
+    /// The request as built, naming no memory but inline bytes.
+    wr: SendWr<'a>,
+    bind: Option<Bind<'a>>,
+    /// The region a bind names, or the region of the caller's range the request names after
+    /// the buffer: its in-flight entry keeps it registered.
     region: Option<Arc<MemoryRegion>>,
-    pub(crate) tag: u64,
-    imm: Option<u32>,
-    flags: SendFlags,
     dest: Option<(AddressHandle, u32, u32)>,
 }
 
 impl Prepared<'_> {
+    /// The caller's tag.
+    #[inline]
+    pub(crate) fn tag(&self) -> u64 {
+        self.wr.wr_id()
+    }
+
     /// Whether the caller asked for a completion.
     #[inline]
     pub(crate) fn asks_signal(&self) -> bool {
-        self.flags.contains(SendFlags::SIGNALED)
+        self.wr.flags().contains(SendFlags::SIGNALED)
     }
 
     /// Makes the request name no memory (see `list.rs`).
@@ -508,20 +345,15 @@ impl Prepared<'_> {
     /// record (`QueuePair::keep_window`).
     #[inline]
     pub(crate) fn hand_over(&mut self) -> Option<Arc<MwShared>> {
-        if let Build::Bind(bind) = &mut self.build {
-            bind.mw.commit_rkey(bind.rkey);
-            return Some(bind.mw.shared().clone());
-        }
-        None
+        let bind = self.bind.as_mut()?;
+        bind.mw.commit_rkey(bind.rkey);
+        Some(bind.mw.shared().clone())
     }
 
     /// The window of a bind.
     #[inline]
     pub(crate) fn window(&self) -> Option<&Arc<MwShared>> {
-        match &self.build {
-            Build::Bind(bind) => Some(bind.mw.shared()),
-            _ => None,
-        }
+        self.bind.as_ref().map(|bind| bind.mw.shared())
     }
 
     /// What the in-flight entry keeps alive besides the buffer: the region of a bind or a
@@ -539,20 +371,20 @@ impl Prepared<'_> {
     /// may write it if the operation writes (a READ).
     #[inline]
     pub(crate) fn check_range(&self, pd: *mut crate::ffi::ibv_pd) -> Result<()> {
-        match (&self.region, &self.build) {
-            (Some(_), Build::Bind(_)) | (None, _) => Ok(()),
-            (Some(region), build) => check_region(region, pd, !build.device_only_reads()),
+        match &self.region {
+            Some(region) if self.bind.is_none() => {
+                check_region(region, pd, !self.wr.device_only_reads())
+            }
+            _ => Ok(()),
         }
     }
 
     /// Refuses, without the queue pair, a device write into a range of a region that is not
     /// shared (the protection domain is checked at post).
     pub(crate) fn check_sharing(&self) -> Result<()> {
-        match (&self.region, &self.build) {
-            (Some(region), build)
-                if !matches!(build, Build::Bind(_))
-                    && !build.device_only_reads()
-                    && !region.is_shared() =>
+        match &self.region {
+            Some(region)
+                if self.bind.is_none() && !self.wr.device_only_reads() && !region.is_shared() =>
             {
                 Err(range::not_shared())
             }
@@ -566,20 +398,22 @@ impl Prepared<'_> {
     /// released only by a later completion, and with the queue full of them none could come.
     #[inline]
     pub(crate) fn request(&self, id: u64, signal: bool) -> SendWr<'_> {
-        let mut request = self
-            .build
-            .request(self.sges.payload(), &self.region)
-            .owned(id);
+        let wr: SendWr<'_> = self.wr;
+        let payload = match inline_bytes(wr.payload()) {
+            Some(bytes) => Payload::Inline(bytes),
+            None => self.sges.payload(),
+        };
+        let mut request = wr.with_payload(payload).owned(id);
         if let Some((ah, remote_qpn, remote_qkey)) = &self.dest {
             request = request.to(ah, *remote_qpn, *remote_qkey);
         }
-        if let Some(imm) = self.imm {
-            request = request.with_imm(imm);
+        if let (Some(bind), Some(mr)) = (&self.bind, &self.region) {
+            request = request.with_bind(bind.mw, bind.rkey, mr, bind.range, bind.access);
         }
         let flags = if signal {
-            self.flags | SendFlags::SIGNALED
+            wr.flags() | SendFlags::SIGNALED
         } else {
-            self.flags
+            wr.flags()
         };
         request.set_flags(flags)
     }
@@ -589,7 +423,7 @@ impl fmt::Debug for Prepared<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Prepared")
             .field("buf", &self.buf)
-            .field("tag", &self.tag)
+            .field("tag", &self.tag())
             .finish_non_exhaustive()
     }
 }
@@ -601,12 +435,12 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// completion queue. Allocates nothing, except that a bind's window is recorded by the
     /// queue pair (see [`MemoryWindow`]), which may grow its record.
     ///
-    /// An [`unsignaled`](OwnedSend::unsignaled) request is signaled whatever it asked when it
+    /// An [`unsignaled`](SendRequest::unsignaled) request is signaled whatever it asked when it
     /// takes the send table's last free slot, or when it would make `max_send_wr` unsignaled
     /// sends of this queue pair in a row (owned, slot and ring sends counted together), so
     /// that a completion always comes to release them.
     ///
-    /// A UD queue pair needs a destination ([`OwnedSend::to`]); its address handle stays
+    /// A UD queue pair needs a destination ([`to`](SendRequest::to)); its address handle stays
     /// alive until the request completes. To post several requests with one doorbell, use
     /// [`post_send_list`](Self::post_send_list).
     ///
@@ -626,7 +460,7 @@ impl<T: Transport> QueuePair<T, Rts> {
     #[inline(always)]
     pub fn post_send_owned<K: Operation>(
         &mut self,
-        request: OwnedSend<'_, K>,
+        request: SendRequest<'_, K, Owned<'_>>,
     ) -> std::result::Result<(), PostRefused> {
         let mut prepared = request.prepare()?;
         let pd = self.pd().as_raw();
@@ -665,7 +499,7 @@ impl<T: Transport> QueuePair<T, Rts> {
         let result = post_owned(
             self,
             |qp: &Self| -> &Ring { &qp.tables().send },
-            prepared.tag,
+            prepared.tag(),
             buf,
             keep,
             |qp, id, last_slot| {
@@ -710,86 +544,13 @@ impl<T: Transport> QueuePair<T, Rts> {
     }
 }
 
-/// The [`SendRequest`] constructor an owned request maps to.
-enum Build<'a> {
-    Send,
-    SendInline(&'a [u8]),
-    Write(RemoteMemory),
-    WriteInline(&'a [u8], RemoteMemory),
-    Read(RemoteMemory),
-    FetchAdd(RemoteMemory, u64),
-    CompareSwap(RemoteMemory, u64, u64),
-    LocalInvalidate(u32),
-    SendInvalidate(u32),
-    /// The region is `Prepared::region`.
-    Bind(Bind<'a>),
-}
-
-impl<'a> Build<'a> {
-    #[inline]
-    fn is_atomic(&self) -> bool {
-        matches!(self, Build::FetchAdd(..) | Build::CompareSwap(..))
-    }
-
-    /// Whether the device only reads the request's local memory (SEND, WRITE): any other
-    /// operation is taken to write it, so that a range on a new operation is checked as a
-    /// write unless it is listed here.
-    #[inline]
-    fn device_only_reads(&self) -> bool {
-        matches!(
-            self,
-            Build::Send | Build::Write(_) | Build::SendInvalidate(_)
-        )
-    }
-
-    /// The request, with `payload` (the buffer's slice, or none) and a placeholder id.
-    #[inline]
-    fn request<'s>(
-        &'s self,
-        payload: Payload<'s>,
-        region: &'s Option<Arc<MemoryRegion>>,
-    ) -> SendWr<'s> {
-        match *self {
-            Build::Send => SendRequest::send(payload).into_wr(),
-            Build::SendInline(bytes) => SendRequest::send(Payload::Inline(bytes)).into_wr(),
-            Build::Write(remote) => SendRequest::write(payload, remote).into_wr(),
-            Build::WriteInline(bytes, remote) => {
-                SendRequest::write(Payload::Inline(bytes), remote).into_wr()
-            }
-            Build::Read(remote) => SendRequest::read(payload, remote).into_wr(),
-            Build::FetchAdd(remote, add) => match payload {
-                Payload::Slice(slice) => SendRequest::fetch_add(slice, remote, add).into_wr(),
-                // No buffer: refused by the atomic check when posted.
-                other => SendRequest::send(other).into_wr(),
-            },
-            Build::CompareSwap(remote, compare, swap) => match payload {
-                Payload::Slice(slice) => {
-                    SendRequest::compare_swap(slice, remote, compare, swap).into_wr()
-                }
-                other => SendRequest::send(other).into_wr(),
-            },
-            Build::LocalInvalidate(rkey) => SendRequest::local_invalidate(rkey).into_wr(),
-            Build::SendInvalidate(rkey) => {
-                SendRequest::send_with_invalidate(payload, rkey).into_wr()
-            }
-            Build::Bind(ref bind) => match region {
-                Some(mr) => SendWr::bind_checked(bind.mw, bind.rkey, mr, bind.range, bind.access),
-                // Cannot happen (`prepare` sets both). Were it to, a request naming no memory
-                // that fails loudly on the device (key 0 is no window's) rather than one that
-                // silently does something.
-                None => SendRequest::local_invalidate(0).into_wr(),
-            },
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ffi;
 
     /// The raw `send_flags` an owned request's work request carries.
-    fn raw_flags<K: Operation>(request: OwnedSend<'_, K>, last_slot: bool) -> u32 {
+    fn raw_flags<K: Operation>(request: SendRequest<'_, K, Owned<'_>>, last_slot: bool) -> u32 {
         let prepared = request.prepare().expect("prepared");
         let mut raw = ffi::ibv_send_wr::default();
         let mut one = ffi::ibv_sge::default();
@@ -809,26 +570,26 @@ mod tests {
             ffi::IBV_SEND_SOLICITED,
             ffi::IBV_SEND_FENCE,
         );
-        assert_eq!(raw_flags(OwnedSend::send_empty(), false), signaled);
-        assert_eq!(raw_flags(OwnedSend::send_empty().unsignaled(), false), 0);
+        assert_eq!(raw_flags(SendRequest::send(b""), false), signaled);
+        assert_eq!(raw_flags(SendRequest::send(b"").unsignaled(), false), 0);
         assert_eq!(
-            raw_flags(OwnedSend::send_empty().unsignaled(), true),
+            raw_flags(SendRequest::send(b"").unsignaled(), true),
             signaled
         );
         assert_eq!(
-            raw_flags(OwnedSend::send_empty().with_imm(1).solicited(), false),
+            raw_flags(SendRequest::send(b"").with_imm(1).solicited(), false),
             signaled | solicited
         );
         assert_eq!(
-            raw_flags(OwnedSend::send_empty().fenced().unsignaled(), false),
+            raw_flags(SendRequest::send(b"").fenced().unsignaled(), false),
             fence
         );
         assert_eq!(
-            raw_flags(OwnedSend::local_invalidate(9).fenced(), false),
+            raw_flags(SendRequest::local_invalidate(9).fenced(), false),
             signaled | fence
         );
         assert_eq!(
-            raw_flags(OwnedSend::local_invalidate(9).solicited(), false),
+            raw_flags(SendRequest::local_invalidate(9).solicited(), false),
             signaled | solicited
         );
     }

@@ -195,7 +195,7 @@ impl<T: Transport> fmt::Debug for SendRing<T> {
 }
 
 /// What [`QueuePair::post_send_ring`] sends from the ring's next slot, typed by operation as
-/// [`OwnedSend`](crate::OwnedSend) is: SEND and RDMA WRITE take
+/// [`SendRequest`](crate::SendRequest) is: SEND and RDMA WRITE take
 /// [`with_imm`](RingSend::with_imm), the other operations cannot. Signaled by default; an
 /// [`unsignaled`](Self::unsignaled) request's slot is freed when a later signaled request of
 /// the ring completes.

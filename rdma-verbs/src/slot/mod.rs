@@ -106,7 +106,8 @@ impl Slot {
 
     /// The tag of the send request that carried the slot
     /// ([`SendRequest::tag`](crate::SendRequest::tag)), once its completion handed the slot
-    /// back; 0 for a slot taken from its ring, or handed back by a receive's completion.
+    /// back; 0 for a slot taken from its ring, handed back by a receive's completion, or
+    /// returned by a refused post.
     #[inline]
     pub fn tag(&self) -> u64 {
         self.tag

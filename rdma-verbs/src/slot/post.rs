@@ -58,16 +58,14 @@ impl From<SlotRefused> for Error {
 }
 
 impl memory_sealed::Sealed for Slot {}
-impl IntoMemory<'_> for Slot {
-    type Memory = Slot;
-
+impl IntoMemory<'_, Slot> for Slot {
     /// The slot's bytes are named when the request is posted, from its ring.
     #[inline]
     fn into_memory(self) -> (Payload<'static>, Slot) {
         (Payload::None, self)
     }
 }
-impl AtomicTarget<'_> for Slot {}
+impl AtomicTarget<'_, Slot> for Slot {}
 
 impl<K: Operation> SendRequest<'_, K, Slot> {
     /// The slot, for a request that will not be posted.
@@ -92,7 +90,8 @@ fn record_full() -> Error {
 #[cold]
 fn datagram_send() -> Error {
     Error::InvalidArgument(
-        "a slot cannot be sent on UD (its address handle would need keeping): use OwnedSend".into(),
+        "a slot cannot be sent on UD (its address handle would need keeping): send from a Buf"
+            .into(),
     )
 }
 
@@ -186,14 +185,15 @@ fn refused(ring: &mut SlotRing, recv: bool, id: u64, error: Error) -> SlotRefuse
 }
 
 impl<T: Transport> QueuePair<T, Rts> {
-    /// Posts a send request from a slot: the slot stays in `ring` until
-    /// [`SlotRing::complete`] is given the request's completion (or, for an unsignaled
-    /// request, a later signaled one's of the ring). A request is signaled whatever it asked
-    /// when no slot of the ring is left free, and after fewer unsignaled sends of this queue
-    /// pair in a row (of any of its rings, and its [`OwnedSend`](crate::OwnedSend)s) than the
-    /// ring has slots and the send queue holds, so that a completion comes to free them.
-    /// Allocates nothing. Not on UD (use
-    /// [`OwnedSend`](crate::OwnedSend), whose entry keeps the address handle alive).
+    /// Posts a send request from a slot (SEND, with immediate data or invalidating a peer's
+    /// window, RDMA WRITE, READ, both atomics: [`SendRequest`] given a [`Slot`]): the slot stays
+    /// in `ring` until [`SlotRing::complete`] is given the request's completion (or, for an
+    /// unsignaled request, a later signaled one's of the ring), which hands it back with the
+    /// request's tag. A request is signaled whatever it asked when no slot of the ring is
+    /// left free, and after fewer unsignaled sends of this queue pair in a row (of any of its
+    /// rings, and its owned sends) than the ring has slots and the send queue holds, so that a
+    /// completion comes to free them. Allocates nothing. Not on UD (send from a
+    /// [`Buf`](crate::Buf), whose in-flight entry keeps the address handle alive).
     ///
     /// # Errors
     ///

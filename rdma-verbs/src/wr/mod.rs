@@ -18,8 +18,8 @@ pub use recv::RecvRequest;
 pub(crate) use send::SendWr;
 pub(crate) use send::memory_sealed;
 pub use send::{
-    AnyOp, AtomicOp, AtomicTarget, BindOp, Borrowed, ImmOp, IntoMemory, InvalidateOp, Operation,
-    ReadOp, SendOp, SendRequest, WriteOp,
+    AnyOp, AtomicOp, AtomicTarget, BindOp, BindRegion, Borrowed, ImmOp, IntoMemory, InvalidateOp,
+    Memoryless, Operation, ReadOp, SendOp, SendRequest, WriteOp,
 };
 
 use std::fmt;

@@ -23,9 +23,16 @@ use crate::wr::Sge;
 ///
 /// - [`Borrowed`] (the default): memory the request borrows, a [`MrSlice`], a list of
 ///   [`Sge`]s or a [`Payload`], for the `unsafe` posts
-///   ([`QueuePair::post_send_one`](crate::QueuePair::post_send_one), lists);
+///   ([`QueuePair::post_send_one`](crate::QueuePair::post_send_one), lists) and a
+///   [`PostScope`](crate::PostScope);
+/// - [`Owned`](crate::Owned): a [`Buf`](crate::Buf) or a [`RegionRange`](crate::RegionRange),
+///   which the request carries into
+///   [`QueuePair::post_send_owned`](crate::QueuePair::post_send_owned), safely;
 /// - [`Slot`](crate::Slot): a slot of a [`SlotRing`](crate::SlotRing), which the request
 ///   carries into [`QueuePair::post_send_slot`](crate::QueuePair::post_send_slot), safely.
+///
+/// Bytes of no region (inline) make a [`Borrowed`] or an [`Owned`](crate::Owned) request,
+/// as its post asks ([`IntoMemory`]).
 ///
 /// The operations, their options and their names are the same for every model.
 ///
@@ -50,8 +57,9 @@ use crate::wr::Sge;
 /// A [`Borrowed`] request borrows the memory it names (`'a`); posting it is the `unsafe` step
 /// ([`QueuePair::post_send_one`](crate::QueuePair::post_send_one),
 /// [`QueuePair::post_send`](crate::QueuePair::post_send) for a [`SendList`](crate::SendList)),
-/// because the device uses the memory after the call returns. A request of a slot is posted
-/// safely, the slot moving into its ring until the completion hands it back:
+/// because the device uses the memory after the call returns (or, safely, through a
+/// [`PostScope`](crate::PostScope), which outlives the memory's use). A request of a slot is
+/// posted safely, the slot moving into its ring until the completion hands it back:
 ///
 /// ```no_run
 /// # use rdma_verbs::{QueuePair, Rc, Rts, SendRequest};
@@ -95,42 +103,80 @@ impl<K: Operation, M: fmt::Debug> fmt::Debug for SendRequest<'_, K, M> {
 pub struct Borrowed;
 
 /// What a request's constructor takes as its memory ([`SendRequest::send`],
-/// [`write`](SendRequest::write), [`read`](SendRequest::read)), and the memory model it gives
-/// the request: [`Borrowed`] for a [`MrSlice`], a slice of [`Sge`]s or a [`Payload`];
-/// [`Slot`](crate::Slot) for a slot. Sealed.
-pub trait IntoMemory<'a>: memory_sealed::Sealed {
-    /// The memory model of the request.
-    type Memory;
-
+/// [`write`](SendRequest::write), [`read`](SendRequest::read),
+/// [`send_with_invalidate`](SendRequest::send_with_invalidate)), for a request of memory
+/// model `M`. Sealed. The memory decides the model, except for bytes of no region:
+///
+/// | given | model |
+/// |---|---|
+/// | a [`MrSlice`], a slice of [`Sge`]s, a [`Payload`] | [`Borrowed`] |
+/// | a [`Buf`](crate::Buf), a [`RegionRange`](crate::RegionRange) | [`Owned`](crate::Owned) |
+/// | a [`Slot`](crate::Slot) | [`Slot`](crate::Slot) |
+/// | bytes of no region (`&[u8]`, `&[u8; N]`, `&Vec<u8>`), copied into the request when it is posted (`IBV_SEND_INLINE`, up to the queue pair's `max_inline_data`; `b""` sends nothing) | [`Borrowed`] or [`Owned`](crate::Owned), as the post that takes the request says |
+pub trait IntoMemory<'a, M>: memory_sealed::Sealed {
     /// The payload the request names now, and what its model keeps.
     #[doc(hidden)]
-    fn into_memory(self) -> (Payload<'a>, Self::Memory);
+    fn into_memory(self) -> (Payload<'a>, M);
 }
 
 /// What an atomic's constructor takes for the 8-byte word where the old value lands
 /// ([`SendRequest::fetch_add`], [`compare_swap`](SendRequest::compare_swap)): a [`MrSlice`]
-/// of 8 bytes, or a [`Slot`](crate::Slot) (its length set to 8 when posted). Sealed.
-pub trait AtomicTarget<'a>: IntoMemory<'a> {}
+/// of 8 bytes (checked when posted), a [`Buf`](crate::Buf) or a [`Slot`](crate::Slot) (their
+/// length set to 8 when
+/// posted). Sealed.
+pub trait AtomicTarget<'a, M>: IntoMemory<'a, M> {}
+
+/// The memory models whose requests may name no memory at all
+/// ([`SendRequest::local_invalidate`]): [`Borrowed`] and [`Owned`](crate::Owned). Sealed.
+pub trait Memoryless: memory_sealed::Sealed {
+    /// What the model keeps for a request of no memory.
+    #[doc(hidden)]
+    fn none() -> Self;
+}
+
+/// The region a type 2 window is bound to ([`SendRequest::bind_mw`]), and the memory model
+/// it gives the request: `&MemoryRegion` for [`Borrowed`] (the `unsafe` post; the window
+/// takes its new key at once), `&Arc<MemoryRegion>` for [`Owned`](crate::Owned) (the request
+/// keeps the region until the bind has executed; the window takes its new key when posted).
+/// Sealed.
+pub trait BindRegion<'a, M>: memory_sealed::Sealed {
+    /// The region.
+    #[doc(hidden)]
+    fn region(&self) -> &MemoryRegion;
+
+    /// The bind request of `mw`, checked ([`check_bind`]) to `range`, with `access`.
+    #[doc(hidden)]
+    fn bind(
+        self,
+        mw: &'a mut MemoryWindow,
+        range: BindRange,
+        access: AccessFlags,
+    ) -> Result<(SendWr<'a>, M)>;
+}
 
 pub(crate) mod memory_sealed {
     pub trait Sealed {}
 }
 
-impl memory_sealed::Sealed for MrSlice<'_> {}
-impl<'a> IntoMemory<'a> for MrSlice<'a> {
-    type Memory = Borrowed;
+impl memory_sealed::Sealed for Borrowed {}
+impl Memoryless for Borrowed {
+    #[inline]
+    fn none() -> Self {
+        Borrowed
+    }
+}
 
+impl memory_sealed::Sealed for MrSlice<'_> {}
+impl<'a> IntoMemory<'a, Borrowed> for MrSlice<'a> {
     #[inline]
     fn into_memory(self) -> (Payload<'a>, Borrowed) {
         (Payload::Slice(self), Borrowed)
     }
 }
-impl<'a> AtomicTarget<'a> for MrSlice<'a> {}
+impl<'a> AtomicTarget<'a, Borrowed> for MrSlice<'a> {}
 
 impl memory_sealed::Sealed for &[Sge<'_>] {}
-impl<'a> IntoMemory<'a> for &'a [Sge<'a>] {
-    type Memory = Borrowed;
-
+impl<'a> IntoMemory<'a, Borrowed> for &'a [Sge<'a>] {
     #[inline]
     fn into_memory(self) -> (Payload<'a>, Borrowed) {
         (Payload::List(self), Borrowed)
@@ -138,16 +184,59 @@ impl<'a> IntoMemory<'a> for &'a [Sge<'a>] {
 }
 
 impl memory_sealed::Sealed for Payload<'_> {}
-impl<'a> IntoMemory<'a> for Payload<'a> {
-    type Memory = Borrowed;
-
+impl<'a> IntoMemory<'a, Borrowed> for Payload<'a> {
     #[inline]
     fn into_memory(self) -> (Payload<'a>, Borrowed) {
         (self, Borrowed)
     }
 }
 
-/// The operation of a [`SendRequest`] (and of the owned and slot paths' requests), as a
+impl memory_sealed::Sealed for &[u8] {}
+impl<'a, M: Memoryless> IntoMemory<'a, M> for &'a [u8] {
+    #[inline]
+    fn into_memory(self) -> (Payload<'a>, M) {
+        (Payload::Inline(self), M::none())
+    }
+}
+
+impl memory_sealed::Sealed for &Vec<u8> {}
+impl<'a, M: Memoryless> IntoMemory<'a, M> for &'a Vec<u8> {
+    #[inline]
+    fn into_memory(self) -> (Payload<'a>, M) {
+        (Payload::Inline(self), M::none())
+    }
+}
+
+impl<const N: usize> memory_sealed::Sealed for &[u8; N] {}
+impl<'a, M: Memoryless, const N: usize> IntoMemory<'a, M> for &'a [u8; N] {
+    #[inline]
+    fn into_memory(self) -> (Payload<'a>, M) {
+        (Payload::Inline(self), M::none())
+    }
+}
+
+impl memory_sealed::Sealed for &MemoryRegion {}
+impl<'a> BindRegion<'a, Borrowed> for &'a MemoryRegion {
+    #[inline]
+    fn region(&self) -> &MemoryRegion {
+        self
+    }
+
+    fn bind(
+        self,
+        mw: &'a mut MemoryWindow,
+        range: BindRange,
+        access: AccessFlags,
+    ) -> Result<(SendWr<'a>, Borrowed)> {
+        let rkey = mw.next_type2_rkey()?;
+        Ok((
+            SendWr::bind_checked(mw, rkey, self, range, access),
+            Borrowed,
+        ))
+    }
+}
+
+/// The operation of a [`SendRequest`] (of every memory model), as a
 /// type: [`SendOp`], [`WriteOp`], [`ReadOp`], [`AtomicOp`], [`InvalidateOp`] or [`BindOp`]
 /// ([`AnyOp`] for a request erased of it). Sealed.
 pub trait Operation: sealed::Sealed {}
@@ -210,9 +299,10 @@ impl Operation for BindOp {}
 impl Operation for AnyOp {}
 
 /// A send request of any operation, as the post paths hand it to [`fill`](Self::fill): the
-/// one lowering to `struct ibv_send_wr`.
+/// one lowering to `struct ibv_send_wr`. Public only in name (this module is private), so that
+/// the sealed traits' hidden methods can return it.
 #[derive(Copy, Clone)]
-pub(crate) struct SendWr<'a> {
+pub struct SendWr<'a> {
     wr_id: u64,
     opcode: u32,
     op: u32,
@@ -291,6 +381,13 @@ impl<'a> SendWr<'a> {
         }
     }
 
+    /// A BIND_MW request whose window and region a safe path names at post
+    /// ([`with_bind`](Self::with_bind)).
+    #[inline]
+    pub(crate) fn bind_pending() -> Self {
+        Self::new(ffi::IBV_WR_BIND_MW, op::BIND_MW, Payload::None)
+    }
+
     /// A BIND_MW request of a bind [`check_bind`] accepted, with the window's new key `rkey`.
     #[inline]
     pub(crate) fn bind_checked(
@@ -300,16 +397,8 @@ impl<'a> SendWr<'a> {
         range: BindRange,
         access: AccessFlags,
     ) -> Self {
-        let mut wr = Self::new(ffi::IBV_WR_BIND_MW, op::BIND_MW, Payload::None);
-        wr.bind = Some(MwBind {
-            mw,
-            rkey,
-            mr,
-            addr: range.addr,
-            length: range.length,
-            access,
-        });
-        wr
+        Self::new(ffi::IBV_WR_BIND_MW, op::BIND_MW, Payload::None)
+            .with_bind(mw, rkey, mr, range, access)
     }
 }
 
@@ -325,7 +414,7 @@ impl<'a, K: Operation, M> SendRequest<'a, K, M> {
 
     /// A request of operation `K` with `memory`: its payload goes into the request.
     #[inline]
-    fn of<P: IntoMemory<'a, Memory = M>>(opcode: u32, op: u32, memory: P) -> Self {
+    fn of<P: IntoMemory<'a, M>>(opcode: u32, op: u32, memory: P) -> Self {
         let (payload, memory) = memory.into_memory();
         Self::typed(SendWr::new(opcode, op, payload), memory)
     }
@@ -358,13 +447,6 @@ impl<'a, K: Operation, M> SendRequest<'a, K, M> {
         self
     }
 
-    /// Adds raw `IBV_SEND_*` flags.
-    #[inline]
-    pub fn flags(mut self, flags: SendFlags) -> Self {
-        self.wr.flags |= flags;
-        self
-    }
-
     /// The request's tag ([`tag`](Self::tag)), its `wr_id`.
     #[inline]
     pub fn wr_id(&self) -> u64 {
@@ -377,6 +459,18 @@ impl<'a, K: Operation, M> SendRequest<'a, K, M> {
         SendRequest::typed(self.wr, self.memory)
     }
 
+    /// What the memory model keeps.
+    #[inline]
+    pub(crate) fn memory(&self) -> &M {
+        &self.memory
+    }
+
+    /// What the memory model keeps, to change it.
+    #[inline]
+    pub(crate) fn memory_mut(&mut self) -> &mut M {
+        &mut self.memory
+    }
+
     /// The untyped request and what its memory model keeps, for the post paths.
     #[inline]
     pub(crate) fn into_parts(self) -> (SendWr<'a>, M) {
@@ -385,6 +479,14 @@ impl<'a, K: Operation, M> SendRequest<'a, K, M> {
 }
 
 impl<'a, K: Operation> SendRequest<'a, K> {
+    /// Adds raw `IBV_SEND_*` flags (a [`Borrowed`] request's only: the safe paths pass no
+    /// flag they do not know to the provider).
+    #[inline]
+    pub fn flags(mut self, flags: SendFlags) -> Self {
+        self.wr.flags |= flags;
+        self
+    }
+
     /// The untyped request, for the post paths.
     #[inline]
     pub(crate) fn wr(&self) -> &SendWr<'a> {
@@ -434,7 +536,7 @@ impl<'a, M> SendRequest<'a, SendOp, M> {
     /// SEND: delivers `memory` (a slot's first [`len`](crate::Slot::len) bytes) to the next
     /// receive request of the peer.
     #[inline]
-    pub fn send<P: IntoMemory<'a, Memory = M>>(memory: P) -> Self {
+    pub fn send<P: IntoMemory<'a, M>>(memory: P) -> Self {
         Self::of(ffi::IBV_WR_SEND, op::SEND, memory)
     }
 }
@@ -455,7 +557,7 @@ impl<'a, M> SendRequest<'a, WriteOp, M> {
     /// write). The peer gets no completion (unless [`with_imm`](Self::with_imm)). The safe
     /// paths refuse a write longer than `remote`.
     #[inline]
-    pub fn write<P: IntoMemory<'a, Memory = M>>(memory: P, remote: RemoteMemory) -> Self {
+    pub fn write<P: IntoMemory<'a, M>>(memory: P, remote: RemoteMemory) -> Self {
         let mut request = Self::of(ffi::IBV_WR_RDMA_WRITE, op::WRITE, memory);
         request.wr.remote = remote;
         request
@@ -469,7 +571,7 @@ impl<'a, M> SendRequest<'a, ReadOp, M> {
     /// The target cannot be [`Payload::Inline`] (the device writes it); posting such a request
     /// fails with `InvalidArgument`.
     #[inline]
-    pub fn read<P: IntoMemory<'a, Memory = M>>(local: P, remote: RemoteMemory) -> Self {
+    pub fn read<P: IntoMemory<'a, M>>(local: P, remote: RemoteMemory) -> Self {
         let mut request = Self::of(ffi::IBV_WR_RDMA_READ, op::READ, local);
         if let Payload::Inline(_) = request.wr.payload {
             request.wr.op |= op::INVALID;
@@ -485,7 +587,7 @@ impl<'a, M> SendRequest<'a, AtomicOp, M> {
     /// the device writes: host order on rxe, big-endian (the wire order) on some devices; read
     /// it with [`u64::from_ne_bytes`] only where the device is known to write host order.
     #[inline]
-    pub fn compare_swap<P: AtomicTarget<'a, Memory = M>>(
+    pub fn compare_swap<P: AtomicTarget<'a, M>>(
         local: P,
         remote: RemoteMemory,
         compare: u64,
@@ -501,11 +603,7 @@ impl<'a, M> SendRequest<'a, AtomicOp, M> {
     /// lands in `local` (8 bytes, `LOCAL_WRITE`) in the byte order the device writes (see
     /// [`compare_swap`](Self::compare_swap)).
     #[inline]
-    pub fn fetch_add<P: AtomicTarget<'a, Memory = M>>(
-        local: P,
-        remote: RemoteMemory,
-        add: u64,
-    ) -> Self {
+    pub fn fetch_add<P: AtomicTarget<'a, M>>(local: P, remote: RemoteMemory, add: u64) -> Self {
         let mut request = Self::of(ffi::IBV_WR_ATOMIC_FETCH_AND_ADD, op::ATOMIC, local);
         request.wr.remote = remote;
         request.wr.atomic = (add, 0);
@@ -540,33 +638,45 @@ impl<'a> SendRequest<'a, AtomicOp> {
     }
 }
 
-impl<'a> SendRequest<'a, BindOp> {
+impl<'a, M> SendRequest<'a, BindOp, M> {
     /// BIND_MW (`IBV_WR_BIND_MW`): binds type 2 window `mw` to bytes `range` of `mr` with rights
-    /// `access`, giving it a new key (`ibv_inc_rkey` of its current one).
+    /// `access`, giving it a new key (`ibv_inc_rkey` of its current one), which
+    /// [`rkey`](Self::rkey) reads. The region decides the memory model ([`BindRegion`]):
     ///
-    /// The window's [`rkey`](MemoryWindow::rkey) is the new key as soon as the request is built.
-    /// The request (and a list holding it) borrows the window exclusively;
-    /// [`rkey`](Self::rkey) reads the key meanwhile. Post the request once: the device
-    /// checks the key being replaced, so a request built and never posted leaves the window
-    /// unusable for later binds.
+    /// - `&MemoryRegion`, [`Borrowed`]: the window's [`rkey`](MemoryWindow::rkey) is the new
+    ///   key as soon as the request is built; post the request once, as the device checks the
+    ///   key being replaced, so a request built and never posted leaves the window unusable
+    ///   for later binds. Posting it is `unsafe` like every borrowed post: besides the
+    ///   contract of [`post_send`](crate::QueuePair::post_send), `mr` stays registered (is not
+    ///   dropped) until the bind has executed (its completion, or a later signaled one, is
+    ///   polled), because the device finds the region by its key when the bind executes.
+    /// - `&Arc<MemoryRegion>`, [`Owned`](crate::Owned): posted safely
+    ///   ([`QueuePair::post_send_owned`](crate::QueuePair::post_send_owned)); the request keeps
+    ///   the region (a reference count) until the bind has executed (its completion, a later
+    ///   one of the same queue pair, or the queue pair's reset or destruction), so the device
+    ///   cannot find another region under the key. The window takes the new key only when the
+    ///   request is posted (or its post's outcome is unknown): a request the device never
+    ///   sees (refused by the post, dropped, cleared from a list, forgotten) leaves the
+    ///   window's key as the device knows it, so a retry works. While the window is bound,
+    ///   rxe refuses to deregister the region: keep a reference to `mr` until the window is
+    ///   dropped, or invalidated with the invalidation's completion polled (if the request's
+    ///   reference is the last one when the bind completes, the region's deregistration fails
+    ///   there, unreported, and its memory leaks, which is safe).
     ///
-    /// The window is bound to the queue pair the request is posted on, which must belong to the
-    /// window's protection domain (else the bind completes with
+    /// The request (and a list holding it) borrows the window exclusively. The window is bound
+    /// to the queue pair the request is posted on, which must belong to the window's
+    /// protection domain (else the bind completes with
     /// [`WcStatus::MwBindErr`](crate::WcStatus::MwBindErr)); peers reach it only through that
     /// queue pair. It stays bound until invalidated ([`local_invalidate`](Self::local_invalidate),
     /// a peer's [`send_with_invalidate`](Self::send_with_invalidate)) and can then be bound
-    /// again.
+    /// again. The completion is [`WcOpcode::BindMw`](crate::WcOpcode::BindMw); hand the key to
+    /// a peer after it.
     ///
     /// `access` may hold [`REMOTE_READ`](AccessFlags::REMOTE_READ),
     /// [`REMOTE_WRITE`](AccessFlags::REMOTE_WRITE), [`REMOTE_ATOMIC`](AccessFlags::REMOTE_ATOMIC)
     /// and [`ZERO_BASED`](AccessFlags::ZERO_BASED). A window may only grant remote write and
     /// atomic rights that `mr` was registered with, so that the region keeps refusing Rust
     /// references to memory a peer may write.
-    ///
-    /// Posting it is `unsafe` like every post: besides the contract of
-    /// [`post_send`](crate::QueuePair::post_send), `mr` stays registered (is not dropped) until
-    /// the bind has executed (its completion, or a later signaled one, is polled), because the
-    /// device finds the region by its key when the bind executes.
     ///
     /// # Errors
     ///
@@ -577,6 +687,28 @@ impl<'a> SendRequest<'a, BindOp> {
     /// [`MW_BIND`](AccessFlags::MW_BIND) or a right the window would grant.
     ///
     /// # Examples
+    ///
+    /// Safely, the request keeping the region:
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    ///
+    /// use rdma_verbs::{AccessFlags, MwType, ProtectionDomain, QueuePair, Rc, Rts, SendRequest};
+    ///
+    /// # fn f(qp: &mut QueuePair<Rc, Rts>, pd: &ProtectionDomain) -> rdma_verbs::Result<()> {
+    /// let rights = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    /// let mr = Arc::new(pd.register(8192, rights | AccessFlags::MW_BIND)?);
+    /// let mut mw = pd.alloc_mw(MwType::Type2)?;
+    /// let bind = SendRequest::bind_mw(&mut mw, &mr, 0..4096, AccessFlags::REMOTE_WRITE)?.tag(1);
+    /// let rkey = bind.rkey();
+    /// qp.post_send_owned(bind)?;
+    /// // ... reap the completion tagged 1 with `poll_each`, then send `mr.addr()`, 4096 and
+    /// // `rkey` to the peer; keep `mr` until the window is dropped or invalidated.
+    /// # let _ = rkey;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// With the `unsafe` post, the caller keeping the region:
     ///
     /// ```no_run
     /// use rdma_verbs::{AccessFlags, MwType, ProtectionDomain, QueuePair, Rc, Rts, SendRequest};
@@ -596,20 +728,19 @@ impl<'a> SendRequest<'a, BindOp> {
     ///
     /// [`ibv_post_send(3)`](https://man7.org/linux/man-pages/man3/ibv_post_send.3.html)
     #[doc(alias = "IBV_WR_BIND_MW")]
-    pub fn bind_mw(
+    pub fn bind_mw<R: BindRegion<'a, M>>(
         mw: &'a mut MemoryWindow,
-        mr: &'a MemoryRegion,
+        mr: R,
         range: impl RangeBounds<usize>,
         access: AccessFlags,
     ) -> Result<Self> {
-        let range = check_bind(mw, MwType::Type2, mr, range, access)?;
-        let rkey = mw.next_type2_rkey()?;
-        Ok(Self::typed(
-            SendWr::bind_checked(mw, rkey, mr, range, access),
-            Borrowed,
-        ))
+        let range = check_bind(mw, MwType::Type2, mr.region(), range, access)?;
+        let (wr, memory) = mr.bind(mw, range, access)?;
+        Ok(Self::typed(wr, memory))
     }
+}
 
+impl SendRequest<'_, BindOp> {
     /// The key the bind gives its window.
     #[inline]
     pub fn rkey(&self) -> u32 {
@@ -617,11 +748,11 @@ impl<'a> SendRequest<'a, BindOp> {
     }
 }
 
-impl<'a> SendRequest<'a, InvalidateOp> {
-    /// LOCAL_INV (`IBV_WR_LOCAL_INV`): invalidates the type 2 memory window with remote key
-    /// `rkey`, posted on the queue pair the window is bound to. Once it has executed the key grants
-    /// nothing, and the window may be bound again. Completes with
-    /// [`WcOpcode::LocalInv`](crate::WcOpcode::LocalInv) when signaled.
+impl<'a, M: Memoryless> SendRequest<'a, InvalidateOp, M> {
+    /// LOCAL_INV (`IBV_WR_LOCAL_INV`): invalidates the type 2 memory window (or the region)
+    /// with remote key `rkey`, posted on the queue pair the window is bound to. Once it has
+    /// executed the key grants nothing, and the window may be bound again. Carries no memory.
+    /// Completes with [`WcOpcode::LocalInv`](crate::WcOpcode::LocalInv) when signaled.
     ///
     /// # References
     ///
@@ -631,12 +762,14 @@ impl<'a> SendRequest<'a, InvalidateOp> {
     pub fn local_invalidate(rkey: u32) -> Self {
         let mut wr = SendWr::new(ffi::IBV_WR_LOCAL_INV, op::LOCAL_INV, Payload::None);
         wr.invalidate_rkey = rkey;
-        Self::typed(wr, Borrowed)
+        Self::typed(wr, M::none())
     }
+}
 
-    /// SEND_WITH_INV (`IBV_WR_SEND_WITH_INV`): a SEND that also invalidates the peer's type 2
-    /// memory window with remote key `rkey` before the peer's receive completes; the receive's
-    /// completion reports the key
+impl<'a, M> SendRequest<'a, InvalidateOp, M> {
+    /// SEND_WITH_INV (`IBV_WR_SEND_WITH_INV`): a SEND of `memory` that also invalidates the
+    /// peer's type 2 memory window with remote key `rkey` before the peer's receive completes;
+    /// the receive's completion reports the key
     /// ([`WorkCompletion::invalidated_rkey`](crate::WorkCompletion::invalidated_rkey)). The
     /// window must be bound to the receiving queue pair.
     ///
@@ -645,13 +778,14 @@ impl<'a> SendRequest<'a, InvalidateOp> {
     /// [`ibv_post_send(3)`](https://man7.org/linux/man-pages/man3/ibv_post_send.3.html)
     #[doc(alias = "IBV_WR_SEND_WITH_INV")]
     #[inline]
-    pub fn send_with_invalidate(payload: impl Into<Payload<'a>>, rkey: u32) -> Self {
-        let mut wr = SendWr::new(ffi::IBV_WR_SEND_WITH_INV, op::SEND_WITH_INV, payload.into());
-        wr.invalidate_rkey = rkey;
-        Self::typed(wr, Borrowed)
+    pub fn send_with_invalidate<P: IntoMemory<'a, M>>(memory: P, rkey: u32) -> Self {
+        let mut request = Self::of(ffi::IBV_WR_SEND_WITH_INV, op::SEND_WITH_INV, memory);
+        request.wr.invalidate_rkey = rkey;
+        request
     }
 
-    /// Raises a solicited event at the receiver of a SEND_WITH_INV (`IBV_SEND_SOLICITED`).
+    /// Raises a solicited event at the receiver of a SEND_WITH_INV (`IBV_SEND_SOLICITED`); a
+    /// LOCAL_INV sends nothing, and the flag does nothing there.
     #[inline]
     pub fn solicited(mut self) -> Self {
         self.wr.flags |= SendFlags::SOLICITED;
@@ -862,6 +996,51 @@ impl<'a> SendWr<'a> {
             op::WRITE | op::WRITE_WITH_IMM | op::READ => Some(self.remote),
             _ => None,
         }
+    }
+
+    /// The window a BIND_MW binds, whose lock a safe post holds across the verb.
+    #[inline]
+    pub(crate) fn bind_window(&self) -> Option<&'a MemoryWindow> {
+        self.bind.map(|bind| bind.mw)
+    }
+
+    /// The payload the request names (inline bytes, or none, for a request whose memory a
+    /// safe path names at post).
+    #[inline]
+    pub(crate) fn payload(&self) -> Payload<'a> {
+        self.payload
+    }
+
+    /// Whether the device only reads the request's local memory (SEND, WRITE, with immediate
+    /// data or invalidating): any other operation is taken to write it, so that a range of a
+    /// new operation is checked as a write unless it is listed here.
+    #[inline]
+    pub(crate) fn device_only_reads(&self) -> bool {
+        let reads =
+            op::SEND | op::SEND_WITH_IMM | op::WRITE | op::WRITE_WITH_IMM | op::SEND_WITH_INV;
+        self.op & reads != 0
+    }
+
+    /// The same request binding `mw` (a BIND_MW built without its bind, whose safe path
+    /// names the window and region at post).
+    #[inline]
+    pub(crate) fn with_bind(
+        mut self,
+        mw: &'a MemoryWindow,
+        rkey: u32,
+        mr: &'a MemoryRegion,
+        range: BindRange,
+        access: AccessFlags,
+    ) -> Self {
+        self.bind = Some(MwBind {
+            mw,
+            rkey,
+            mr,
+            addr: range.addr,
+            length: range.length,
+            access,
+        });
+        self
     }
 
     /// The same request naming `payload` (a slot's bytes, at post).

@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use rdma_verbs::{AccessFlags, MemoryRegion, MemoryWindow, OwnedSend, QueuePair, Rc, Rts};
+use rdma_verbs::{AccessFlags, MemoryRegion, MemoryWindow, QueuePair, Rc, Rts, SendRequest};
 
 fn bind(qp: &mut QueuePair<Rc, Rts>, mut mw: MemoryWindow, mr: Arc<MemoryRegion>) {
-    let request = OwnedSend::bind_mw(&mut mw, &mr, .., AccessFlags::REMOTE_WRITE).unwrap();
+    let request = SendRequest::bind_mw(&mut mw, &mr, .., AccessFlags::REMOTE_WRITE).unwrap();
     drop(mw);
     let _ = qp.post_send_owned(request);
 }

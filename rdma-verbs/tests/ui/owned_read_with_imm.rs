@@ -1,10 +1,10 @@
 // An owned request's operation is its type: an RDMA READ cannot carry immediate data, so
-// `OwnedSend<ReadOp>` has no `with_imm` (refused by the compiler, not at post time).
+// `SendRequest<ReadOp, Owned>` has no `with_imm` (refused by the compiler, not at post time).
 
-use rdma_verbs::{Buf, OwnedSend, RemoteMemory};
+use rdma_verbs::{Buf, RemoteMemory, SendRequest};
 
 fn read_with_imm(buf: Buf, remote: RemoteMemory) {
-    let _request = OwnedSend::read(buf, remote).with_imm(7);
+    let _request = SendRequest::read(buf, remote).with_imm(7);
 }
 
 fn main() {

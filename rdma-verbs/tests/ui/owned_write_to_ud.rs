@@ -1,9 +1,9 @@
-// Only a SEND goes to a UD destination: `OwnedSend<WriteOp>` has no `to`.
+// Only a SEND goes to a UD destination: `SendRequest<WriteOp, Owned>` has no `to`.
 
-use rdma_verbs::{AddressHandle, Buf, OwnedSend, RemoteMemory};
+use rdma_verbs::{AddressHandle, Buf, RemoteMemory, SendRequest};
 
 fn write_to_ud(buf: Buf, remote: RemoteMemory, ah: &AddressHandle) {
-    let _request = OwnedSend::write(buf, remote).to(ah, 2, 0x1111);
+    let _request = SendRequest::write(buf, remote).to(ah, 2, 0x1111);
 }
 
 fn main() {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 pub use crate::{note, pattern};
 use rdma_cm::CmId;
 use rdma_cm::rdma_verbs::{
-    BufferPool, Completion, CompletionQueue, OwnedSend, QueuePair, Rc, Reset, Rts, WcOpcode,
+    BufferPool, Completion, CompletionQueue, QueuePair, Rc, Reset, Rts, SendRequest, WcOpcode,
     WcStatus,
 };
 
@@ -43,7 +43,7 @@ pub fn reap(cq: &mut CompletionQueue, what: &str) -> Completion {
 pub fn send(qp: &mut QueuePair<Rc, Rts>, pool: &BufferPool, seed: u8) {
     let mut buf = pool.take().expect("a buffer");
     buf.fill_from(&pattern(SIZE, seed)).unwrap();
-    qp.post_send_owned(OwnedSend::send(buf).tag(u64::from(seed)))
+    qp.post_send_owned(SendRequest::send(buf).tag(u64::from(seed)))
         .expect("post the send");
 }
 

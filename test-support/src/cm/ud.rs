@@ -3,7 +3,7 @@
 
 use rdma_cm::CmId;
 use rdma_cm::rdma_verbs::{
-    AddressHandle, BufferPool, CompletionQueue, GRH_LEN, OwnedSend, QueuePair, Rts, Ud, WcOpcode,
+    AddressHandle, BufferPool, CompletionQueue, GRH_LEN, QueuePair, Rts, SendRequest, Ud, WcOpcode,
     WcStatus, WorkCompletion,
 };
 
@@ -70,7 +70,7 @@ impl Side {
             buf.fill_from(&pattern(PAYLOAD, seed.wrapping_add(i)))
                 .unwrap();
             self.qp
-                .post_send_owned(OwnedSend::send(buf).with_imm(own).to(ah, qpn, qkey))
+                .post_send_owned(SendRequest::send(buf).with_imm(own).to(ah, qpn, qkey))
                 .expect("post a datagram");
         }
         for i in 0..MESSAGES {
