@@ -272,10 +272,10 @@ fn shared_with_others() -> Error {
     )
 }
 
-/// Refuses, before the post, what a scope cannot pass to the provider safely: flags the crate
-/// does not know (`SendFlags` keeps any bit), and `IBV_SEND_INLINE` on bytes of a region, which
-/// the provider would copy with the CPU while a peer may write them (a shared region is read
-/// with atomic copies only). Inline bytes of no region ([`Payload::Inline`]) go as ever.
+/// Refuses, before the post, flags the crate does not know (`SendFlags` keeps any bit): a
+/// scope passes the provider only what it knows the meaning of. (`IBV_SEND_INLINE` on a
+/// region's bytes goes, as C programs send it: `docs/safety.md`, "Known gaps", says what that
+/// leaves open for a shared region.)
 fn check_scope_flags(request: &SendWr<'_>) -> Result<()> {
     let known = SendFlags::FENCE
         | SendFlags::SIGNALED
@@ -288,12 +288,6 @@ fn check_scope_flags(request: &SendWr<'_>) -> Result<()> {
             "unknown send flags {:#x} in a scope",
             (flags - known).bits()
         )));
-    }
-    if flags.contains(SendFlags::INLINE) && !matches!(request.payload(), Payload::Inline(_)) {
-        return Err(Error::invalid(
-            "a scope sends only bytes of no region inline (Payload::Inline): the provider \
-             would copy a region's bytes while a peer may write them",
-        ));
     }
     Ok(())
 }
@@ -308,9 +302,7 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
     /// [`Error::InvalidArgument`] for RDMA READ and atomics (use [`read`](Self::read),
     /// [`compare_swap`](Self::compare_swap), [`fetch_add`](Self::fetch_add): the device writes
     /// their targets, which must be borrowed exclusively), for flags the crate does not know,
-    /// for a region's bytes sent [`inline`](SendRequest::inline) (the provider would copy them
-    /// while a peer may write them; [`Payload::Inline`] bytes go), and for a bind of a window
-    /// deallocated since the request was made; else as
+    /// and for a bind of a window deallocated since the request was made; else as
     /// [`QueuePair::post_send`](crate::QueuePair::post_send).
     pub fn send<K: Operation>(&mut self, request: SendRequest<'scope, K>) -> Result<()> {
         let request = request.into_wr();
@@ -441,8 +433,7 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
         // (Rust cannot touch them); the scope does not end before the completion is reaped,
         // flushed, or the queue pair reset (`count`). A bound window is allocated and stays so
         // until the verb returns (`guard`); its region is borrowed for 'scope. No flag the
-        // crate does not know reaches the provider, and only bytes of no region are copied by
-        // it (`check_scope_flags`).
+        // crate does not know reaches the provider (`check_scope_flags`).
         let posted = unsafe { self.qp.post_send_wr(&request) };
         drop(guard);
         self.count(posted)
