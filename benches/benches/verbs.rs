@@ -160,9 +160,9 @@ fn send_latency(c: &mut Criterion) {
         let at_b = ok(mr_b.slice(..size));
         // SAFETY: see `Bench` (for every post of this bench); `b` posts its next receive only
         // after its answer, which reads the same bytes, completed.
-        ok(unsafe { b.post_recv_one(&RecvRequest::new(1, at_b)) });
+        ok(unsafe { b.post_recv_one(&RecvRequest::new(at_b).tag(1)) });
         // SAFETY: as above.
-        ok(unsafe { a.post_recv_one(&RecvRequest::new(2, into_a)) });
+        ok(unsafe { a.post_recv_one(&RecvRequest::new(into_a).tag(2)) });
         let ran = run(&mut group, BenchmarkId::new("unsafe", size), || {
             // SAFETY: as above.
             ok(unsafe { a.post_send_one(&SendRequest::send(payload).tag(3)) });
@@ -172,10 +172,10 @@ fn send_latency(c: &mut Criterion) {
             ok(unsafe { b.post_send_one(&SendRequest::send(at_b).tag(4)) });
             ok(spin(cq_a, 2, &[WcOpcode::Send, WcOpcode::Recv], wcs));
             // SAFETY: as above.
-            ok(unsafe { a.post_recv_one(&RecvRequest::new(2, into_a)) });
+            ok(unsafe { a.post_recv_one(&RecvRequest::new(into_a).tag(2)) });
             ok(spin(cq_b, 1, &[WcOpcode::Send], wcs));
             // SAFETY: as above.
-            ok(unsafe { b.post_recv_one(&RecvRequest::new(1, at_b)) });
+            ok(unsafe { b.post_recv_one(&RecvRequest::new(at_b).tag(1)) });
         });
         let (mr_a, mr_b) = bench.finish();
         let what = format!("latency/send/unsafe/{size}");
@@ -721,7 +721,7 @@ fn message_rate(c: &mut Criterion) {
         let ran = run(&mut group, BenchmarkId::new("unsafe", post_list), || {
             recvs.clear();
             for (k, slot) in slots.iter().enumerate() {
-                ok(recvs.push(RecvRequest::new(k as u64, *slot)));
+                ok(recvs.push(RecvRequest::new(*slot).tag(k as u64)));
             }
             // SAFETY: see `Bench`: all receives are polled below.
             ok(unsafe { b.post_recv(&mut recvs) });
@@ -837,7 +837,7 @@ fn post_poll(c: &mut Criterion) {
     } = lb;
     let ran = run(&mut group, BenchmarkId::from_parameter("unsafe"), || {
         // SAFETY: see `Bench`.
-        ok(unsafe { b.post_recv_one(&RecvRequest::new(1, ok(mr_b.slice(..64)))) });
+        ok(unsafe { b.post_recv_one(&RecvRequest::new(ok(mr_b.slice(..64))).tag(1)) });
         let send = SendRequest::send(ok(mr_a.slice(..64))).tag(2);
         // SAFETY: see `Bench`.
         ok(unsafe { a.post_send_one(&send) });

@@ -204,7 +204,7 @@ impl Io {
         // SAFETY: `target` is deregistered only after the queue pair is destroyed (`Conn`'s
         // field order), and Rust reads a receive's bytes only after its completion and before
         // the range is posted again.
-        unsafe { self.qp.post_recv_one(&RecvRequest::new(id, slice)) }
+        unsafe { self.qp.post_recv_one(&RecvRequest::new(slice).tag(id)) }
             .map_err(|e| format!("couldn't post receive: {e}"))
     }
 

@@ -121,6 +121,22 @@ case!(
 );
 case!(OwnedOpsOk, "owned_ops_ok.rs", "rust");
 case!(
+    BorrowedReceivePostedOwned,
+    "borrowed_receive_posted_owned.rs",
+    "compile_fail,E0308"
+);
+case!(
+    OwnedReceiveInList,
+    "owned_receive_in_list.rs",
+    "compile_fail,E0277"
+);
+case!(
+    ReceiveIntoBytes,
+    "receive_into_bytes.rs",
+    "compile_fail,E0277"
+);
+case!(ReceiveOpsOk, "receive_ops_ok.rs", "rust");
+case!(
     RequestAtomicWithImm,
     "request_atomic_with_imm.rs",
     "compile_fail,E0599"

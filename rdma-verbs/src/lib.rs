@@ -131,9 +131,7 @@ pub use error::{Errno, Error, Result};
 pub use flags::{AccessFlags, SendFlags, WcFlags};
 pub use mr::{Advice, DeviceRegion, MemoryRegion, MrSlice, MrSliceMut, NullRegion, RemoteMemory};
 pub use mw::{MemoryWindow, MwType};
-pub use owned::{
-    Completion, Owned, OwnedRecv, OwnedRecvList, OwnedSendList, PostRefused, RegionRange,
-};
+pub use owned::{Completion, Owned, OwnedRecvList, OwnedSendList, PostRefused, RegionRange};
 pub use pd::ProtectionDomain;
 pub use qp::{
     AddressVector, CanPostRecv, Connected, ConnectedInitAttr, ConnectionRecord, ErrorState,
@@ -150,7 +148,7 @@ pub use td::ThreadDomain;
 pub use tokio_io::{AsyncCompletionChannel, AsyncContextEvents};
 pub use wr::{
     AnyOp, AtomicOp, AtomicTarget, BindOp, BindRegion, Borrowed, ImmOp, IntoMemory, InvalidateOp,
-    Memoryless, Operation, Payload, PostList, ReadOp, RecvList, RecvRequest, SendList, SendOp,
-    SendRequest, Sge, WorkRequest, WriteOp,
+    Memoryless, Operation, Payload, PostList, ReadOp, RecvList, RecvMemory, RecvRequest, SendList,
+    SendOp, SendRequest, Sge, WorkRequest, WriteOp,
 };
 pub use xrcd::{XrcDomain, XrcdFile};

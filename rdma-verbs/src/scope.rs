@@ -399,7 +399,7 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
     ///
     /// As [`QueuePair::post_recv`](crate::QueuePair::post_recv).
     pub fn recv(&mut self, wr_id: u64, target: &'scope MrSliceMut<'scope>) -> Result<()> {
-        let request = RecvRequest::new(wr_id, target.as_slice());
+        let request = RecvRequest::new(target.as_slice()).tag(wr_id);
         // SAFETY: `target` borrows its region exclusively for the whole scope, so Rust cannot
         // touch the memory, and the region outlives the scope; the scope does not end before
         // this request's completion is reaped, flushed, or the queue pair reset (`count`).
@@ -414,7 +414,7 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
     /// As [`QueuePair::post_recv`](crate::QueuePair::post_recv).
     pub fn recv_empty(&mut self, wr_id: u64) -> Result<()> {
         // SAFETY: the request names no memory.
-        let posted = unsafe { self.qp.post_recv_one(&RecvRequest::empty(wr_id)) };
+        let posted = unsafe { self.qp.post_recv_one(&RecvRequest::empty().tag(wr_id)) };
         self.count(posted)
     }
 

@@ -275,8 +275,8 @@ fn channel_solicited_only_notification() {
     // So does an RDMA WRITE with immediate data and the flag, into an empty receive; without
     // the flag it does not.
     let target = Arc::new(f.pd.register(64, TARGET).unwrap());
-    b.post_recv_owned(OwnedRecv::empty().tag(3)).unwrap();
-    b.post_recv_owned(OwnedRecv::empty().tag(4)).unwrap();
+    b.post_recv_owned(RecvRequest::empty().tag(3)).unwrap();
+    b.post_recv_owned(RecvRequest::empty().tag(4)).unwrap();
     cq_b.req_notify(true).unwrap();
     let remote = target.remote(..).unwrap();
     a.post_send_owned(SendRequest::write(filled(13), remote).with_imm(7).tag(12))

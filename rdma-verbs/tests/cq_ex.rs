@@ -77,10 +77,9 @@ fn an_extended_queue_reads_the_fields_asked_for_once_each() {
     unsafe {
         for (i, _) in lens.iter().enumerate() {
             let at = i * 1024;
-            b.post_recv_one(&RecvRequest::new(
-                10 + i as u64,
-                dst.slice(at..at + 1024).unwrap(),
-            ))
+            b.post_recv_one(
+                &RecvRequest::new(dst.slice(at..at + 1024).unwrap()).tag(10 + i as u64),
+            )
             .unwrap();
         }
         for (i, &len) in lens.iter().enumerate() {
@@ -141,9 +140,9 @@ fn an_extended_queue_reads_the_fields_asked_for_once_each() {
     // A completion after the sessions is the next one read, by either kind of poll.
     // SAFETY: as above.
     unsafe {
-        b.post_recv_one(&RecvRequest::new(31, dst.slice(..8).unwrap()))
+        b.post_recv_one(&RecvRequest::new(dst.slice(..8).unwrap()).tag(31))
             .unwrap();
-        b.post_recv_one(&RecvRequest::new(33, dst.slice(8..16).unwrap()))
+        b.post_recv_one(&RecvRequest::new(dst.slice(8..16).unwrap()).tag(33))
             .unwrap();
         a.post_send_one(&SendRequest::send(src.slice(..8).unwrap()).tag(30))
             .unwrap();
@@ -350,7 +349,7 @@ fn a_ud_receive_read_in_a_session_names_its_sender() {
     let dst = f.pd.register(256 + GRH_LEN, LOCAL).unwrap();
     // SAFETY: the buffers live until the completions are read below and are not touched.
     unsafe {
-        b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
+        b.post_recv_one(&RecvRequest::new(dst.slice(..).unwrap()).tag(1))
             .unwrap();
         a.post_send_one(&SendRequest::send(src.slice(..).unwrap()).tag(2).to(
             &ah,

@@ -101,7 +101,7 @@ fn extended_send_and_receive() {
 
     // SAFETY: the buffers live until the completions are polled below and are not touched.
     unsafe {
-        b.post_recv_one(&RecvRequest::new(11, dst.slice(..).unwrap()))
+        b.post_recv_one(&RecvRequest::new(dst.slice(..).unwrap()).tag(11))
             .unwrap();
         a.post_send_one(&SendRequest::send(src.slice(..1000).unwrap()).tag(22))
             .unwrap();
@@ -129,7 +129,7 @@ fn extended_send_and_receive() {
     ];
     // SAFETY: as above.
     unsafe {
-        b2.post_recv_one(&RecvRequest::new(12, dst.slice(..).unwrap()))
+        b2.post_recv_one(&RecvRequest::new(dst.slice(..).unwrap()).tag(12))
             .unwrap();
         a2.post_send_one(&SendRequest::send(&parts[..]).tag(23).with_imm(0xfeed_f00d))
             .unwrap();
@@ -164,7 +164,7 @@ fn extended_inline_send() {
     let len = message.len();
     // SAFETY: `dst` lives until its completion is polled; inline data is copied by the post.
     unsafe {
-        b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
+        b.post_recv_one(&RecvRequest::new(dst.slice(..).unwrap()).tag(1))
             .unwrap();
         a.post_send_one(
             &SendRequest::send(Payload::Inline(&message))
@@ -199,7 +199,7 @@ fn extended_inline_send() {
     let dst = f.pd.register(256, LOCAL).unwrap();
     // SAFETY: `dst` lives until its completion is polled; inline data is copied by the post.
     unsafe {
-        b.post_recv_one(&RecvRequest::new(3, dst.slice(..).unwrap()))
+        b.post_recv_one(&RecvRequest::new(dst.slice(..).unwrap()).tag(3))
             .unwrap();
         a.post_send_one(
             &SendRequest::send(Payload::List(&entries))
@@ -263,7 +263,7 @@ fn extended_rdma_write_and_read() {
     // Write with immediate: consumes a receive and reports the immediate.
     // SAFETY: as above.
     unsafe {
-        b.post_recv_one(&RecvRequest::empty(5)).unwrap();
+        b.post_recv_one(&RecvRequest::empty().tag(5)).unwrap();
         a.post_send_one(
             &SendRequest::write(
                 src.slice(4096..4196).unwrap(),
@@ -438,10 +438,7 @@ fn extended_post_list_of_32_completes_in_order() {
     for i in 0..32usize {
         let range = i * 64..(i + 1) * 64;
         recvs
-            .push(RecvRequest::new(
-                i as u64,
-                dst.slice(range.clone()).unwrap(),
-            ))
+            .push(RecvRequest::new(dst.slice(range.clone()).unwrap()).tag(i as u64))
             .unwrap();
         let request = SendRequest::send(src.slice(range).unwrap()).tag(100 + i as u64);
         sends.push(request).unwrap();
@@ -489,7 +486,7 @@ fn extended_unsignaled_sends_with_a_periodic_signaled_one() {
         sends.push(request).unwrap();
         let at = i as usize * 64;
         recvs
-            .push(RecvRequest::new(i, dst.slice(at..at + 64).unwrap()))
+            .push(RecvRequest::new(dst.slice(at..at + 64).unwrap()).tag(i))
             .unwrap();
     }
     // SAFETY: buffers outlive the polled completions.
@@ -526,10 +523,10 @@ fn extended_ud_send_with_grh() {
     let (first, second) = (SIZE + GRH_LEN, 2 * (SIZE + GRH_LEN));
     let mut recvs = RecvList::with_capacity(2);
     recvs
-        .push(RecvRequest::new(1, dst.slice(..first).unwrap()))
+        .push(RecvRequest::new(dst.slice(..first).unwrap()).tag(1))
         .unwrap();
     recvs
-        .push(RecvRequest::new(2, dst.slice(first..second).unwrap()))
+        .push(RecvRequest::new(dst.slice(first..second).unwrap()).tag(2))
         .unwrap();
     // Two datagrams in one batch: `ibv_wr_set_ud_addr` on each, the second with immediate.
     let mut sends = SendList::with_capacity(2);
@@ -604,7 +601,7 @@ fn extended_uc_send_and_write() {
         .unwrap();
     // SAFETY: buffers outlive the polled completions.
     unsafe {
-        b.post_recv_one(&RecvRequest::new(3, inbox.slice(..).unwrap()))
+        b.post_recv_one(&RecvRequest::new(inbox.slice(..).unwrap()).tag(3))
             .unwrap();
         a.post_send(&mut sends).unwrap();
     }
@@ -717,7 +714,7 @@ fn extended_lists_the_batch_cannot_carry_go_to_post_send() {
     let mut recvs = RecvList::with_capacity(4);
     for i in 0..4usize {
         let slot = dst.slice(i * 256..(i + 1) * 256).unwrap();
-        recvs.push(RecvRequest::new(i as u64, slot)).unwrap();
+        recvs.push(RecvRequest::new(slot).tag(i as u64)).unwrap();
     }
     // SAFETY: `dst` outlives the completions polled below.
     unsafe { b.post_recv(&mut recvs).unwrap() };
@@ -846,7 +843,7 @@ fn extended_memory_window_operations() {
     // SAFETY: `target`, `inbox` and `src` outlive the completions polled below.
     unsafe {
         b.post_send_one(&bind).unwrap();
-        b.post_recv_one(&RecvRequest::new(6, inbox.slice(..).unwrap()))
+        b.post_recv_one(&RecvRequest::new(inbox.slice(..).unwrap()).tag(6))
             .unwrap();
     }
     assert_ok(&wait_for(&mut cq_b, 1)[0], 5, WcOpcode::BindMw);

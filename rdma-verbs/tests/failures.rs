@@ -124,7 +124,7 @@ fn fail_send_longer_than_the_receive() {
     let dst = f.pd.register(4096, LOCAL).unwrap();
     // SAFETY: the regions outlive the completions polled below and are not touched meanwhile.
     unsafe {
-        p.b.post_recv_one(&RecvRequest::new(1, dst.slice(..64).unwrap()))
+        p.b.post_recv_one(&RecvRequest::new(dst.slice(..64).unwrap()).tag(1))
             .unwrap();
         p.a.post_send_one(&SendRequest::send(src.slice(..).unwrap()).tag(2))
             .unwrap();
@@ -174,7 +174,7 @@ fn fail_write_without_remote_write_right() {
     let spare = f.pd.register(64, LOCAL).unwrap();
     // SAFETY: `spare` outlives the flush completion polled below.
     unsafe {
-        p.b.post_recv_one(&RecvRequest::new(7, spare.slice(..).unwrap()))
+        p.b.post_recv_one(&RecvRequest::new(spare.slice(..).unwrap()).tag(7))
             .unwrap();
     }
     let src = source(&f, 64, 9);
@@ -204,7 +204,7 @@ fn fail_stale_rkey_after_the_region_is_dropped() {
     let spare = f.pd.register(64, LOCAL).unwrap();
     // SAFETY: `spare` outlives the flush completion polled below.
     unsafe {
-        p.b.post_recv_one(&RecvRequest::new(8, spare.slice(..).unwrap()))
+        p.b.post_recv_one(&RecvRequest::new(spare.slice(..).unwrap()).tag(8))
             .unwrap();
     }
     let wc = p.write(2, &src, remote.slice(0, 64).unwrap());
@@ -228,7 +228,7 @@ fn fail_write_outside_the_region_with_a_valid_rkey() {
         let spare = f.pd.register(64, LOCAL).unwrap();
         // SAFETY: `spare` outlives the flush completion polled below.
         unsafe {
-            p.b.post_recv_one(&RecvRequest::new(9, spare.slice(..).unwrap()))
+            p.b.post_recv_one(&RecvRequest::new(spare.slice(..).unwrap()).tag(9))
                 .unwrap();
         }
         let remote = RemoteMemory {
@@ -258,7 +258,7 @@ fn fail_bad_lkey() {
     let dst = f.pd.register(64, LOCAL).unwrap();
     // SAFETY: `dst` outlives the flush completion polled below.
     unsafe {
-        p.b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
+        p.b.post_recv_one(&RecvRequest::new(dst.slice(..).unwrap()).tag(1))
             .unwrap();
     }
     let mut sge = ffi::ibv_sge {
@@ -319,7 +319,7 @@ fn fail_bad_lkey() {
         .copy_from_slice(&pattern(64, 22));
     // SAFETY: `dst` and `foreign` outlive the completions polled below.
     unsafe {
-        p.b.post_recv_one(&RecvRequest::new(3, dst.slice(..).unwrap()))
+        p.b.post_recv_one(&RecvRequest::new(dst.slice(..).unwrap()).tag(3))
             .unwrap();
         p.a.post_send_one(&SendRequest::send(foreign.slice(..).unwrap()).tag(4))
             .unwrap();
@@ -349,7 +349,7 @@ fn fail_receive_into_a_region_without_local_write() {
     let dst = f.pd.register(64, AccessFlags::empty()).unwrap();
     // SAFETY: the regions outlive the completions polled below.
     unsafe {
-        p.b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
+        p.b.post_recv_one(&RecvRequest::new(dst.slice(..).unwrap()).tag(1))
             .unwrap();
         p.a.post_send_one(&SendRequest::send(src.slice(..).unwrap()).tag(2))
             .unwrap();
@@ -496,7 +496,7 @@ fn fail_receiver_not_ready_recovers_once_a_receive_is_posted() {
     assert_eq!(p.a.query_state().unwrap(), QpStateKind::Rts);
     // SAFETY: `dst` outlives the completion polled below.
     unsafe {
-        p.b.post_recv_one(&RecvRequest::new(2, dst.slice(..).unwrap()))
+        p.b.post_recv_one(&RecvRequest::new(dst.slice(..).unwrap()).tag(2))
             .unwrap();
     }
     assert_ok(&wait_for(&mut p.cq_a, 1)[0], 1, WcOpcode::Send);
@@ -553,7 +553,7 @@ fn fail_full_receive_queue_is_queue_full() {
     let held = fill(
         |i| {
             // SAFETY: `dst` outlives every completion, polled (or flushed) before the end.
-            unsafe { b.post_recv_one(&RecvRequest::new(i as u64, slot(i))) }
+            unsafe { b.post_recv_one(&RecvRequest::new(slot(i)).tag(i as u64)) }
         },
         "ibv_post_recv",
         limit - 2,
@@ -582,7 +582,7 @@ fn fail_full_receive_queue_is_queue_full() {
     assert_ok(&wait_for(&mut cq_b, 1)[0], 0, WcOpcode::Recv);
     let mut list = RecvList::with_capacity(3);
     for i in held..held + 3 {
-        list.push(RecvRequest::new(i as u64, slot(i))).unwrap();
+        list.push(RecvRequest::new(slot(i)).tag(i as u64)).unwrap();
     }
     // SAFETY: as above.
     let posted = unsafe { b.post_recv(&mut list) };
@@ -647,7 +647,7 @@ fn fail_full_srq_is_queue_full() {
     let held = fill(
         |i| {
             // SAFETY: `dst` outlives every completion, polled (or flushed) before the end.
-            unsafe { srq.post_recv_one(&RecvRequest::new(i as u64, slot(i))) }
+            unsafe { srq.post_recv_one(&RecvRequest::new(slot(i)).tag(i as u64)) }
         },
         "ibv_post_srq_recv",
         limit - 2,
@@ -672,7 +672,7 @@ fn fail_full_srq_is_queue_full() {
     assert_eq!(wc.qp_num(), b.qp_num());
     let mut list = RecvList::with_capacity(3);
     for i in held..held + 3 {
-        list.push(RecvRequest::new(i as u64, slot(i))).unwrap();
+        list.push(RecvRequest::new(slot(i)).tag(i as u64)).unwrap();
     }
     // SAFETY: as above.
     let posted = unsafe { srq.post_recv(&mut list) };

@@ -342,7 +342,7 @@ fn mw_type2_send_with_invalidate_revokes_the_key() {
     let inbox = f.pd.register(256, LOCAL).unwrap();
     // SAFETY: `inbox` and `src` outlive the completions polled below.
     unsafe {
-        p.b.post_recv_one(&RecvRequest::new(3, inbox.slice(..).unwrap()))
+        p.b.post_recv_one(&RecvRequest::new(inbox.slice(..).unwrap()).tag(3))
             .unwrap();
         p.a.post_send_one(
             &SendRequest::send_with_invalidate(src.slice(..128).unwrap(), rkey).tag(4),

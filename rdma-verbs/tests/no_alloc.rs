@@ -107,7 +107,7 @@ fn no_alloc_post_and_poll_round_trips() {
                 sends = sends.reuse();
                 recvs = recvs.reuse();
             }
-            recvs.push(RecvRequest::new(round, dst_slice)).unwrap();
+            recvs.push(RecvRequest::new(dst_slice).tag(round)).unwrap();
             // SAFETY: `dst` lives until after the loop, which polls this receive's completion
             // before the next round, and is not touched meanwhile.
             unsafe { b.post_recv(&mut recvs) }.unwrap();
@@ -176,7 +176,7 @@ fn extended_no_alloc_post_and_poll_round_trips() {
         for round in 0..ROUNDS {
             // SAFETY: `dst` lives until after the loop, which polls this receive's completion
             // before the next round, and is not touched meanwhile.
-            unsafe { b.post_recv_one(&RecvRequest::new(round, dst_slice)) }.unwrap();
+            unsafe { b.post_recv_one(&RecvRequest::new(dst_slice).tag(round)) }.unwrap();
             if round % 2 == 0 {
                 sends.clear();
                 sends.push(SendRequest::send(src_slice).tag(round)).unwrap();
@@ -316,7 +316,7 @@ fn owned_no_alloc_range_round_trips() {
 
     let ((), allocations) = count_allocations(|| {
         for round in 0..ROUNDS {
-            let receive = OwnedRecv::buf(headers.take().unwrap())
+            let receive = RecvRequest::new(headers.take().unwrap())
                 .and_range(RegionRange::new(&dst, ..LEN).unwrap())
                 .tag(round);
             b.post_recv_owned(receive).unwrap();

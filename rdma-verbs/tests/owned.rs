@@ -430,11 +430,11 @@ fn owned_refusals_give_the_buffer_back() {
     assert_eq!(refused.into_buf().map(|b| b.capacity()), Some(GRH_LEN - 1));
     let no_grh = |e: &Error| matches!(e, Error::InvalidArgument(why) if why.contains("GRH"));
     let refused = ud
-        .post_recv_owned(OwnedRecv::buf(small.take().unwrap()))
+        .post_recv_owned(RecvRequest::new(small.take().unwrap()))
         .unwrap_err();
     assert!(no_grh(refused.error()), "{refused}");
     assert!(refused.into_buf().is_some());
-    let refused = ud.post_recv_owned(OwnedRecv::empty()).unwrap_err();
+    let refused = ud.post_recv_owned(RecvRequest::empty()).unwrap_err();
     assert!(no_grh(refused.error()), "{refused}");
     // A range counts as room too: 39 bytes of a shared region are refused.
     let shared = Arc::new(
@@ -443,10 +443,10 @@ fn owned_refusals_give_the_buffer_back() {
             .into_shared(),
     );
     let range = RegionRange::new(&shared, 0..GRH_LEN - 1).unwrap();
-    let refused = ud.post_recv_owned(OwnedRecv::range(range)).unwrap_err();
+    let refused = ud.post_recv_owned(RecvRequest::new(range)).unwrap_err();
     assert!(no_grh(refused.error()), "{refused}");
     // A receive given two ranges is refused for that first, whatever its room.
-    let twice = OwnedRecv::range(RegionRange::new(&shared, 0..8).unwrap())
+    let twice = RecvRequest::new(RegionRange::new(&shared, 0..8).unwrap())
         .and_range(RegionRange::new(&shared, 8..16).unwrap());
     let refused = ud.post_recv_owned(twice).unwrap_err();
     assert!(
@@ -648,7 +648,7 @@ fn owned_ud_receive_of_just_the_grh_takes_an_empty_datagram() {
             .unwrap()
             .into_shared(),
     );
-    let receive = OwnedRecv::buf(head.take().unwrap())
+    let receive = RecvRequest::new(head.take().unwrap())
         .and_range(RegionRange::new(&shared, 8..8 + GRH_LEN - 16).unwrap())
         .tag(8);
     b.post_recv_owned(receive).unwrap();

@@ -360,7 +360,7 @@ fn owned_list_refusals_post_nothing_and_keep_the_buffers() {
     // UD receives, the second with no room for the GRH: nothing posted.
     let mut receives = OwnedRecvList::with_capacity(2);
     receives.push(pool.take().unwrap(), 0).unwrap();
-    receives.push_owned(OwnedRecv::empty().tag(1)).unwrap();
+    receives.push_owned(RecvRequest::empty().tag(1)).unwrap();
     match ud.post_recv_list(&mut receives) {
         Err(Error::InvalidArgument(why)) => {
             assert!(

@@ -52,7 +52,7 @@ fn owned_ranges_gather_and_scatter_zero_copy() {
 
     for round in 0..3u8 {
         let at = 1024 + usize::from(round) * 8;
-        let receive = OwnedRecv::buf(headers.take().unwrap())
+        let receive = RecvRequest::new(headers.take().unwrap())
             .and_range(RegionRange::new(&dst, at..at + 512).unwrap())
             .tag(70 + u64::from(round));
         b.post_recv_owned(receive).unwrap();
@@ -217,7 +217,7 @@ fn owned_range_refusals() {
 
     let refused = b
         .post_recv_owned(
-            OwnedRecv::buf(pool.take().unwrap())
+            RecvRequest::new(pool.take().unwrap())
                 .and_range(RegionRange::new(&plain, 0..512).unwrap()),
         )
         .unwrap_err();
@@ -234,7 +234,7 @@ fn owned_range_refusals() {
     invalid(&refused, "shared region");
 
     let refused = b
-        .post_recv_owned(OwnedRecv::range(RegionRange::new(&foreign, 0..8).unwrap()))
+        .post_recv_owned(RecvRequest::new(RegionRange::new(&foreign, 0..8).unwrap()))
         .unwrap_err();
     invalid(&refused, "protection domain");
     let refused = a
@@ -284,7 +284,7 @@ fn owned_range_refusals() {
     invalid(&refused, "one region range");
     let refused = b
         .post_recv_owned(
-            OwnedRecv::buf(pool.take().unwrap())
+            RecvRequest::new(pool.take().unwrap())
                 .and_range(r(0..8))
                 .and_range(r(8..16)),
         )
@@ -293,7 +293,7 @@ fn owned_range_refusals() {
     assert!(refused.into_buf().is_some());
     let mut receives = OwnedRecvList::with_capacity(1);
     let refused = receives
-        .push_owned(OwnedRecv::range(r(0..8)).and_range(r(8..16)))
+        .push_owned(RecvRequest::new(r(0..8)).and_range(r(8..16)))
         .unwrap_err();
     invalid(&refused, "one region range");
     assert!(receives.is_empty());
@@ -344,7 +344,7 @@ fn owned_range_refusals() {
     let mut receives = OwnedRecvList::with_capacity(2);
     receives.push(pool.take().unwrap(), 1).unwrap();
     receives
-        .push_owned(OwnedRecv::range(RegionRange::new(&plain, 0..8).unwrap()))
+        .push_owned(RecvRequest::new(RegionRange::new(&plain, 0..8).unwrap()))
         .unwrap();
     let error = b.post_recv_list(&mut receives).unwrap_err();
     assert!(
@@ -410,7 +410,7 @@ fn owned_ranges_in_lists_srq_and_teardown() {
     for i in 0..2 {
         let range = RegionRange::new(&dst, i * 256..(i + 1) * 256).unwrap();
         receives
-            .push_owned(OwnedRecv::range(range).tag(i as u64))
+            .push_owned(RecvRequest::new(range).tag(i as u64))
             .unwrap();
     }
     srq.post_recv_list(&mut receives).unwrap();
@@ -448,7 +448,7 @@ fn owned_ranges_in_lists_srq_and_teardown() {
 
     // Still in flight at teardown: the SRQ's receive until the SRQ goes, a queue pair's
     // receive until the queue pair goes.
-    srq.post_recv_owned(OwnedRecv::range(RegionRange::new(&dst, 0..64).unwrap()))
+    srq.post_recv_owned(RecvRequest::new(RegionRange::new(&dst, 0..64).unwrap()))
         .unwrap();
     let (cq_c, cq_d) = (f.cq(4), f.cq(4));
     let (c, mut d) = f.rc_pair(
@@ -456,7 +456,7 @@ fn owned_ranges_in_lists_srq_and_teardown() {
         f.pd.qp_builder(&cq_d, &cq_d),
         AccessFlags::empty(),
     );
-    d.post_recv_owned(OwnedRecv::range(RegionRange::new(&dst, 64..128).unwrap()))
+    d.post_recv_owned(RecvRequest::new(RegionRange::new(&dst, 64..128).unwrap()))
         .unwrap();
     assert_eq!(Arc::strong_count(&dst), 3);
     drop((c, d));

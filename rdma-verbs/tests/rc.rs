@@ -22,7 +22,7 @@ fn send_and_receive() {
 
     // SAFETY: the buffers live until the completions are polled below and are not touched.
     unsafe {
-        b.post_recv_one(&RecvRequest::new(11, dst.slice(..).unwrap()))
+        b.post_recv_one(&RecvRequest::new(dst.slice(..).unwrap()).tag(11))
             .unwrap();
         a.post_send_one(&SendRequest::send(src.slice(..1000).unwrap()).tag(22))
             .unwrap();
@@ -53,7 +53,7 @@ fn send_with_immediate_and_inline() {
     let message = b"inline bytes, never registered".to_vec();
     // SAFETY: `dst` lives until its completion is polled; inline data is copied by the post.
     unsafe {
-        b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
+        b.post_recv_one(&RecvRequest::new(dst.slice(..).unwrap()).tag(1))
             .unwrap();
         a.post_send_one(
             &SendRequest::send(Payload::Inline(&message))
@@ -118,7 +118,7 @@ fn rdma_write_and_write_with_immediate() {
     // Write with immediate: consumes a receive (no buffer needed) and reports the immediate.
     // SAFETY: as above.
     unsafe {
-        b.post_recv_one(&RecvRequest::empty(5)).unwrap();
+        b.post_recv_one(&RecvRequest::empty().tag(5)).unwrap();
         a.post_send_one(
             &SendRequest::write(
                 src.slice(4096..4196).unwrap(),
@@ -249,10 +249,7 @@ fn post_list_of_32_completes_in_order() {
     let mut sends = SendList::with_capacity(32);
     for i in 0..32usize {
         recvs
-            .push(RecvRequest::new(
-                i as u64,
-                dst.slice(i * 64..(i + 1) * 64).unwrap(),
-            ))
+            .push(RecvRequest::new(dst.slice(i * 64..(i + 1) * 64).unwrap()).tag(i as u64))
             .unwrap();
         sends
             .push(SendRequest::send(src.slice(i * 64..(i + 1) * 64).unwrap()).tag(100 + i as u64))
@@ -319,7 +316,7 @@ fn unsignaled_sends_with_a_periodic_signaled_one() {
             .unwrap();
         let at = i as usize * 64;
         recvs
-            .push(RecvRequest::new(i, dst.slice(at..at + 64).unwrap()))
+            .push(RecvRequest::new(dst.slice(at..at + 64).unwrap()).tag(i))
             .unwrap();
     }
     // SAFETY: buffers outlive the polled completions.
@@ -385,10 +382,9 @@ fn error_state_flushes_posted_receives() {
     for i in 0..4usize {
         // SAFETY: `dst` outlives the flush completions polled below.
         unsafe {
-            b.post_recv_one(&RecvRequest::new(
-                i as u64,
-                dst.slice(i * 64..(i + 1) * 64).unwrap(),
-            ))
+            b.post_recv_one(
+                &RecvRequest::new(dst.slice(i * 64..(i + 1) * 64).unwrap()).tag(i as u64),
+            )
             .unwrap();
         }
     }
@@ -539,7 +535,8 @@ fn receive_into_a_scatter_list() {
     ];
     // SAFETY: the regions outlive the polled completions and are not touched meanwhile.
     unsafe {
-        b.post_recv_one(&RecvRequest::new(1, &list[..])).unwrap();
+        b.post_recv_one(&RecvRequest::new(&list[..]).tag(1))
+            .unwrap();
         a.post_send_one(&SendRequest::send(src.slice(..).unwrap()).tag(2))
             .unwrap();
     }
@@ -724,7 +721,7 @@ fn queue_pairs_connect_from_records_exchanged_as_bytes() {
     let remote = b_peer.memory.expect("a advertised its memory");
     // SAFETY: the buffers live until the completions are polled below and are not touched.
     unsafe {
-        a.post_recv_one(&RecvRequest::new(5, dst.slice(..).unwrap()))
+        a.post_recv_one(&RecvRequest::new(dst.slice(..).unwrap()).tag(5))
             .unwrap();
         b.post_send_one(
             &SendRequest::write(src.slice(..).unwrap(), remote.slice(0, 8192).unwrap()).tag(6),
@@ -765,7 +762,7 @@ fn a_completion_queue_resizes_and_keeps_its_completions() {
     unsafe {
         for i in 0..5u64 {
             let at = i as usize * 64;
-            b.post_recv_one(&RecvRequest::new(100 + i, dst.slice(at..at + 64).unwrap()))
+            b.post_recv_one(&RecvRequest::new(dst.slice(at..at + 64).unwrap()).tag(100 + i))
                 .unwrap();
         }
         for i in 0..5u64 {

@@ -255,7 +255,7 @@ fn scope_discards_a_completion_left_in_its_queue() {
     // the receive's completion is in b's queue (the channel's event says so) before the scope
     // discards it.
     unsafe {
-        b.post_recv_one(&RecvRequest::new(900, stale_buf.slice(..).unwrap()))
+        b.post_recv_one(&RecvRequest::new(stale_buf.slice(..).unwrap()).tag(900))
             .unwrap();
         a.post_send_one(&SendRequest::send(first.slice(..).unwrap()).tag(901))
             .unwrap();

@@ -21,10 +21,7 @@ fn srq_shared_by_two_queue_pairs() {
     let mut recvs = RecvList::with_capacity(4);
     for i in 0..4 {
         recvs
-            .push(RecvRequest::new(
-                i as u64,
-                dst.slice(i * SLOT..(i + 1) * SLOT).unwrap(),
-            ))
+            .push(RecvRequest::new(dst.slice(i * SLOT..(i + 1) * SLOT).unwrap()).tag(i as u64))
             .unwrap();
     }
     // SAFETY: `dst` outlives the polled completions and is read only after them.
@@ -32,13 +29,13 @@ fn srq_shared_by_two_queue_pairs() {
 
     // Receives cannot go to a queue pair that takes them from an SRQ.
     // SAFETY: refused before anything reaches the device.
-    let direct = unsafe { b1.post_recv_one(&RecvRequest::new(9, dst.slice(..SLOT).unwrap())) };
+    let direct = unsafe { b1.post_recv_one(&RecvRequest::new(dst.slice(..SLOT).unwrap()).tag(9)) };
     assert!(
         matches!(direct, Err(Error::InvalidArgument(_))),
         "{direct:?}"
     );
     let mut list = RecvList::with_capacity(1);
-    list.push(RecvRequest::new(9, dst.slice(..SLOT).unwrap()))
+    list.push(RecvRequest::new(dst.slice(..SLOT).unwrap()).tag(9))
         .unwrap();
     // SAFETY: as above.
     let direct = unsafe { b2.post_recv(&mut list) };
@@ -133,10 +130,9 @@ fn srq_limit_event() {
     for i in 0..4usize {
         // SAFETY: `dst` outlives the completions polled below.
         unsafe {
-            srq.post_recv_one(&RecvRequest::new(
-                i as u64,
-                dst.slice(i * 64..(i + 1) * 64).unwrap(),
-            ))
+            srq.post_recv_one(
+                &RecvRequest::new(dst.slice(i * 64..(i + 1) * 64).unwrap()).tag(i as u64),
+            )
             .unwrap();
         }
     }

@@ -69,7 +69,7 @@ fn send(qp: &mut QueuePair<Rc, Rts>, wr_id: u64, src: &MemoryRegion) {
 fn recv(qp: &mut QueuePair<Rc, Rts>, wr_id: u64, dst: &MemoryRegion) {
     // SAFETY: callers keep `dst` alive and do not read it until the completion is polled.
     unsafe {
-        qp.post_recv_one(&RecvRequest::new(wr_id, dst.slice(..).unwrap()))
+        qp.post_recv_one(&RecvRequest::new(dst.slice(..).unwrap()).tag(wr_id))
             .unwrap();
     }
 }

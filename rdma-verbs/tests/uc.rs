@@ -24,9 +24,9 @@ fn uc_send_and_receive() {
     let dst = f.pd.register(8192, LOCAL).unwrap();
     // SAFETY: the buffers live until the completions are polled below and are not touched.
     unsafe {
-        b.post_recv_one(&RecvRequest::new(1, dst.slice(..4096).unwrap()))
+        b.post_recv_one(&RecvRequest::new(dst.slice(..4096).unwrap()).tag(1))
             .unwrap();
-        b.post_recv_one(&RecvRequest::new(2, dst.slice(4096..).unwrap()))
+        b.post_recv_one(&RecvRequest::new(dst.slice(4096..).unwrap()).tag(2))
             .unwrap();
         a.post_send_one(&SendRequest::send(src.slice(..100).unwrap()).tag(10))
             .unwrap();
@@ -107,7 +107,7 @@ fn uc_rdma_write_and_write_with_immediate() {
     // Write with immediate consumes a receive and reports the immediate and the length.
     // SAFETY: as above.
     unsafe {
-        b.post_recv_one(&RecvRequest::empty(7)).unwrap();
+        b.post_recv_one(&RecvRequest::empty().tag(7)).unwrap();
         a.post_send_one(
             &SendRequest::write(
                 src.slice(2000..2500).unwrap(),
@@ -201,7 +201,7 @@ fn uc_connect_loopback_connects_two_queue_pairs_in_one_call() {
     let dst = f.pd.register(4096, LOCAL).unwrap();
     // SAFETY: the buffers live until the completions are polled below and are not touched.
     unsafe {
-        b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
+        b.post_recv_one(&RecvRequest::new(dst.slice(..).unwrap()).tag(1))
             .unwrap();
         a.post_send_one(&SendRequest::send(src.slice(..).unwrap()).tag(2))
             .unwrap();

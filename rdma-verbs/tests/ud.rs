@@ -24,7 +24,7 @@ fn ud_send_with_grh_and_reply_through_ah_from_wc() {
     let dst = f.pd.register(SIZE + GRH_LEN, LOCAL).unwrap();
     // SAFETY: both buffers live until the completions are polled below and are not touched.
     unsafe {
-        b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
+        b.post_recv_one(&RecvRequest::new(dst.slice(..).unwrap()).tag(1))
             .unwrap();
         a.post_send_one(&SendRequest::send(src.slice(..).unwrap()).tag(2).to(
             &ah,
@@ -89,7 +89,7 @@ fn ud_send_with_grh_and_reply_through_ah_from_wc() {
     let answer = f.pd.register(64 + GRH_LEN, LOCAL).unwrap();
     // SAFETY: as above.
     unsafe {
-        a.post_recv_one(&RecvRequest::new(3, answer.slice(..).unwrap()))
+        a.post_recv_one(&RecvRequest::new(answer.slice(..).unwrap()).tag(3))
             .unwrap();
         b.post_send_one(
             &SendRequest::send(reply.slice(..).unwrap())
@@ -181,7 +181,7 @@ fn ud_wrong_qkey_is_dropped_but_the_send_succeeds() {
 
     // SAFETY: buffers live until the completions are polled and are not touched before.
     unsafe {
-        b.post_recv_one(&RecvRequest::new(1, dst.slice(..).unwrap()))
+        b.post_recv_one(&RecvRequest::new(dst.slice(..).unwrap()).tag(1))
             .unwrap();
         a.post_send_one(&SendRequest::send(src.slice(..64).unwrap()).tag(2).to(
             &ah,

@@ -211,7 +211,7 @@ fn address_handle_of_another_pd_or_context_is_refused_and_nothing_is_posted() {
     let dst = f.pd.register(64 + GRH_LEN, LOCAL).unwrap();
     // SAFETY: `dst` stays registered and unread until the receive completes below.
     unsafe {
-        b.post_recv_one(&RecvRequest::new(7, dst.slice(..).unwrap()))
+        b.post_recv_one(&RecvRequest::new(dst.slice(..).unwrap()).tag(7))
             .unwrap()
     };
 
@@ -287,7 +287,7 @@ fn address_handle_of_another_device_is_refused() {
     let dst = f.pd.register(32 + GRH_LEN, LOCAL).unwrap();
     // SAFETY: `dst` stays registered and unread until the receive completes below.
     unsafe {
-        b.post_recv_one(&RecvRequest::new(7, dst.slice(..).unwrap()))
+        b.post_recv_one(&RecvRequest::new(dst.slice(..).unwrap()).tag(7))
             .unwrap()
     };
     let request = SendRequest::send(src.slice(..).unwrap())

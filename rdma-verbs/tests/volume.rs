@@ -48,7 +48,7 @@ fn volume_zero_length_send() {
     dst.fill_from(&[GUARD; 64]).unwrap();
     b.post_recv_buf(dst, 1).unwrap();
     // A receive with no memory at all, for the send with immediate data.
-    b.post_recv_owned(OwnedRecv::empty().tag(3)).unwrap();
+    b.post_recv_owned(RecvRequest::empty().tag(3)).unwrap();
     a.post_send_owned(SendRequest::send(b"").tag(2)).unwrap();
     a.post_send_owned(SendRequest::send(b"").with_imm(0x0bad_cafe).tag(4))
         .unwrap();
@@ -91,7 +91,7 @@ fn send_many_packets(len: usize, seed: u32) {
     let mut dst = f.pd.register(len + TAIL, LOCAL).unwrap().into_shared();
     dst.write_at(0, &vec![GUARD; len + TAIL]).unwrap();
     let dst = Arc::new(dst);
-    b.post_recv_owned(OwnedRecv::range(RegionRange::new(&dst, ..).unwrap()).tag(1))
+    b.post_recv_owned(RecvRequest::new(RegionRange::new(&dst, ..).unwrap()).tag(1))
         .unwrap();
     a.post_send_owned(SendRequest::send(src).tag(2)).unwrap();
     let mut sent = reap(&mut cq_a, 1);

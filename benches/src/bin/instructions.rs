@@ -365,7 +365,7 @@ fn measured_post_recv_unsafe(
 ) -> rdma_verbs::Result<()> {
     // SAFETY: `mr` outlives the queue pairs (dropped after them in `run`), and Rust does not
     // touch its bytes while requests are in flight.
-    unsafe { qp.post_recv_one(&RecvRequest::new(1, recv_slice(mr))) }
+    unsafe { qp.post_recv_one(&RecvRequest::new(recv_slice(mr)).tag(1)) }
 }
 
 #[unsafe(no_mangle)]
@@ -387,7 +387,7 @@ fn measured_post_srq_recv_unsafe(
 ) -> rdma_verbs::Result<()> {
     // SAFETY: `run_srq` drops the SRQ and its queue pairs before `mr`, on every path, and
     // reads `mr` only after the receive's completion.
-    unsafe { srq.post_recv_one(&RecvRequest::new(1, recv_slice(mr))) }
+    unsafe { srq.post_recv_one(&RecvRequest::new(recv_slice(mr)).tag(1)) }
 }
 
 #[unsafe(no_mangle)]

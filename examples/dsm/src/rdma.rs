@@ -30,9 +30,9 @@ use std::time::{Duration, Instant};
 
 use rdma_verbs::{
     AccessFlags, AddressVector, Buf, BufferPool, CanPostRecv, Completion, CompletionChannel,
-    CompletionQueue, ConnectedInitAttr, Context, Gid, MemoryRegion, Owned, OwnedRecv,
-    ProtectionDomain, QueuePair, Rc, RcRtrAttr, RcRtsAttr, RegionRange, RemoteMemory, Rts,
-    SendRequest, WcOpcode, WcStatus,
+    CompletionQueue, ConnectedInitAttr, Context, Gid, MemoryRegion, Owned, ProtectionDomain,
+    QueuePair, Rc, RcRtrAttr, RcRtsAttr, RecvRequest, RegionRange, RemoteMemory, Rts, SendRequest,
+    WcOpcode, WcStatus,
 };
 
 use crate::error::{Error, Result};
@@ -540,7 +540,7 @@ impl RdmaLinks {
     fn call_inner(&mut self, msg: &Msg, bound: Duration) -> Result<Msg> {
         let buf = take(&mut self.reply_buf, "reply")?;
         let qp = &mut self.qps[usize::from(msg.to)];
-        post_recv(qp, OwnedRecv::buf(buf).tag(ID_RECV), &mut self.reply_buf)?;
+        post_recv(qp, RecvRequest::new(buf).tag(ID_RECV), &mut self.reply_buf)?;
         self.post_msg(msg)?;
         self.wait(msg.to, &[ID_SEND, ID_RECV], bound)?;
         // The receive's completion set the buffer's length to the bytes received.
@@ -592,7 +592,7 @@ impl RdmaLinks {
         }
         // The reply's header lands in the head buffer, its pages in the frames.
         let head = take(&mut self.head_buf, "header")?;
-        let request = OwnedRecv::buf(head).and_range(pages).tag(ID_HEAD);
+        let request = RecvRequest::new(head).and_range(pages).tag(ID_HEAD);
         post_recv(&mut self.qps[home], request, &mut self.head_buf)?;
         self.post_msg(msg)?;
         let len = self.wait(msg.to, &[ID_SEND, ID_HEAD], bound)? as usize;
@@ -641,7 +641,7 @@ fn post_send<K: rdma_verbs::Operation>(
 /// Posts `request`; a buffer the post refused goes back to `slot`.
 fn post_recv<S: CanPostRecv>(
     qp: &mut QueuePair<Rc, S>,
-    request: OwnedRecv,
+    request: RecvRequest<'_, Owned<'_>>,
     slot: &mut Option<Buf>,
 ) -> Result<()> {
     qp.post_recv_owned(request).map_err(|refused| {
@@ -653,7 +653,7 @@ fn post_recv<S: CanPostRecv>(
 
 /// Posts `buf` as a receive of server queue pair `index` (tagged with it).
 fn post_slot<S: CanPostRecv>(qp: &mut QueuePair<Rc, S>, buf: Buf, index: usize) -> Result<()> {
-    post_recv(qp, OwnedRecv::buf(buf).tag(index as u64), &mut None)
+    post_recv(qp, RecvRequest::new(buf).tag(index as u64), &mut None)
 }
 
 impl RdmaServer {

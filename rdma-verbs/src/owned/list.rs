@@ -12,7 +12,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::recv::{check_room, room};
-use super::{Owned, OwnedRecv, OwnedSges, PostRefused, Prepared, RegionRange, Table, check_pd};
+use super::{Owned, OwnedSges, PostRefused, Prepared, RegionRange, Table, check_pd};
 use crate::buf::Buf;
 use crate::error::{Error, Result};
 use crate::ffi;
@@ -258,7 +258,7 @@ impl OwnedRecvList {
     ///
     /// [`PostRefused`] with the buffer: [`Error::InvalidArgument`] for a full list.
     pub fn push(&mut self, buf: Buf, tag: u64) -> std::result::Result<(), PostRefused> {
-        self.push_owned(OwnedRecv::buf(buf).tag(tag))
+        self.push_owned(RecvRequest::new(buf).tag(tag))
     }
 
     /// Appends an owned receive (a buffer, a range of a shared region, or both). Does not
@@ -269,22 +269,29 @@ impl OwnedRecvList {
     ///
     /// [`PostRefused`] with the buffer: [`Error::InvalidArgument`] for a full list, or a
     /// receive given two ranges.
-    pub fn push_owned(&mut self, request: OwnedRecv) -> std::result::Result<(), PostRefused> {
+    pub fn push_owned(
+        &mut self,
+        request: RecvRequest<'_, Owned<'_>>,
+    ) -> std::result::Result<(), PostRefused> {
+        let (tag, memory) = request.into_parts();
+        let Owned {
+            buf,
+            range,
+            ranges_over,
+            ..
+        } = memory;
         if self.items.len() >= self.capacity() {
             return Err(PostRefused {
                 error: list_full(self.capacity()),
-                buf: request.buf,
+                buf,
             });
         }
-        if request.ranges_over {
+        if ranges_over {
             return Err(PostRefused {
                 error: super::range::second_range("receive"),
-                buf: request.buf,
+                buf,
             });
         }
-        let OwnedRecv {
-            buf, range, tag, ..
-        } = request;
         let sges = OwnedSges::new(buf.as_ref().map(|b| b.raw_slice(true)), range.as_ref());
         self.items.push(RecvItem {
             buf,
@@ -692,7 +699,7 @@ impl SharedReceiveQueue {
 
 /// The receive request of a list item with owned id `id`.
 fn recv_request(item: &RecvItem, id: u64, _last_slot: bool) -> RecvRequest<'_> {
-    RecvRequest::new(0, item.sges.payload()).owned(id)
+    RecvRequest::owned(item.sges.payload(), id)
 }
 
 /// The send request of a list item with owned id `id`, signaled whatever it asked if `signal`.

@@ -34,7 +34,7 @@ pub use completion::Completion;
 pub use list::{OwnedRecvList, OwnedSendList};
 pub use range::RegionRange;
 use range::{OwnedSges, check_region};
-pub use recv::OwnedRecv;
+
 pub(crate) use recv::check_room;
 pub use send::Owned;
 pub(crate) use send::Prepared;

@@ -1,101 +1,64 @@
-//! [`OwnedRecv`]: owned receives, posted to a queue pair or an SRQ.
+//! Owned receives ([`RecvRequest`]s of the [`Owned`] memory model), posted to a queue pair or
+//! an SRQ.
 
 use std::sync::Arc;
 
-use super::{OwnedSges, PostRefused, RegionRange, check_pd, post_owned, range};
+use super::{Owned, OwnedSges, PostRefused, RegionRange, check_pd, post_owned, range};
 use crate::buf::Buf;
 use crate::error::Error;
 use crate::inflight::{Ring, SrqTable};
 use crate::qp::{CanPostRecv, QueuePair, Transport};
 use crate::srq::SharedReceiveQueue;
-use crate::wr::{Payload, RecvRequest};
+use crate::wr::{Payload, RecvMemory, RecvRequest};
 
-/// An owned receive: where the bytes land — a pool [`Buf`], a range of the caller's
-/// [shared](crate::MemoryRegion::is_shared) region ([`RegionRange`]), or both, scattered in that
-/// order — and the tag its completion gives back.
-#[derive(Debug)]
-#[must_use = "a receive does nothing until it is posted"]
-pub struct OwnedRecv {
-    pub(super) buf: Option<Buf>,
-    pub(super) range: Option<RegionRange>,
-    /// A second range was given: refused when posted.
-    pub(super) ranges_over: bool,
-    pub(super) tag: u64,
+impl<'a> RecvMemory<'a, Owned<'a>> for Buf {
+    #[inline]
+    fn into_recv_memory(self) -> (Payload<'a>, Owned<'a>) {
+        (Payload::None, Owned::of(Some(self), None))
+    }
 }
 
-impl OwnedRecv {
-    /// A receive into the whole of `buf` (its capacity).
-    pub fn buf(buf: Buf) -> Self {
-        Self {
-            buf: Some(buf),
-            range: None,
-            ranges_over: false,
-            tag: 0,
-        }
+impl<'a> RecvMemory<'a, Owned<'a>> for RegionRange {
+    #[inline]
+    fn into_recv_memory(self) -> (Payload<'a>, Owned<'a>) {
+        (Payload::None, Owned::of(None, Some(self)))
     }
+}
 
-    /// A receive with no memory, on RC and UC: it takes a message of no bytes (a zero-length
-    /// SEND, with or without immediate data) or an RDMA WRITE with immediate data, whose bytes
-    /// land in the writer's target, and its completion carries the immediate data. A message
-    /// with bytes ends it in [`WcStatus::LocLenErr`](crate::WcStatus::LocLenErr). A UD queue
-    /// pair refuses it when posted: every datagram needs [`GRH_LEN`](crate::GRH_LEN) bytes. An
-    /// SRQ cannot tell which transports it feeds: receives for UD queue pairs on an SRQ need
-    /// that room too, and without it complete in error.
-    pub fn empty() -> Self {
-        Self {
-            buf: None,
-            range: None,
-            ranges_over: false,
-            tag: 0,
-        }
-    }
-
-    /// A receive into `range`, zero-copy into the caller's region, which must be shared.
-    pub fn range(range: RegionRange) -> Self {
-        Self {
-            buf: None,
-            range: Some(range),
-            ranges_over: false,
-            tag: 0,
-        }
-    }
-
-    /// The bytes past the buffer's capacity land in `range` (of a shared region): for
-    /// example a header into a pool buffer and a payload straight into the caller's memory.
-    /// The queue needs `max_recv_sge` (`max_sge` for an SRQ) of 2. A receive has one range: a
-    /// second is refused when the receive is posted.
+impl RecvRequest<'_, Owned<'_>> {
+    /// The bytes past the buffer's capacity land in `range` (of a
+    /// [shared](crate::MemoryRegion::is_shared) region): for example a header into a pool
+    /// buffer and a payload straight into the caller's memory. The queue needs `max_recv_sge`
+    /// (`max_sge` for an SRQ) of 2. A receive has one range: a second is refused when the
+    /// receive is posted.
     pub fn and_range(mut self, range: RegionRange) -> Self {
-        self.ranges_over |= self.range.is_some();
-        self.range = Some(range);
-        self
-    }
-
-    /// The tag [`Completion::tag`](crate::Completion::tag) gives back (0 by default).
-    pub fn tag(mut self, tag: u64) -> Self {
-        self.tag = tag;
+        let memory = self.memory_mut();
+        memory.ranges_over |= memory.range.is_some();
+        memory.range = Some(range);
         self
     }
 
     /// The bytes the receive has room for.
     fn room(&self) -> usize {
-        room(self.buf.as_ref(), self.range.as_ref())
+        room(self.memory().buf.as_ref(), self.memory().range.as_ref())
     }
 
     /// The buffer, for a receive that will not be posted.
     pub fn into_buf(self) -> Option<Buf> {
-        self.buf
+        self.into_parts().1.buf
     }
 
     /// Checks the receive against protection domain `pd` and splits it for posting: its
     /// buffer, the region its in-flight entry keeps, and its scatter/gather entries.
     #[inline]
     fn prepare(self, pd: *mut crate::ffi::ibv_pd) -> std::result::Result<RecvParts, PostRefused> {
-        let OwnedRecv {
+        let (tag, memory) = self.into_parts();
+        let Owned {
             buf,
             range,
             ranges_over,
-            tag,
-        } = self;
+            ..
+        } = memory;
         let checked = check_pd(buf.as_ref(), pd).and_then(|()| match &range {
             _ if ranges_over => Err(range::second_range("receive")),
             Some(range) => range.check(pd, true),
@@ -114,7 +77,7 @@ impl OwnedRecv {
     }
 }
 
-/// An owned receive checked and split for posting (see [`OwnedRecv::prepare`]).
+/// An owned receive checked and split for posting (see `RecvRequest::prepare`).
 struct RecvParts {
     buf: Option<Buf>,
     /// The range's region.
@@ -129,7 +92,7 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
     /// bytes received, through
     /// [`CompletionQueue::poll_each`](crate::CompletionQueue::poll_each) on the receive
     /// completion queue. Allocates nothing. As [`post_recv_owned`](Self::post_recv_owned) of
-    /// [`OwnedRecv::buf`]`(buf)`, on a path of its own (no range to check or carry).
+    /// [`RecvRequest::new`]`(buf).tag(tag)`, on a path of its own (no range to check or carry).
     ///
     /// # Errors
     ///
@@ -167,7 +130,7 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
             buf,
             keep,
             |qp, id, _| {
-                let request = RecvRequest::new(0, payload).owned(id);
+                let request = RecvRequest::owned(payload, id);
                 // SAFETY: as in `post_send_owned`: the buffer is in the receive table, where
                 // nothing reaches it, until this receive's completion (receive queues complete in
                 // order), the queue pair's reset or destruction, or a refused post. A range's
@@ -192,9 +155,12 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
     /// domain, or a range of a region that is not shared; [`Error::QueueFull`] when
     /// as many receives are in flight as the receive queue holds; else as
     /// [`post_recv_one`](Self::post_recv_one).
-    pub fn post_recv_owned(&mut self, request: OwnedRecv) -> std::result::Result<(), PostRefused> {
+    pub fn post_recv_owned(
+        &mut self,
+        request: RecvRequest<'_, Owned<'_>>,
+    ) -> std::result::Result<(), PostRefused> {
         if self.has_srq() {
-            return Err(on_srq(request.buf));
+            return Err(on_srq(request.into_buf()));
         }
         // Counted before `prepare` splits the request, checked after its checks.
         let room = request.room();
@@ -248,14 +214,14 @@ fn on_srq(buf: Option<Buf>) -> PostRefused {
 
 impl SharedReceiveQueue {
     /// Posts an owned receive into the whole of `buf`: [`post_recv_owned`](Self::post_recv_owned)
-    /// of [`OwnedRecv::buf`]`(buf)`.
+    /// of [`RecvRequest::new`]`(buf).tag(tag)`.
     ///
     /// # Errors
     ///
     /// As [`post_recv_owned`](Self::post_recv_owned).
     #[inline]
     pub fn post_recv_buf(&mut self, buf: Buf, tag: u64) -> std::result::Result<(), PostRefused> {
-        self.post_recv_owned(OwnedRecv::buf(buf).tag(tag))
+        self.post_recv_owned(RecvRequest::new(buf).tag(tag))
     }
 
     /// Posts an owned receive: its buffer moves into the SRQ, and its range's region is kept
@@ -280,7 +246,10 @@ impl SharedReceiveQueue {
     /// [`GRH_LEN`](crate::GRH_LEN) bytes, as a UD queue pair does: one that UD consumes
     /// completes in error.
     #[inline]
-    pub fn post_recv_owned(&mut self, request: OwnedRecv) -> std::result::Result<(), PostRefused> {
+    pub fn post_recv_owned(
+        &mut self,
+        request: RecvRequest<'_, Owned<'_>>,
+    ) -> std::result::Result<(), PostRefused> {
         let parts = request.prepare(self.pd().as_raw())?;
         let sges = parts.sges;
         post_owned(
@@ -290,7 +259,7 @@ impl SharedReceiveQueue {
             parts.buf,
             parts.keep,
             |srq, id, _| {
-                let request = RecvRequest::new(0, sges.payload()).owned(id);
+                let request = RecvRequest::owned(sges.payload(), id);
                 // SAFETY: as in `QueuePair::post_recv_owned`: the buffer is in the SRQ's table,
                 // where nothing reaches it, until the completion with its id (found by id: SRQ
                 // receives complete in any order), the SRQ's destruction, or a refused post. The

@@ -57,11 +57,11 @@ use crate::wr::{
 /// # }
 /// ```
 pub struct Owned<'a> {
-    buf: Option<Buf>,
+    pub(super) buf: Option<Buf>,
     /// Bytes of a caller's region, after the buffer's ([`SendRequest::and_range`]).
-    range: Option<RegionRange>,
+    pub(super) range: Option<RegionRange>,
     /// A second range was given, which the request cannot carry: refused when prepared.
-    ranges_over: bool,
+    pub(super) ranges_over: bool,
     dest: Option<(AddressHandle, u32, u32)>,
     bind: Option<Bind<'a>>,
     /// The region a bind names, which the request keeps until the bind has executed.
@@ -80,7 +80,7 @@ struct Bind<'a> {
 
 impl Owned<'_> {
     #[inline]
-    fn of(buf: Option<Buf>, range: Option<RegionRange>) -> Self {
+    pub(super) fn of(buf: Option<Buf>, range: Option<RegionRange>) -> Self {
         Self {
             buf,
             range,

@@ -151,7 +151,7 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
                 slot: Some(slot),
             });
         }
-        let request = RecvRequest::new(0, payload).owned(id);
+        let request = RecvRequest::owned(payload, id);
         // SAFETY: the request names the slot's bytes, which lie in the ring's region. The queue
         // pair keeps that region registered (`slot_ring` attached it; only a ring with nothing
         // posted detaches it, and a successful `ibv_destroy_qp`), and the slot is recorded as

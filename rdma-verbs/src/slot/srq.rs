@@ -418,7 +418,7 @@ impl SharedReceiveQueue {
             size,
             ring.region.lkey(),
         ));
-        let request = RecvRequest::new(0, payload).owned(id);
+        let request = RecvRequest::owned(payload, id);
         // SAFETY: the request names the slot's bytes, which lie in the ring's region. The SRQ
         // keeps that region registered (`slot_ring` attached it; only a ring with nothing
         // posted detaches it, and a successful `ibv_destroy_srq`), and the slot is recorded

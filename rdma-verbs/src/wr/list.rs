@@ -314,7 +314,7 @@ mod post_list_tests {
             assert_eq!(list.capacity(), cap);
             for i in 0..wr_cap.max(sge_cap) {
                 let slice = MrSlice::unchecked_for_test(0x1000 + 8 * i as u64, 8, 1);
-                let pushed = list.push(RecvRequest::new(i as u64, slice));
+                let pushed = list.push(RecvRequest::new(slice).tag(i as u64));
                 if i < cap {
                     pushed.expect("below capacity");
                 } else {
@@ -327,10 +327,10 @@ mod post_list_tests {
             let mut list: RecvList<'_> = list.reuse();
             assert_eq!(list.capacity(), cap);
             for i in 0..cap {
-                list.push(RecvRequest::empty(i as u64))
+                list.push(RecvRequest::empty().tag(i as u64))
                     .expect("reused list");
             }
-            assert!(list.push(RecvRequest::empty(99)).is_err());
+            assert!(list.push(RecvRequest::empty().tag(99)).is_err());
         }
     }
 }
@@ -368,13 +368,14 @@ mod empty_entry_tests {
             assert_eq!(raw.send_flags & ffi::IBV_SEND_INLINE, 0);
         }
         let mut recv = ffi::ibv_recv_wr::default();
-        RecvRequest::new(4, empty)
+        RecvRequest::new(empty)
+            .tag(4)
             .fill(&mut recv, &mut one)
             .unwrap();
         assert_eq!((recv.num_sge, recv.sg_list), (0, std::ptr::null_mut()));
 
         let mut list: RecvList<'_> = PostList::with_capacity(2);
-        list.push(RecvRequest::new(5, empty)).unwrap();
+        list.push(RecvRequest::new(empty).tag(5)).unwrap();
         assert_eq!(list.wrs[0].num_sge, 0);
         assert!(list.wrs[0].sg_list.is_null());
 

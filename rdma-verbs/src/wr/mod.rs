@@ -14,7 +14,7 @@ mod recv;
 mod send;
 
 pub use list::{PostList, RecvList, SendList, WorkRequest};
-pub use recv::RecvRequest;
+pub use recv::{RecvMemory, RecvRequest};
 pub(crate) use send::SendWr;
 pub(crate) use send::memory_sealed;
 pub use send::{
