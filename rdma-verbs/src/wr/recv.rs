@@ -15,7 +15,8 @@ use crate::mr::MrSlice;
 ///
 /// - [`Borrowed`] (the default): a [`MrSlice`], a slice of [`Sge`]s or a [`Payload`] (memory
 ///   with `LOCAL_WRITE`), posted by the `unsafe` calls
-///   ([`QueuePair::post_recv_one`](crate::QueuePair::post_recv_one), a
+///   ([`QueuePair::post_recv_one`](crate::QueuePair::post_recv_one),
+///   [`SharedReceiveQueue::post_recv_one`](crate::SharedReceiveQueue::post_recv_one), a
 ///   [`RecvList`](crate::RecvList));
 /// - [`Owned`](crate::Owned): a [`Buf`](crate::Buf) (its whole capacity) or a
 ///   [`RegionRange`](crate::RegionRange) of a shared region, or both
@@ -113,8 +114,10 @@ impl<'a, M> RecvRequest<'a, M> {
     }
 
     /// A tag for the request, which its completion gives back (its `wr_id`,
-    /// [`WorkCompletion::wr_id`](crate::WorkCompletion::wr_id) of a [`Borrowed`] request;
-    /// [`Completion::tag`](crate::Completion::tag) of an owned one). 0 unless set.
+    /// [`WorkCompletion::wr_id`](crate::WorkCompletion::wr_id) of a [`Borrowed`] request, whose
+    /// post refuses a tag with the top bit set, which the safe paths' ids use;
+    /// [`Completion::tag`](crate::Completion::tag) of an owned one, which may be any value).
+    /// 0 unless set.
     #[inline]
     pub fn tag(mut self, tag: u64) -> Self {
         self.wr_id = tag;
