@@ -25,8 +25,8 @@ use criterion::{
 use rdma_benches::loopback::{self, Loopback, Patience, Shape, spin};
 use rdma_verbs::{
     AccessFlags, Buf, BufferPool, Completion, CompletionQueue, MemoryRegion, OwnedRecvList,
-    OwnedSendList, Payload, QueuePair, Rc, RecvList, RecvRequest, RingSend, Rts, SendList,
-    SendRequest, Slot, SlotRing, WcOpcode, WorkCompletion,
+    OwnedSendList, Payload, QueuePair, Rc, RecvList, RecvRequest, Rts, SendList, SendRequest, Slot,
+    SlotRing, WcOpcode, WorkCompletion,
 };
 
 /// Message sizes of the latency benches.
@@ -302,80 +302,7 @@ fn send_latency(c: &mut Criterion) {
             ));
         }
     }
-    for size in SIZES {
-        let mut lb = ok(Loopback::open(Shape {
-            depth: 4,
-            max_inline_data: INLINE as u32,
-            ..Shape::default()
-        }));
-        let message = pattern(size);
-        let Loopback {
-            a, b, cq_a, cq_b, ..
-        } = &mut lb;
-        let (mut tx_a, mut rx_a) = (ok(a.send_ring(4, size)), ok(a.recv_ring(4, size)));
-        let (mut tx_b, mut rx_b) = (ok(b.send_ring(4, size)), ok(b.recv_ring(4, size)));
-        let mut wcs = [WorkCompletion::default(); 4];
-        ok(b.post_recv_ring(&mut rx_b));
-        ok(a.post_recv_ring(&mut rx_a));
-        // Whether the last message `a` received back was the one it sent.
-        let mut echoed = false;
-        let ran = run(&mut group, BenchmarkId::new("ring", size), || {
-            let out = tx_a.next_mut().unwrap_or_else(|| die("no free send slot"));
-            out[..size].copy_from_slice(&message);
-            ok(a.post_send_ring(&mut tx_a, RingSend::send(size)));
-            // `b` answers with a copy of what it received, from its own send ring.
-            ok(spin_ring(cq_b, 1, &mut wcs, |wc| {
-                let received = rx_b.complete(wc)?;
-                let out = tx_b.next_mut()?;
-                out[..received.len()].copy_from_slice(received);
-                Some(received.len())
-            }));
-            ok(b.post_recv_ring(&mut rx_b));
-            ok(b.post_send_ring(&mut tx_b, RingSend::send(size)));
-            ok(spin_ring(cq_a, 2, &mut wcs, |wc| {
-                if let Some(back) = rx_a.complete(wc) {
-                    echoed = back == message;
-                    return Some(back.len());
-                }
-                tx_a.complete(wc).map(<[u8]>::len)
-            }));
-            ok(a.post_recv_ring(&mut rx_a));
-            ok(spin_ring(cq_b, 1, &mut wcs, |wc| {
-                tx_b.complete(wc).map(<[u8]>::len)
-            }));
-        });
-        if ran && !echoed {
-            die(&format!(
-                "latency/send/ring/{size}: the bytes echoed differ from those sent"
-            ));
-        }
-    }
     group.finish();
-}
-
-/// Polls `cq` until `want` completions, each a successful SEND or receive that `take` (a ring's
-/// `complete`) knows, arrived; gives up as the other spins do.
-fn spin_ring(
-    cq: &mut CompletionQueue,
-    want: usize,
-    wcs: &mut [WorkCompletion],
-    mut take: impl FnMut(&WorkCompletion) -> Option<usize>,
-) -> Result<(), String> {
-    let mut got = 0;
-    let mut patience = Patience::default();
-    while got < want {
-        let polled = cq.poll(&mut wcs[..want - got]).map_err(|e| e.to_string())?;
-        for wc in polled.iter() {
-            let op = wc.opcode();
-            if !wc.is_success() || !SEND_RECV.contains(&op) {
-                return Err(format!("completion {}: {:?} {op:?}", got + 1, wc.status()));
-            }
-            take(wc).ok_or_else(|| format!("completion {} is none of the rings'", got + 1))?;
-            got += 1;
-        }
-        patience.after_poll(polled.len(), got, want)?;
-    }
-    Ok(())
 }
 
 /// Posts a free slot of `ring` as a receive of `qp`.

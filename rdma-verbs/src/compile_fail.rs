@@ -183,11 +183,7 @@ case!(
 case!(SrqSlotBytesOk, "srq_slot_bytes_ok.rs", "rust");
 
 // Requests of slots: the vocabulary of every request, posted by the slot path only.
-case!(
-    SlotRequestToUd,
-    "slot_request_to_ud.rs",
-    "compile_fail,E0599"
-);
+case!(SlotWriteToUd, "slot_write_to_ud.rs", "compile_fail,E0599");
 case!(
     SlotRequestInList,
     "slot_request_in_list.rs",

@@ -34,19 +34,20 @@
 //!   it and hand it back on failure; sends exist only in RTS.
 //! - Work requests are built safely and chained into reusable [`PostList`]s that go to the device
 //!   in one call. Posting them directly is `unsafe`: the device uses the memory after the call
-//!   returns. Four safe ways: [`QueuePair::scope`], in which memory stays borrowed until its
-//!   completion is reaped; the owned-buffer path, in which posting moves a [`Buf`] of a
+//!   returns. The safe ways: slot rings, a queue pair's own registered slots
+//!   ([`QueuePair::slot_ring`]) posted as [`Slot`]s ([`QueuePair::post_send_slot`],
+//!   [`QueuePair::post_recv_slot`], [`QueuePair::fill_slot_ring`] for every free slot, 32 per
+//!   doorbell) and handed back by [`SlotRing::complete`] for the completions the caller polled,
+//!   cheapest when they come back in order (an SRQ's too: [`SharedReceiveQueue::slot_ring`],
+//!   [`SrqSlotRing`]); the owned-buffer path, in which posting moves a [`Buf`] of a
 //!   [`BufferPool`] into the queue pair ([`QueuePair::post_send_owned`],
-//!   [`QueuePair::post_recv_buf`]) and [`CompletionQueue::poll_each`] hands it back with its
-//!   completion: receive rings that outlive any scope, many queue pairs on one completion
-//!   queue, unsignaled sends, doorbell-batched [`OwnedSendList`]s; slot rings, a queue pair's
-//!   own registered slots ([`QueuePair::slot_ring`]), posted as [`Slot`]s and handed back by
-//!   [`SlotRing::complete`] for the completions the caller polled (an SRQ's too:
-//!   [`SharedReceiveQueue::slot_ring`], [`SrqSlotRing`]); and rings, the cheapest,
-//!   slots posted and completed in order ([`QueuePair::recv_ring`], [`QueuePair::send_ring`],
-//!   [`RecvRing::complete`]). Why each is sound: [`docs::safety`]; how the paths work:
-//!   [`docs::data_path`]; the state types: [`docs::typestate`]; where each verb lives:
-//!   [`docs::modules`].
+//!   [`QueuePair::post_recv_owned`]) and [`CompletionQueue::poll_each`] hands it back with its
+//!   completion: buffers that move between queue pairs, many queue pairs on one completion
+//!   queue routed for the caller, doorbell-batched [`OwnedSendList`]s; and
+//!   [`QueuePair::scope`], in which memory stays borrowed until its completion is reaped. Every
+//!   path builds its requests with [`SendRequest`] and [`RecvRequest`]. Why each is sound:
+//!   [`docs::safety`]; how the paths work: [`docs::data_path`]; the state types:
+//!   [`docs::typestate`]; where each verb lives: [`docs::modules`].
 //! - Polling fills a caller's array; nothing allocates on the data path.
 //! - Failed verbs return [`Error`], naming the verb and its errno; failed work requests are
 //!   completions with a [`WcStatus`]. The library does not panic on bad input.
@@ -103,7 +104,6 @@ mod mw;
 mod owned;
 mod pd;
 pub mod qp;
-mod ring;
 mod scope;
 pub mod shared;
 mod slot;
@@ -139,7 +139,6 @@ pub use qp::{
     RcRtrAttr, RcRtsAttr, Reset, Rtr, Rts, SendPath, SqPsnRtsAttr, TransitionError, Transport, Uc,
     UcRtrAttr, Ud, UdInitAttr, UdRtrAttr,
 };
-pub use ring::{MAX_RING_SLOTS, RecvRing, RingSend, SendRing};
 pub use scope::{PostScope, ScopeCqs};
 pub use slot::{MAX_SLOTS, MAX_SRQ_SLOTS, Slot, SlotRefused, SlotRing, SrqSlotRing};
 pub use srq::{SharedReceiveQueue, SrqBuilder};

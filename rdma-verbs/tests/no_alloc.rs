@@ -619,12 +619,13 @@ fn srq_slot_no_alloc_round_trips() {
     );
 }
 
-/// 10,000 rounds through a receive ring and a send ring, every other round with an unsignaled
-/// send before the signaled one, the receive ring kept full by single posts and by
-/// `fill_recv_ring` in turn: no allocation, and every send slot is free again after each
-/// round, every receive slot but those just received into posted.
+/// 10,000 rounds of slot rings used as the start-here page shows them: the receiving ring
+/// refilled by `fill_slot_ring` (every slot its completions handed back, put back first) and by
+/// single posts in turn, every other round with an unsignaled send before the signaled one:
+/// no allocation, and every send slot is free again after each round, every receive slot but
+/// those just received into posted.
 #[test]
-fn ring_no_alloc_post_and_poll_round_trips() {
+fn slot_fill_no_alloc_post_and_poll_round_trips() {
     let Some(f) = fixture() else { return };
     let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
     let (mut a, mut b) = f.rc_pair(
@@ -632,8 +633,8 @@ fn ring_no_alloc_post_and_poll_round_trips() {
         f.pd.qp_builder(&cq_b, &cq_b),
         AccessFlags::empty(),
     );
-    let mut tx = a.send_ring(4, LEN).unwrap();
-    let mut rx = b.recv_ring(4, LEN).unwrap();
+    let mut tx = a.slot_ring(4, LEN).unwrap();
+    let mut rx = b.slot_ring(4, LEN).unwrap();
     let data = pattern(LEN, 11);
 
     let ((), allocations) = count_allocations(|| {
@@ -643,34 +644,40 @@ fn ring_no_alloc_post_and_poll_round_trips() {
             let sends = if round % 2 == 1 { 2 } else { 1 };
             // Every receive slot posted: one at a time, or all free ones in one call.
             if round % 4 < 2 {
-                while rx.free() > 0 {
-                    b.post_recv_ring(&mut rx).unwrap();
+                while let Some(slot) = rx.take() {
+                    b.post_recv_slot(&mut rx, slot).unwrap();
                 }
             } else {
-                assert_eq!(b.fill_recv_ring(&mut rx).unwrap(), freed, "round {round}");
+                assert_eq!(b.fill_slot_ring(&mut rx).unwrap(), freed, "round {round}");
             }
             freed = sends;
             for n in 0..sends {
-                tx.next_mut().unwrap().copy_from_slice(&data);
-                let request = RingSend::send(LEN);
+                let mut slot = tx.take().unwrap();
+                tx.fill(&mut slot, &data).unwrap();
+                let request = SendRequest::send(slot).tag(n as u64);
                 let request = if n + 1 < sends {
                     request.unsignaled()
                 } else {
                     request
                 };
-                a.post_send_ring(&mut tx, request).unwrap();
+                a.post_send_slot(&mut tx, request).unwrap();
             }
             let (mut sent, mut received) = (0, 0);
             let deadline = Instant::now() + WAIT;
             while sent < 1 || received < sends {
                 for wc in cq_a.poll(&mut wcs).unwrap() {
                     assert!(wc.is_success(), "round {round}: {wc:?}");
-                    assert_eq!(tx.complete(wc), Some(&data[..]), "round {round}");
+                    let slot = tx.complete(wc).expect("a send of the ring");
+                    assert_eq!(slot.tag(), sends as u64 - 1, "round {round}");
+                    assert_eq!(tx.bytes(&slot).unwrap(), &data[..], "round {round}");
+                    tx.put(slot).unwrap();
                     sent += 1;
                 }
                 for wc in cq_b.poll(&mut wcs).unwrap() {
                     assert!(wc.is_success(), "round {round}: {wc:?}");
-                    assert_eq!(rx.complete(wc), Some(&data[..]), "round {round}");
+                    let slot = rx.complete(wc).expect("a receive of the ring");
+                    assert_eq!(rx.bytes(&slot).unwrap(), &data[..], "round {round}");
+                    rx.put(slot).unwrap();
                     received += 1;
                 }
                 assert!(
@@ -683,6 +690,6 @@ fn ring_no_alloc_post_and_poll_round_trips() {
     });
     assert_eq!(
         allocations, 0,
-        "{allocations} allocations in {ROUNDS} ring post/poll rounds"
+        "{allocations} allocations in {ROUNDS} slot fill rounds"
     );
 }

@@ -6,7 +6,9 @@
 //! dropped with receives posted, and one dropped with none; a reset that discarded receives;
 //! the error state's flushes; completions handed over out of order; slot and owned requests
 //! on one queue pair and completion queue; a ring whose queue pair was destroyed; `reclaim`
-//! after a reset; inline sends.
+//! after a reset; inline sends; receives posted in batches (`fill_slot_ring`), up to a full
+//! receive queue; UD both ways, the address handles kept while their sends are posted; the
+//! extended send path.
 
 use rdma_test_support::verbs::*;
 use rdma_verbs::*;
@@ -847,12 +849,12 @@ fn unsignaled_sends_of_every_path_share_one_run() {
     // at most 24, so that the 128 receives cover every send.
     let every = a.caps().max_send_wr;
     assert!((4..=24).contains(&every), "{:?}", a.caps());
-    let mut rx = b.recv_ring(128, 16).unwrap();
-    assert!(b.fill_recv_ring(&mut rx).unwrap() >= 5 * every + 2);
+    let mut rx = b.slot_ring(128, 16).unwrap();
+    assert!(b.fill_slot_ring(&mut rx).unwrap() >= 5 * every + 2);
     let pool = BufferPool::new(&f.pd, every as usize, 16).unwrap();
     // Four times the send queue: the rings' own rule (their last free slot) never signals here.
     let mut tx = a.slot_ring(4 * every, 16).unwrap();
-    let mut ring = a.send_ring(4 * every, 16).unwrap();
+    let mut ring = a.slot_ring(4 * every, 16).unwrap();
     let mut sent: Vec<Vec<u8>> = Vec::new();
     let slot_send = |a: &mut QueuePair<Rc, Rts>, tx: &mut SlotRing, sent: &mut Vec<Vec<u8>>| {
         let m = pattern(16, sent.len() as u8);
@@ -902,18 +904,22 @@ fn unsignaled_sends_of_every_path_share_one_run() {
     tx.put(slot).unwrap();
     assert_eq!((tx.posted(), a.owned_in_flight()), (0, every as usize - 1));
 
-    // Slot sends, then a ring send: the ring takes part in the same run.
+    // Slot sends, then one of a second ring of the queue pair: it takes part in the same run.
     for _ in 1..every {
         slot_send(&mut a, &mut tx, &mut sent);
     }
-    let m = pattern(16, sent.len() as u8);
-    ring.next_mut().unwrap()[..16].copy_from_slice(&m);
-    a.post_send_ring(&mut ring, RingSend::send(16).unsignaled())
-        .unwrap();
-    sent.push(m);
+    slot_send(&mut a, &mut ring, &mut sent);
     let done = wait_for(&mut cq_a, 1);
-    assert_eq!(ring.complete(&done[0]), Some(&sent[sent.len() - 1][..]));
+    assert!(tx.complete(&done[0]).is_none(), "the other ring's");
+    let slot = ring.complete(&done[0]).expect("the second ring's send");
+    assert_eq!(ring.bytes(&slot).unwrap(), &sent[sent.len() - 1][..]);
+    ring.put(slot).unwrap();
     assert_eq!(ring.posted(), 0);
+    assert_eq!(
+        tx.posted(),
+        every - 1,
+        "the first ring's sends wait for a completion of its own"
+    );
 
     // A signaled owned send frees the owned ones before it.
     owned_send(&mut a, &mut sent, true);
@@ -968,7 +974,13 @@ fn unsignaled_sends_of_every_path_share_one_run() {
 
     let got = wait_for(&mut cq_b, sent.len());
     for (n, wc) in got.iter().enumerate() {
-        assert_eq!(rx.complete(wc), Some(&sent[n][..]), "message {n}: {wc:?}");
+        let slot = rx.complete(wc).expect("a receive of the ring");
+        assert_eq!(
+            rx.bytes(&slot).unwrap(),
+            &sent[n][..],
+            "message {n}: {wc:?}"
+        );
+        rx.put(slot).unwrap();
     }
     assert_no_completion(&mut cq_a, QUIET);
 }
@@ -1027,4 +1039,421 @@ fn slot_ring_drops_and_destroyed_queue_pairs() {
     orphan.put(refused.into_slot().unwrap()).unwrap();
     assert!(!orphan.is_for(&c));
     assert_eq!(orphan.posted(), 0);
+}
+
+/// Asserts that `result` is a refusal with `Error::InvalidArgument` naming `what`, and returns
+/// the slot it gave back.
+fn refused_with(result: std::result::Result<(), SlotRefused>, what: &str) -> Slot {
+    let refused = result.expect_err(what);
+    assert!(
+        matches!(refused.error(), Error::InvalidArgument(why) if why.contains(what)),
+        "{what}: {refused}"
+    );
+    refused
+        .into_slot()
+        .expect("a refused post gives its slot back")
+}
+
+/// `fill_slot_ring` posts a receive into every free slot, 32 per doorbell: 40 slots at once,
+/// then across 120 rounds the slots handed back and put back are posted again in batches of
+/// the sizes the rounds leave (each receive checked byte for byte, in order). A queue pair
+/// that is not the ring's, and one that receives through an SRQ, are refused with nothing
+/// posted. On a receive queue of 8 the fill stops, without an error, where the queue is full,
+/// and a single post then meets `QueueFull`.
+#[test]
+fn slot_fill_posts_every_free_slot_in_batches() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(128), f.cq(128));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a).max_send_wr(64),
+        f.pd.qp_builder(&cq_b, &cq_b).max_recv_wr(64),
+        AccessFlags::empty(),
+    );
+    let mut rx = b.slot_ring(40, SIZE).unwrap();
+    let other = a.fill_slot_ring(&mut rx).unwrap_err();
+    assert!(
+        matches!(&other, Error::InvalidArgument(why) if why.contains("another queue pair")),
+        "{other}"
+    );
+    assert_eq!(rx.posted(), 0);
+    assert_eq!(b.fill_slot_ring(&mut rx).unwrap(), 40);
+    assert_eq!(rx.posted(), 40);
+    assert!(rx.take().is_none(), "every slot is posted");
+    assert_eq!(b.fill_slot_ring(&mut rx).unwrap(), 0, "no slot free");
+    let mut tx = a.slot_ring(8, SIZE).unwrap();
+    let mut batch = 0;
+    for round in 0..120u64 {
+        let data = &message(round)[..SIZE - (round as usize % 5)];
+        let mut slot = tx.take().expect("a free send slot");
+        tx.fill(&mut slot, data).unwrap();
+        a.post_send_slot(&mut tx, SendRequest::send(slot).tag(round))
+            .unwrap();
+        let sent = wait_for(&mut cq_a, 1);
+        let slot = tx.complete(&sent[0]).expect("the send's slot");
+        assert_eq!((slot.tag(), tx.bytes(&slot).unwrap()), (round, data));
+        tx.put(slot).unwrap();
+        let got = wait_for(&mut cq_b, 1);
+        assert_ok(&got[0], got[0].wr_id(), WcOpcode::Recv);
+        assert!(got[0].is_recv() && !sent[0].is_recv());
+        let slot = rx.complete(&got[0]).expect("a receive of the ring");
+        assert_eq!(rx.bytes(&slot).unwrap(), data, "round {round}");
+        rx.put(slot).unwrap();
+        batch += 1;
+        if round % 9 == 8 || round % 31 == 30 {
+            assert_eq!(rx.posted(), 40 - batch);
+            assert_eq!(b.fill_slot_ring(&mut rx).unwrap(), batch, "round {round}");
+            assert_eq!(rx.posted(), 40);
+            batch = 0;
+        }
+    }
+    assert_no_completion(&mut cq_b, QUIET);
+
+    // A queue pair that receives through an SRQ: refused, nothing posted.
+    let srq = f.pd.srq_builder(16).build().unwrap();
+    let cq_s = f.cq(4);
+    let on_srq =
+        f.pd.qp_builder::<Rc>(&cq_s, &cq_s)
+            .srq(&srq)
+            .build()
+            .unwrap();
+    let mut on_srq = on_srq.into_init(&ConnectedInitAttr::new(1)).unwrap();
+    let mut srq_ring = on_srq.slot_ring(4, SIZE).unwrap();
+    let refused = on_srq.fill_slot_ring(&mut srq_ring).unwrap_err();
+    assert!(
+        matches!(&refused, Error::InvalidArgument(why) if why.contains("SRQ")),
+        "{refused}"
+    );
+    assert_eq!(srq_ring.posted(), 0);
+
+    // A receive queue of 8 (rxe takes more than it grants: a power of two, less one): the
+    // fill stops where the queue is full, part way through its first call.
+    let (mut cq_c, mut cq_d) = (f.cq(128), f.cq(128));
+    let (mut c, mut d) = f.rc_pair(
+        f.pd.qp_builder(&cq_c, &cq_c).max_send_wr(64),
+        f.pd.qp_builder(&cq_d, &cq_d).max_recv_wr(8),
+        AccessFlags::empty(),
+    );
+    let capacity = d.caps().max_recv_wr;
+    assert!(capacity < 31, "a receive queue of {capacity}");
+    let mut big = d.slot_ring(48, SIZE).unwrap();
+    let filled = d.fill_slot_ring(&mut big).unwrap();
+    assert!(
+        filled + 1 >= capacity && filled < 31,
+        "{filled} for {capacity}"
+    );
+    assert_eq!(big.posted(), filled);
+    let slot = big.take().expect("a slot the fill left free");
+    let full = d.post_recv_slot(&mut big, slot).unwrap_err();
+    assert!(matches!(full.error(), Error::QueueFull { .. }), "{full}");
+    big.put(full.into_slot().expect("the device never saw it"))
+        .unwrap();
+    assert_eq!(d.fill_slot_ring(&mut big).unwrap(), 0, "the queue is full");
+    assert_eq!(big.posted(), filled, "nothing more posted");
+    let mut tx_c = c.slot_ring(4, SIZE).unwrap();
+    for round in 0..3 * u64::from(filled) {
+        let data = message(round + 1000);
+        let mut slot = tx_c.take().unwrap();
+        tx_c.fill(&mut slot, &data).unwrap();
+        c.post_send_slot(&mut tx_c, SendRequest::send(slot))
+            .unwrap();
+        let sent = wait_for(&mut cq_c, 1);
+        let slot = tx_c.complete(&sent[0]).unwrap();
+        tx_c.put(slot).unwrap();
+        let got = wait_for(&mut cq_d, 1);
+        let slot = big.complete(&got[0]).expect("a receive of the ring");
+        assert_eq!(big.bytes(&slot).unwrap(), &data[..], "round {round}");
+        big.put(slot).unwrap();
+        // One slot back, one posted: the queue takes exactly one more.
+        assert_eq!(d.fill_slot_ring(&mut big).unwrap(), 1, "round {round}");
+        assert_eq!(big.posted(), filled);
+    }
+}
+
+/// UD on slot rings, both ways. A receive ring filled in one call takes the GRH and the
+/// datagram in each slot (a slot with no room for the GRH is refused by the fill and by a
+/// single post). Sends name their destination (none is refused; one of another protection
+/// domain or device too, keeping nothing), and 30 rounds of an unsignaled and a signaled
+/// datagram arrive byte for byte after the GRH. The ring keeps the address handle while a
+/// send is posted (closing it is refused with `EBUSY`) and lets it go once the completion is
+/// handed over (the unsignaled send's with it), after a refusal by the provider, after
+/// `reclaim` on a reset queue pair, and, for a ring dropped with a send posted, once the queue
+/// pair is destroyed. A destination on RC is refused.
+#[test]
+fn slot_ud_datagrams_keep_their_address_handles() {
+    const QKEY: u32 = 0x1111_2222;
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let mut a = f.ud_qp(f.pd.qp_builder(&cq_a, &cq_a), QKEY);
+    let mut b = f.ud_qp(f.pd.qp_builder(&cq_b, &cq_b), QKEY);
+    let mut small = b.slot_ring(2, GRH_LEN - 1).unwrap();
+    let no_room = b.fill_slot_ring(&mut small).unwrap_err();
+    assert!(
+        matches!(&no_room, Error::InvalidArgument(why) if why.contains("GRH")),
+        "{no_room}"
+    );
+    let slot = small.take().unwrap();
+    let slot = refused_with(b.post_recv_slot(&mut small, slot), "GRH");
+    small.put(slot).unwrap();
+    assert_eq!(small.posted(), 0);
+    let mut tx = a.slot_ring(4, SIZE).unwrap();
+    let mut rx = b.slot_ring(8, GRH_LEN + SIZE).unwrap();
+    assert_eq!(b.fill_slot_ring(&mut rx).unwrap(), 8);
+    let mut ah = f.pd.create_ah(&f.av()).unwrap();
+    let slot = tx.take().unwrap();
+    let slot = refused_with(
+        a.post_send_slot(&mut tx, SendRequest::send(slot)),
+        "needs a destination",
+    );
+    // An address handle of another protection domain, and one of another device: refused
+    // before the provider sees them, nothing posted or kept.
+    let pd2 = f.context.alloc_pd().unwrap();
+    let foreign = pd2.create_ah(&f.av()).unwrap();
+    let slot = refused_with(
+        a.post_send_slot(
+            &mut tx,
+            SendRequest::send(slot).to(&foreign, b.qp_num(), QKEY),
+        ),
+        "another protection domain",
+    );
+    foreign.close().expect("a refused request keeps nothing");
+    let name = rdma_test_support::second_device().expect("the harness's second device");
+    let context2 = Context::open(&name).unwrap();
+    let pd3 = context2.alloc_pd().unwrap();
+    let gid2 = context2.routable_gid(1).unwrap();
+    let av2 = AddressVector::new(1).grh(Gid(f.device.gid), gid2.index as u8);
+    let other_device = pd3.create_ah(&av2).unwrap();
+    let slot = refused_with(
+        a.post_send_slot(
+            &mut tx,
+            SendRequest::send(slot).to(&other_device, b.qp_num(), QKEY),
+        ),
+        "another protection domain",
+    );
+    other_device
+        .close()
+        .expect("a refused request keeps nothing");
+    tx.put(slot).unwrap();
+    assert_eq!(tx.posted(), 0);
+    let busy = |ah: AddressHandle| -> AddressHandle {
+        let (ah, error) = ah.close().expect_err("a slot ring keeps the handle");
+        assert_eq!(error.errno(), Some(Errno::BUSY), "{error}");
+        ah
+    };
+    for round in 0..30u64 {
+        let len = SIZE - round as usize;
+        for k in 0..2 {
+            let mut slot = tx.take().expect("a free slot");
+            tx.fill(&mut slot, &message(2 * round + k)[..len]).unwrap();
+            let request = SendRequest::send(slot).to(&ah, b.qp_num(), QKEY).tag(k);
+            let request = if k == 0 {
+                request.unsignaled()
+            } else {
+                request
+            };
+            a.post_send_slot(&mut tx, request).unwrap();
+        }
+        ah = busy(ah);
+        let sent = wait_for(&mut cq_a, 1);
+        assert_ok(&sent[0], sent[0].wr_id(), WcOpcode::Send);
+        let slot = tx.complete(&sent[0]).expect("the signaled send's slot");
+        assert_eq!(slot.tag(), 1, "round {round}");
+        assert_eq!(
+            tx.bytes(&slot).unwrap(),
+            &message(2 * round + 1)[..len],
+            "round {round}"
+        );
+        tx.put(slot).unwrap();
+        assert_eq!(tx.posted(), 0, "the unsignaled send came back with it");
+        let got = wait_for(&mut cq_b, 2);
+        for (k, wc) in got.iter().enumerate() {
+            assert_eq!(wc.src_qp(), a.qp_num());
+            let slot = rx.complete(wc).expect("a receive of the ring");
+            assert_eq!(slot.len(), GRH_LEN + len);
+            let bytes = rx.bytes(&slot).unwrap();
+            assert_eq!(&bytes[GRH_LEN..], &message(2 * round + k as u64)[..len]);
+            rx.put(slot).unwrap();
+        }
+        assert_eq!(b.fill_slot_ring(&mut rx).unwrap(), 2);
+    }
+    ah.close()
+        .expect("no send of the ring holds the handle any more");
+
+    // A send the provider refuses (inline, one byte over the limit) keeps no handle.
+    let cq_g = f.cq(16);
+    let mut g = f.ud_qp(f.pd.qp_builder(&cq_g, &cq_g).max_inline_data(64), QKEY);
+    let limit = g.caps().max_inline_data as usize;
+    let mut tx_g = g.slot_ring(2, limit + 8).unwrap();
+    let ah = f.pd.create_ah(&f.av()).unwrap();
+    let mut slot = tx_g.take().unwrap();
+    tx_g.fill(&mut slot, &vec![3; limit + 1]).unwrap();
+    let refused = g
+        .post_send_slot(
+            &mut tx_g,
+            SendRequest::send(slot).inline().to(&ah, b.qp_num(), QKEY),
+        )
+        .unwrap_err();
+    assert!(matches!(refused.error(), Error::Post { .. }), "{refused}");
+    assert!(refused.into_slot().is_some());
+    assert_eq!(tx_g.posted(), 0);
+    ah.close()
+        .expect("the refused send's slot let the handle go");
+
+    // `reclaim` after a reset lets the handle go.
+    let ah = f.pd.create_ah(&f.av()).unwrap();
+    let mut slot = tx.take().unwrap();
+    slot.set_len(8);
+    a.post_send_slot(&mut tx, SendRequest::send(slot).to(&ah, b.qp_num(), QKEY))
+        .unwrap();
+    let sent = wait_for(&mut cq_a, 1);
+    let ah = busy(ah);
+    let a = a.into_reset().unwrap();
+    tx.reclaim(&a).unwrap();
+    assert_eq!(tx.posted(), 0);
+    assert!(
+        tx.complete(&sent[0]).is_none(),
+        "reclaimed before it was handed over"
+    );
+    ah.close()
+        .expect("reclaimed: the ring holds the handle no more");
+
+    // A ring dropped with a send posted: the queue pair keeps the handle until destroyed.
+    let cq_c = f.cq(16);
+    let mut c = f.ud_qp(f.pd.qp_builder(&cq_c, &cq_c), QKEY);
+    let mut tx_c = c.slot_ring(2, SIZE).unwrap();
+    let ah = f.pd.create_ah(&f.av()).unwrap();
+    let mut slot = tx_c.take().unwrap();
+    slot.set_len(8);
+    c.post_send_slot(&mut tx_c, SendRequest::send(slot).to(&ah, b.qp_num(), QKEY))
+        .unwrap();
+    drop(tx_c);
+    let ah = busy(ah);
+    drop(c);
+    ah.close()
+        .expect("the queue pair was destroyed: nothing holds the handle");
+
+    // A destination on RC is refused.
+    let (cq_d, cq_e) = (f.cq(4), f.cq(4));
+    let (mut d, _e) = f.rc_pair(
+        f.pd.qp_builder(&cq_d, &cq_d),
+        f.pd.qp_builder(&cq_e, &cq_e),
+        AccessFlags::empty(),
+    );
+    let mut tx_d = d.slot_ring(2, SIZE).unwrap();
+    let ah = f.pd.create_ah(&f.av()).unwrap();
+    let slot = tx_d.take().unwrap();
+    let slot = refused_with(
+        d.post_send_slot(&mut tx_d, SendRequest::send(slot).to(&ah, 1, QKEY)),
+        "datagram destinations are for UD",
+    );
+    tx_d.put(slot).unwrap();
+    assert_eq!(tx_d.posted(), 0);
+    ah.close().expect("a refused request keeps nothing");
+}
+
+/// Slot sends on the extended send path (`ibv_wr_*`): a SEND of no bytes (the receive's slot
+/// comes back with length 0), a SEND, a WRITE with immediate data (its bytes checked at the
+/// target, the receive's slot empty), both atomics with their old values, and a READ.
+#[test]
+fn slot_sends_on_the_extended_path() {
+    let Some(f) = fixture() else { return };
+    let rights = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a).send_path(SendPath::Extended),
+        f.pd.qp_builder(&cq_b, &cq_b),
+        rights,
+    );
+    assert!(a.uses_extended_post());
+    let mut target =
+        f.pd.register(SIZE, AccessFlags::LOCAL_WRITE | rights)
+            .unwrap();
+    target.write_at(0, &5u64.to_ne_bytes()).unwrap();
+    let mut tx = a.slot_ring(4, SIZE).unwrap();
+    let mut rx = b.slot_ring(4, SIZE).unwrap();
+    assert_eq!(b.fill_slot_ring(&mut rx).unwrap(), 4);
+    let mut empty = tx.take().unwrap();
+    empty.set_len(0);
+    a.post_send_slot(&mut tx, SendRequest::send(empty).tag(1))
+        .unwrap();
+    let mut slot = tx.take().unwrap();
+    tx.fill(&mut slot, &message(3)).unwrap();
+    a.post_send_slot(&mut tx, SendRequest::send(slot).tag(2))
+        .unwrap();
+    let sent = complete_all(&mut tx, &wait_for(&mut cq_a, 2));
+    assert_eq!((sent[0].tag(), sent[0].len()), (1, 0));
+    assert_eq!(
+        (sent[1].tag(), tx.bytes(&sent[1]).unwrap()),
+        (2, &message(3)[..])
+    );
+    let got = wait_for(&mut cq_b, 2);
+    assert_eq!(got[0].byte_len(), 0);
+    let received = complete_all(&mut rx, &got);
+    assert_eq!(received[0].len(), 0, "a SEND of no bytes");
+    assert_eq!(rx.bytes(&received[1]).unwrap(), &message(3)[..]);
+    for slot in sent {
+        tx.put(slot).unwrap();
+    }
+    for slot in received {
+        rx.put(slot).unwrap();
+    }
+    assert_eq!(b.fill_slot_ring(&mut rx).unwrap(), 2);
+
+    let mut slot = tx.take().unwrap();
+    tx.fill(&mut slot, b"ext!").unwrap();
+    a.post_send_slot(
+        &mut tx,
+        SendRequest::write(slot, target.remote(16..20).unwrap())
+            .with_imm(7)
+            .tag(3),
+    )
+    .unwrap();
+    let word = target.remote(..8).unwrap();
+    let slot = tx.take().unwrap();
+    a.post_send_slot(&mut tx, SendRequest::fetch_add(slot, word, 10).tag(4))
+        .unwrap();
+    let slot = tx.take().unwrap();
+    a.post_send_slot(&mut tx, SendRequest::compare_swap(slot, word, 15, 1).tag(5))
+        .unwrap();
+    let done = wait_for(&mut cq_a, 3);
+    assert_eq!(
+        (done[0].opcode(), done[1].opcode(), done[2].opcode()),
+        (WcOpcode::RdmaWrite, WcOpcode::FetchAdd, WcOpcode::CompSwap)
+    );
+    let done = complete_all(&mut tx, &done);
+    assert_eq!(
+        (done[0].tag(), tx.bytes(&done[0]).unwrap()),
+        (3, &b"ext!"[..])
+    );
+    let old = tx.bytes(&done[1]).unwrap();
+    assert_eq!(
+        (done[1].tag(), u64::from_ne_bytes(old.try_into().unwrap())),
+        (4, 5)
+    );
+    let old = tx.bytes(&done[2]).unwrap();
+    assert_eq!(
+        (done[2].tag(), u64::from_ne_bytes(old.try_into().unwrap())),
+        (5, 15)
+    );
+    let mut done = done.into_iter();
+    let mut slot = done.next().unwrap();
+    slot.set_len(8);
+    a.post_send_slot(&mut tx, SendRequest::read(slot, word).tag(6))
+        .unwrap();
+    let read = complete_all(&mut tx, &wait_for(&mut cq_a, 1));
+    let now = tx.bytes(&read[0]).unwrap();
+    assert_eq!(
+        (read[0].tag(), u64::from_ne_bytes(now.try_into().unwrap())),
+        (6, 1)
+    );
+    let got = wait_for(&mut cq_b, 1);
+    assert_eq!(got[0].imm_data(), Some(7));
+    let slot = rx.complete(&got[0]).expect("the WRITE's receive");
+    assert_eq!(
+        slot.len(),
+        0,
+        "a WRITE with immediate data brings no bytes to the receive"
+    );
+    let mut four = [0u8; 4];
+    target.read_at(16, &mut four).unwrap();
+    assert_eq!(&four, b"ext!");
 }

@@ -4,7 +4,7 @@
 //!
 //! The tests of `poll_async` post with the `unsafe` calls: `poll_async` is that path's await
 //! (it fills work completions, which hand back no buffers). The owned path's await,
-//! `poll_each_async`, is tested at the end, and rings awaited through `poll_async` last.
+//! `poll_each_async`, is tested at the end, and slot rings awaited through `poll_async` last.
 
 #![cfg(feature = "tokio")]
 
@@ -494,14 +494,15 @@ async fn tokio_owned_receive_awaited_and_cancel_safe() {
     assert!(matches!(none, Err(Error::InvalidArgument(_))), "{none:?}");
 }
 
-/// Rings with the async path: a wait cancelled by a time-out (the queue armed, nothing sent)
-/// loses nothing: the message sent after it comes with the next `poll_async` and its ring
-/// lends its bytes. Then a receive ring's completions awaited with `poll_async` in a spawned
-/// task (the ring, queue pair and completion queue moved into it: all `Send`), each lending
-/// exactly the bytes sent, the ring refilled with `fill_recv_ring` after each batch. The
-/// sender is a thread with a send ring, each send's bytes lent back by its completion.
+/// Slot rings with the async path: a wait cancelled by a time-out (the queue armed, nothing
+/// sent) loses nothing: the message sent after it comes with the next `poll_async` and its
+/// slot comes back with its bytes. Then a receiving ring's completions awaited with
+/// `poll_async` in a spawned task (the ring, queue pair and completion queue moved into it:
+/// all `Send`), each slot bringing exactly the bytes sent, put back and the ring refilled with
+/// `fill_slot_ring` after each batch. The sender is a thread with a ring of its own, each
+/// send's slot handed back by its completion with its tag.
 #[tokio::test]
-async fn tokio_rings_awaited_in_a_task_and_cancel_safe() {
+async fn tokio_slot_rings_awaited_in_a_task_and_cancel_safe() {
     const SIZE: usize = 64;
     const ROUNDS: u64 = 60;
     let Some(f) = fixture() else { return };
@@ -513,8 +514,8 @@ async fn tokio_rings_awaited_in_a_task_and_cancel_safe() {
         mut a,
         mut b,
     } = async_pair(&f);
-    let mut rx = b.recv_ring(4, SIZE).unwrap();
-    assert_eq!(b.fill_recv_ring(&mut rx).unwrap(), 4);
+    let mut rx = b.slot_ring(4, SIZE).unwrap();
+    assert_eq!(b.fill_slot_ring(&mut rx).unwrap(), 4);
     let mut wcs = [WorkCompletion::default(); 4];
     let cancelled = timeout(
         Duration::from_millis(200),
@@ -522,22 +523,33 @@ async fn tokio_rings_awaited_in_a_task_and_cancel_safe() {
     )
     .await;
     assert!(cancelled.is_err(), "nothing was sent: {cancelled:?}");
-    assert_eq!((rx.posted(), rx.free()), (4, 0));
-    let mut tx = a.send_ring(2, SIZE).unwrap();
-    let first = pattern(SIZE, 0);
-    tx.next_mut()
-        .expect("a free send slot")
-        .copy_from_slice(&first);
-    a.post_send_ring(&mut tx, RingSend::send(SIZE)).unwrap();
-    let sent = wait_for(&mut cq_a, 1);
-    assert_eq!(tx.complete(&sent[0]), Some(&first[..]));
+    assert_eq!(rx.posted(), 4);
+    let mut tx = a.slot_ring(2, SIZE).unwrap();
+    let send = move |a: &mut QueuePair<Rc, Rts>,
+                     tx: &mut SlotRing,
+                     cq_a: &mut CompletionQueue,
+                     round: u64| {
+        let data = pattern(SIZE, round as u8);
+        let mut slot = tx.take().expect("a free send slot");
+        tx.fill(&mut slot, &data).unwrap();
+        a.post_send_slot(tx, SendRequest::send(slot).tag(round))
+            .unwrap();
+        let sent = wait_for(cq_a, 1);
+        let slot = tx.complete(&sent[0]).expect("the send's slot");
+        assert_eq!(slot.tag(), round);
+        assert_eq!(tx.bytes(&slot).unwrap(), &data[..], "round {round}");
+        tx.put(slot).unwrap();
+    };
+    send(&mut a, &mut tx, &mut cq_a, 0);
     let polled = timeout(WAIT, recv_cq.poll_async(&channel, &mut wcs))
         .await
         .expect("the message sent after the cancelled wait")
         .unwrap();
     assert_eq!(polled.len(), 1);
-    assert_eq!(rx.complete(&polled[0]), Some(&first[..]));
-    assert_eq!(b.fill_recv_ring(&mut rx).unwrap(), 1);
+    let slot = rx.complete(&polled[0]).expect("a receive of the ring");
+    assert_eq!(rx.bytes(&slot).unwrap(), &pattern(SIZE, 0)[..]);
+    rx.put(slot).unwrap();
+    assert_eq!(b.fill_slot_ring(&mut rx).unwrap(), 1);
 
     let receiver = async move {
         let mut wcs = [WorkCompletion::default(); 4];
@@ -546,12 +558,14 @@ async fn tokio_rings_awaited_in_a_task_and_cancel_safe() {
             let polled = recv_cq.poll_async(&channel, &mut wcs).await.unwrap();
             for wc in polled {
                 assert_eq!(wc.opcode(), WcOpcode::Recv, "{wc:?}");
-                let bytes = rx.complete(wc).expect("a completion of the ring");
+                let slot = rx.complete(wc).expect("a completion of the ring");
+                let bytes = rx.bytes(&slot).unwrap();
                 assert_eq!(bytes, &pattern(SIZE, received as u8)[..], "{received}");
+                rx.put(slot).unwrap();
                 received += 1;
             }
-            b.fill_recv_ring(&mut rx).unwrap();
-            assert_eq!(rx.free(), 0);
+            b.fill_slot_ring(&mut rx).unwrap();
+            assert!(rx.take().is_none(), "every slot posted again");
         }
         (received, rx.posted())
     };
@@ -559,13 +573,7 @@ async fn tokio_rings_awaited_in_a_task_and_cancel_safe() {
     let receiver = tokio::spawn(receiver);
     let sender = thread::spawn(move || {
         for round in 1..ROUNDS {
-            let data = pattern(SIZE, round as u8);
-            tx.next_mut()
-                .expect("a free send slot")
-                .copy_from_slice(&data);
-            a.post_send_ring(&mut tx, RingSend::send(SIZE)).unwrap();
-            let sent = wait_for(&mut cq_a, 1);
-            assert_eq!(tx.complete(&sent[0]), Some(&data[..]), "round {round}");
+            send(&mut a, &mut tx, &mut cq_a, round);
         }
     });
     let (received, posted) = timeout(WAIT, receiver)

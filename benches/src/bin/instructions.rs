@@ -1,7 +1,7 @@
 //! `instructions`: the user-space instructions of one post+poll round, counted by callgrind, on
-//! the `unsafe` post calls and on the safe paths (owned buffers, slot rings, rings).
+//! the `unsafe` post calls and on the safe paths (owned buffers, slot rings).
 //!
-//! `instructions <unsafe|owned|reuse|slot|ring|srq-unsafe|srq-slot|cq-ex> <rounds>` runs `rounds` rounds on an RC queue pair connected
+//! `instructions <unsafe|owned|reuse|slot|srq-unsafe|srq-slot|cq-ex> <rounds>` runs `rounds` rounds on an RC queue pair connected
 //! to another on the same device (loopback): post a receive, post a 64-byte send, wait for both
 //! completions, poll each. Only the functions named `measured_*` are meant to be counted: run
 //! it as
@@ -24,8 +24,7 @@
 //! region). The bytes are written into the buffer outside them in both modes. Mode `reuse` is
 //! the owned path used as the `unsafe` one is: two buffers taken once, each re-posted when its
 //! completion hands it back, so the measured calls are the posts and polls alone. Mode `slot`
-//! does the same with a slot ring per queue pair; mode `ring` with a receive ring and a send
-//! ring, whose completions lend the bytes (checked outside the measured calls). Modes
+//! does the same with a slot ring per queue pair. Modes
 //! `srq-unsafe` and `srq-slot` post the receives to a shared receive queue that the receiving
 //! queue pair takes them from: with the `unsafe` call, and into an SRQ slot ring (the sends
 //! as in `unsafe` and `slot`). Mode `cq-ex` is `unsafe` with extended completion queues
@@ -37,8 +36,8 @@ use std::process::ExitCode;
 use rdma_benches::loopback::{Loopback, Shape};
 use rdma_verbs::{
     AccessFlags, Buf, BufferPool, Completion, CompletionQueue, MemoryRegion, MrSlice, QueuePair,
-    Rc, RecvRequest, RecvRing, RingSend, Rts, SendRequest, SendRing, SharedReceiveQueue, Slot,
-    SlotRing, SrqSlotRing, WcFields, WcOpcode, WcStatus, WorkCompletion,
+    Rc, RecvRequest, Rts, SendRequest, SharedReceiveQueue, Slot, SlotRing, SrqSlotRing, WcFields,
+    WcOpcode, WcStatus, WorkCompletion,
 };
 
 const SIZE: usize = 64;
@@ -235,33 +234,6 @@ fn run(mode: &str, rounds: u32) -> Result<(), String> {
                 };
                 if !(sent_ok && received_ok && send.is_some() && got == [0x5a; SIZE]) {
                     return Err(format!("round {round}: received {got:?}"));
-                }
-            }
-        }
-        "ring" => {
-            let e = |e: rdma_verbs::Error| e.to_string();
-            let mut send_ring = pair.a.send_ring(1, SIZE).map_err(e)?;
-            let mut recv_ring = pair.b.recv_ring(1, SIZE).map_err(e)?;
-            let mut wcs = [WorkCompletion::default(); 4];
-            for round in 0..rounds {
-                pair.arm()?;
-                measured_post_recv_ring(&mut pair.b, &mut recv_ring).map_err(e)?;
-                let message = send_ring.next_mut().ok_or("no send slot is free")?;
-                message.fill(0x5a ^ round as u8);
-                measured_post_send_ring(&mut pair.a, &mut send_ring).map_err(e)?;
-                pair.wait_both()?;
-                let expected = [0x5a ^ round as u8; SIZE];
-                let sent = measured_poll_send_ring(&mut pair.cq_a, &mut send_ring, &mut wcs)
-                    .is_some_and(|bytes| bytes == expected);
-                let sent_ok = sent && wcs[0].is_success() && wcs[0].opcode() == WcOpcode::Send;
-                let received = measured_poll_recv_ring(&mut pair.cq_b, &mut recv_ring, &mut wcs)
-                    .is_some_and(|bytes| bytes == expected);
-                let received_ok =
-                    received && wcs[0].is_success() && wcs[0].opcode() == WcOpcode::Recv;
-                if !received_ok || !sent_ok || recv_ring.complete(&wcs[0]).is_some() {
-                    return Err(format!(
-                        "round {round}: sent {sent_ok}, received {received_ok}"
-                    ));
                 }
             }
         }
@@ -517,53 +489,5 @@ fn give_back(ring: &mut SlotRing, wcs: &[WorkCompletion]) {
         if let Some(slot) = ring.complete(wc) {
             let _ = ring.put(slot);
         }
-    }
-}
-
-#[unsafe(no_mangle)]
-#[inline(never)]
-fn measured_post_recv_ring(
-    qp: &mut QueuePair<Rc, Rts>,
-    ring: &mut RecvRing,
-) -> rdma_verbs::Result<()> {
-    qp.post_recv_ring(ring)
-}
-
-#[unsafe(no_mangle)]
-#[inline(never)]
-fn measured_post_send_ring(
-    qp: &mut QueuePair<Rc, Rts>,
-    ring: &mut SendRing,
-) -> rdma_verbs::Result<()> {
-    qp.post_send_ring(ring, RingSend::send(SIZE))
-}
-
-/// Polls one completion and hands it to the receive ring: the bytes received.
-#[unsafe(no_mangle)]
-#[inline(never)]
-fn measured_poll_recv_ring<'a>(
-    cq: &mut CompletionQueue,
-    ring: &'a mut RecvRing,
-    wcs: &mut [WorkCompletion],
-) -> Option<&'a [u8]> {
-    let polled = cq.poll(wcs).ok()?;
-    match polled {
-        [one] => ring.complete(one),
-        _ => None,
-    }
-}
-
-/// Polls one completion and hands it to the send ring: the bytes the request carried.
-#[unsafe(no_mangle)]
-#[inline(never)]
-fn measured_poll_send_ring<'a>(
-    cq: &mut CompletionQueue,
-    ring: &'a mut SendRing,
-    wcs: &mut [WorkCompletion],
-) -> Option<&'a [u8]> {
-    let polled = cq.poll(wcs).ok()?;
-    match polled {
-        [one] => ring.complete(one),
-        _ => None,
     }
 }

@@ -654,6 +654,14 @@ impl WorkCompletion {
         WcOpcode::from_raw(self.0.opcode)
     }
 
+    /// Whether the completion is of a receive (the opcode's `IBV_WC_RECV` bit: a receive a
+    /// SEND or an RDMA WRITE with immediate data consumed), not of a send request: one test,
+    /// no conversion. Only meaningful for successful completions, as [`opcode`](Self::opcode).
+    #[inline]
+    pub fn is_recv(&self) -> bool {
+        self.0.opcode & ffi::IBV_WC_RECV != 0
+    }
+
     /// Whether the completion is of a receive an RDMA WRITE with immediate data consumed (its
     /// bytes went to the writer's target, not to the receive): the raw opcode compared, with
     /// no conversion.

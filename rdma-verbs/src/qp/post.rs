@@ -320,7 +320,7 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
     }
 
     #[inline]
-    fn check_no_srq(&self) -> Result<()> {
+    pub(crate) fn check_no_srq(&self) -> Result<()> {
         if self.inner._srq.is_some() {
             return Err(Error::invalid(
                 "this queue pair receives through its SRQ: post there",

@@ -11,10 +11,12 @@
 //! pool, and no route from a completion queue to the tables of its queue pairs: the caller,
 //! who polled the completion, hands it to the ring of its queue pair.
 //!
-//! Files: `record.rs` (which slots are posted, under which ids, and which are free),
-//! `post.rs` (the posts, and what a refused one gives back), `srq.rs` ([`SrqSlotRing`], the
-//! same slots bound to a shared receive queue, completed in any order); this file holds the
-//! ring, its slots, and the byte access both kinds of ring share.
+//! Files: `record.rs` (which slots are posted, under which ids, and which are free; on UD the
+//! address handles of the sends posted), `post.rs` (the posts, and what a refused one gives
+//! back), `fill.rs` (receives posted in chains, one doorbell each), `region.rs` (the
+//! registered slots and what keeps them registered), `srq.rs` ([`SrqSlotRing`], the same
+//! slots bound to a shared receive queue, completed in any order); this file holds the ring,
+//! its slots, and the byte access both kinds of ring share.
 //!
 //! Why it is sound:
 //! - a slot's bytes are reachable from Rust only through its [`Slot`], of which there is one
@@ -37,11 +39,13 @@ use crate::error::{Error, Result};
 use crate::inflight::{IdSource, RECV_ID_BIT};
 use crate::mr::MrSlice;
 use crate::qp::{QpState, QueuePair, Reset, Transport};
-use crate::ring::{Keeper, SlotRegion};
-
+mod fill;
 mod post;
 mod record;
+mod region;
 mod srq;
+
+use region::{Keeper, SlotRegion};
 
 pub use post::SlotRefused;
 use record::{Posted, Record};
@@ -59,6 +63,31 @@ pub const MAX_SLOTS: u32 = 1 << 20;
 ///
 /// [`docs::data_path`]: crate::docs::data_path
 /// [`docs::safety`]: crate::docs::safety
+///
+/// One ring serves both queues of its queue pair, and one completion queue may serve both:
+/// [`complete`](Self::complete) tells a completion of this ring from any other, and a receive
+/// from a send.
+///
+/// ```no_run
+/// # use rdma_verbs::{CompletionQueue, QueuePair, Rc, Rts, SendRequest, WorkCompletion};
+/// # fn demo(qp: &mut QueuePair<Rc, Rts>, cq: &mut CompletionQueue) -> rdma_verbs::Result<()> {
+/// let mut ring = qp.slot_ring(32, 4096)?;
+/// let mut out = ring.take().expect("a free slot"); // held out for a send
+/// qp.fill_slot_ring(&mut ring)?; // the other 31 slots: receives, one doorbell
+/// ring.fill(&mut out, b"hello")?;
+/// qp.post_send_slot(&mut ring, SendRequest::send(out).tag(7))?;
+/// let mut wcs = [WorkCompletion::default(); 16];
+/// for wc in cq.poll(&mut wcs)? {
+///     let Some(slot) = ring.complete(wc) else { continue }; // not this ring's
+///     if wc.is_success() && wc.is_recv() {
+///         println!("{:?}", ring.bytes(&slot)?);
+///         qp.post_recv_slot(&mut ring, slot)?; // the slot read goes back to the device
+///     } else {
+///         ring.put(slot)?; // the send's (tag 7), or a failed request's: free to take again
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 ///
 /// `Send` and `Sync`: posting and completing take it `&mut`, reading a slot's bytes `&`.
 pub struct SlotRing {
@@ -369,10 +398,17 @@ fn received_len(wc: &WorkCompletion, size: u32) -> u32 {
 impl Drop for SlotRing {
     /// Gives the region back to the queue pair's keeping only if nothing is posted (the
     /// device may still use a posted slot): then it is deregistered now, and the queue pair
-    /// may open a scope again once it has no other ring.
+    /// may open a scope again once it has no other ring. Else the queue pair keeps the region,
+    /// and the address handles of UD sends posted, until it is destroyed.
     fn drop(&mut self) {
         if self.record.send.len() + self.record.recv.len() == 0 {
             self.region.release();
+            return;
+        }
+        // The device may still use the address handles of UD sends posted: the queue pair
+        // keeps them, with the region, until it is destroyed.
+        for ah in self.record.take_dests() {
+            self.region.keep(ah.keep_alive());
         }
     }
 }
@@ -426,7 +462,7 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
             ring: NEXT_RING.fetch_add(1, Ordering::Relaxed),
             send_ids: IdSource::new(false),
             recv_ids: IdSource::new(true),
-            record: Record::new(count),
+            record: Record::new(count, T::DATAGRAM),
             region,
         })
     }

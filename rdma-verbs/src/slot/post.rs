@@ -1,15 +1,18 @@
-//! Posting slots: [`QueuePair::post_recv_slot`], [`QueuePair::post_send_slot`] with a
-//! [`SendRequest`] of a [`Slot`], and [`SlotRefused`], what a refused post gives back.
+//! Posting slots: [`QueuePair::post_recv_slot`], [`QueuePair::fill_slot_ring`],
+//! [`QueuePair::post_send_slot`] with a [`SendRequest`] of a [`Slot`], and [`SlotRefused`],
+//! what a refused post gives back.
 
 use std::fmt;
 
+use super::fill::{FillSlots, fill_chains};
 use super::{Posted, Slot, SlotRing, other_qp, other_ring};
-use crate::error::Error;
+use crate::ah::AddressHandle;
+use crate::error::{Error, Result};
 use crate::flags::SendFlags;
 use crate::mr::RemoteMemory;
 use crate::owned::check_room;
 use crate::qp::{CanPostRecv, QueuePair, Rts, Transport, may_have_posted};
-use crate::wr::{AtomicTarget, IntoMemory, Operation, memory_sealed};
+use crate::wr::{AtomicTarget, IntoMemory, Operation, SendOp, memory_sealed};
 use crate::wr::{Payload, RecvRequest, SendRequest};
 
 /// A slot post the queue pair did not take: the error, and the slot, which the device never
@@ -74,6 +77,16 @@ impl<K: Operation> SendRequest<'_, K, Slot> {
     }
 }
 
+impl<'a> SendRequest<'a, SendOp, Slot> {
+    /// Addresses a datagram (UD): to queue pair `remote_qpn` behind `ah`, with Q_Key
+    /// `remote_qkey`. Required for every request posted to a UD queue pair, refused on the
+    /// others. The ring keeps `ah` alive (a clone) until the slot comes back.
+    #[inline]
+    pub fn to(self, ah: &'a AddressHandle, remote_qpn: u32, remote_qkey: u32) -> Self {
+        self.with_dest(ah, remote_qpn, remote_qkey)
+    }
+}
+
 #[cold]
 fn longer_than_remote(len: u32, remote: &RemoteMemory) -> Error {
     Error::InvalidArgument(format!(
@@ -87,12 +100,51 @@ fn record_full() -> Error {
     Error::InvalidArgument("the slot ring's record is full (a slot posted twice?)".into())
 }
 
-#[cold]
-fn datagram_send() -> Error {
-    Error::InvalidArgument(
-        "a slot cannot be sent on UD (its address handle would need keeping): send from a Buf"
-            .into(),
-    )
+/// A queue pair's ring's free slots, as [`fill_chains`] takes them: each posted as a receive
+/// of all its bytes.
+struct RecvFill<'a> {
+    ring: &'a mut SlotRing,
+}
+
+impl FillSlots for RecvFill<'_> {
+    fn free(&self) -> u32 {
+        self.ring.record.free_len() as u32
+    }
+
+    #[inline]
+    fn push(&mut self, len: u32) -> Result<(u64, u64)> {
+        let ring = &mut *self.ring;
+        let index = ring
+            .record
+            .take_free()
+            .ok_or_else(|| Error::InvalidArgument("no free slot".into()))?;
+        let recorded = ring.recv_ids.next().and_then(|id| {
+            let posted = Posted {
+                id: id.get(),
+                tag: 0,
+                index,
+                len,
+            };
+            if ring.record.push(true, posted) {
+                Ok(posted.id)
+            } else {
+                Err(record_full())
+            }
+        });
+        match recorded {
+            Ok(id) => Ok((ring.region.addr(index), id)),
+            Err(error) => {
+                ring.record.put_free(index);
+                Err(error)
+            }
+        }
+    }
+
+    fn unpush(&mut self, id: u64) {
+        if let Some(posted) = self.ring.record.unpush(true, id) {
+            self.ring.record.put_free(posted.index);
+        }
+    }
 }
 
 impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
@@ -168,6 +220,50 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
     }
 }
 
+impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
+    /// Posts a receive into every free slot of `ring` (neither posted nor out: take the slots
+    /// meant for sends out first), handing the device up to 32 of them per `ibv_post_recv`
+    /// call (one doorbell): what a ring of receives wants when it is made, and after a batch
+    /// of completions whose slots went back ([`SlotRing::put`]). Stops, without an error, at a
+    /// full receive queue (the slots it did not post stay free). Returns how many receives it
+    /// posted. Each comes back as [`post_recv_slot`](Self::post_recv_slot)'s do, through
+    /// [`SlotRing::complete`]. Allocates nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a ring bound to another queue pair, a queue pair that
+    /// receives through an SRQ, a UD queue pair's slot with no room for the GRH (nothing
+    /// posted); else a request the provider refused ([`Error::Post`]), or the process's
+    /// request ids running out: the receives posted before it stay posted
+    /// ([`SlotRing::posted`] counts them) and the rest stay free, unless the provider did not
+    /// say what it took ([`Error::PostIndeterminate`]): then every slot of that call stays
+    /// posted, until a completion of its queue, a [`reclaim`](SlotRing::reclaim) after a
+    /// reset, or the queue pair's destruction.
+    ///
+    /// # References
+    ///
+    /// [`ibv_post_recv(3)`](https://man7.org/linux/man-pages/man3/ibv_post_recv.3.html)
+    #[doc(alias = "ibv_post_recv")]
+    pub fn fill_slot_ring(&mut self, ring: &mut SlotRing) -> Result<u32> {
+        if !ring.region.is_for(self.tables()) {
+            return Err(other_qp());
+        }
+        self.check_no_srq()?;
+        check_room::<T>(ring.region.size() as usize)?;
+        let (size, lkey) = (ring.region.size(), ring.region.lkey());
+        fill_chains(&mut RecvFill { ring }, size, lkey, |head, len| {
+            // SAFETY: `fill_chains` passes `len` initialised requests, each linked to the next
+            // and the last to none, each naming all the bytes of one free slot of the ring, now
+            // recorded as posted under its id, as in `post_recv_slot`, whose argument holds for
+            // each: the queue pair keeps the region registered, no `Slot` of a posted slot
+            // exists (free slots have none), only the completion carrying its id (unique in the
+            // process), or a later one of this queue, takes it out of the record, and no scope
+            // can open on a queue pair with a ring. The queue pair has no SRQ (checked above).
+            unsafe { self.post_recv_chain_raw(head, len) }
+        })
+    }
+}
+
 /// The refusal of post `id` to queue `recv` of `ring`: the slot comes back unless the provider
 /// may have taken the request.
 #[cold]
@@ -192,16 +288,18 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// request's tag. A request is signaled whatever it asked when no slot of the ring is
     /// left free, and after fewer unsignaled sends of this queue pair in a row (of any of its
     /// rings, and its owned sends) than the ring has slots and the send queue holds, so that a
-    /// completion comes to free them. Allocates nothing. Not on UD (send from a
-    /// [`Buf`](crate::Buf), whose in-flight entry keeps the address handle alive).
+    /// completion comes to free them. Allocates nothing. On UD every request names its
+    /// destination ([`SendRequest::to`]), whose address handle the ring keeps until the slot
+    /// comes back (and, if the ring is dropped first, hands to the queue pair's keeping, with
+    /// its region).
     ///
     /// # Errors
     ///
     /// [`SlotRefused`], with the slot when the device never saw it:
     /// [`Error::InvalidArgument`] for a ring bound to another queue pair, a slot of another
-    /// ring, a length over the slot size, a READ or WRITE longer than its remote memory, a UD
-    /// queue pair; else as [`post_send_one`](Self::post_send_one) (an operation the transport
-    /// does not carry, a full send queue).
+    /// ring, a length over the slot size, a READ or WRITE longer than its remote memory; else
+    /// as [`post_send_one`](Self::post_send_one) (an operation the transport does not carry, a
+    /// UD request with no destination or another transport's with one, a full send queue).
     #[inline]
     pub fn post_send_slot<K: Operation>(
         &mut self,
@@ -212,9 +310,7 @@ impl<T: Transport> QueuePair<T, Rts> {
         if request.has_atomic_result() {
             slot.len = 8;
         }
-        let checked = if T::DATAGRAM {
-            Err(datagram_send())
-        } else if !ring.region.is_for(self.tables()) {
+        let checked = if !ring.region.is_for(self.tables()) {
             Err(other_qp())
         } else {
             ring.check(&slot)
@@ -252,6 +348,12 @@ impl<T: Transport> QueuePair<T, Rts> {
                 error: record_full(),
                 slot: Some(slot),
             });
+        }
+        if T::DATAGRAM {
+            if let Some(ah) = request.dest_ah() {
+                // Kept until the slot leaves the record (released with it, a refusal too).
+                ring.record.keep_dest(slot.index, ah);
+            }
         }
         // Unsignaled sends come back only with a later signaled one: one is signaled after
         // `signal_every - 1` unsignaled sends of this queue pair in a row (of any ring, or of

@@ -1,5 +1,8 @@
 //! [`Record`]: which slots of a ring are posted, to which queue, under which request id, and
-//! which are free. Plain data, owned by the ring (`&mut` for every change): no lock, no atomic.
+//! which are free; on UD, the address handle of each send posted. Owned by the ring (`&mut`
+//! for every change): no lock, no atomic.
+
+use crate::ah::AddressHandle;
 
 /// One posted request: its id, the caller's tag, its slot and the slot's length.
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
@@ -71,17 +74,46 @@ pub(super) struct Record {
     /// Slots neither posted nor handed out (a stack: the last one back goes out first).
     free: Vec<u32>,
     count: u32,
+    /// On UD, per slot the address handle of the send posted from it (`None` while the slot
+    /// is not a posted send), kept while the device may use it; empty on the other transports.
+    dests: Box<[Option<AddressHandle>]>,
 }
 
 impl Record {
-    /// A record of `count` slots, all free.
-    pub(super) fn new(count: u32) -> Self {
+    /// A record of `count` slots, all free; with room for an address handle per slot if
+    /// `datagram` (a UD queue pair's ring).
+    pub(super) fn new(count: u32, datagram: bool) -> Self {
+        let dests = if datagram { count } else { 0 };
         Self {
             send: Fifo::new(count),
             recv: Fifo::new(count),
             free: (0..count).rev().collect(),
             count,
+            dests: (0..dests).map(|_| None).collect(),
         }
+    }
+
+    /// Keeps `ah` for the send just recorded from slot `index` (a UD ring's), until the slot
+    /// leaves the record.
+    #[inline]
+    pub(super) fn keep_dest(&mut self, index: u32, ah: &AddressHandle) {
+        if let Some(dest) = self.dests.get_mut(index as usize) {
+            *dest = Some(ah.clone());
+        }
+    }
+
+    /// Drops the address handle kept for slot `index`, whose send has left the record.
+    #[inline]
+    fn release_dest(&mut self, index: u32) {
+        if let Some(dest) = self.dests.get_mut(index as usize) {
+            *dest = None;
+        }
+    }
+
+    /// The address handles still kept (of sends posted), taken out: for a ring dropped with
+    /// sends posted, whose queue pair keeps them instead.
+    pub(super) fn take_dests(&mut self) -> impl Iterator<Item = AddressHandle> + '_ {
+        self.dests.iter_mut().filter_map(Option::take)
     }
 
     /// A free slot's index, taken out.
@@ -129,10 +161,14 @@ impl Record {
             return None;
         }
         let newest = fifo.at(fifo.tail - 1);
-        (newest.id == id).then(|| {
-            fifo.tail -= 1;
-            newest
-        })
+        if newest.id != id {
+            return None;
+        }
+        fifo.tail -= 1;
+        if !recv {
+            self.release_dest(newest.index);
+        }
+        Some(newest)
     }
 
     /// The request `id` of queue `recv` completed: takes it out of the record, and with it the
@@ -147,6 +183,9 @@ impl Record {
         let oldest = fifo.at(fifo.head);
         if oldest.id == id {
             fifo.head += 1;
+            if !recv {
+                self.release_dest(oldest.index);
+            }
             return Some(oldest);
         }
         self.complete_later(recv, id)
@@ -162,6 +201,9 @@ impl Record {
                 self.free.push(index);
             }
             fifo.head = fifo.tail;
+        }
+        for dest in &mut self.dests {
+            *dest = None;
         }
     }
 
@@ -191,13 +233,20 @@ impl Record {
         if found == fifo.tail || fifo.at(found).id != id {
             return None;
         }
-        for position in fifo.head..found {
+        let (head, posted) = (fifo.head, fifo.at(found));
+        fifo.head = found + 1;
+        for position in head..found {
+            let fifo = if recv { &self.recv } else { &self.send };
             let index = fifo.at(position).index;
             debug_assert!(self.free.len() < self.count as usize);
             self.free.push(index);
+            if !recv {
+                self.release_dest(index);
+            }
         }
-        let posted = fifo.at(found);
-        fifo.head = found + 1;
+        if !recv {
+            self.release_dest(posted.index);
+        }
         Some(posted)
     }
 }
@@ -220,7 +269,7 @@ mod tests {
     /// time.
     #[test]
     fn in_order_completions_give_each_slot_back_once() {
-        let mut record = Record::new(3);
+        let mut record = Record::new(3, false);
         let taken: Vec<u32> = std::iter::from_fn(|| record.take_free()).collect();
         assert_eq!(taken, [0, 1, 2]);
         assert!(record.push(true, posted(100, 0)));
@@ -242,7 +291,7 @@ mod tests {
     /// nothing.
     #[test]
     fn a_later_completion_frees_the_earlier_requests() {
-        let mut record = Record::new(6);
+        let mut record = Record::new(6, false);
         for index in 0..6 {
             assert_eq!(record.take_free(), Some(index));
         }
@@ -269,7 +318,7 @@ mod tests {
     /// positions wrap around the buffer's capacity.
     #[test]
     fn unpush_takes_back_only_the_newest_and_positions_wrap() {
-        let mut record = Record::new(2);
+        let mut record = Record::new(2, false);
         let (a, b) = (record.take_free().unwrap(), record.take_free().unwrap());
         for round in 0..10u64 {
             record.push(false, posted(round * 2, a));
@@ -303,7 +352,7 @@ mod tests {
     #[test]
     fn every_slot_is_in_exactly_one_place() {
         const COUNT: u32 = 5;
-        let mut record = Record::new(COUNT);
+        let mut record = Record::new(COUNT, false);
         let mut out: Vec<u32> = Vec::new();
         let mut next_id = 1u64;
         let mut seed = 0x2545_f491_4f6c_dd1du64;

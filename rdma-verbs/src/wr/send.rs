@@ -546,7 +546,20 @@ impl<'a> SendRequest<'a, SendOp> {
     /// `remote_qkey`. Required for every request posted to a UD queue pair, refused on the
     /// others.
     #[inline]
-    pub fn to(mut self, ah: &'a AddressHandle, remote_qpn: u32, remote_qkey: u32) -> Self {
+    pub fn to(self, ah: &'a AddressHandle, remote_qpn: u32, remote_qkey: u32) -> Self {
+        self.with_dest(ah, remote_qpn, remote_qkey)
+    }
+}
+
+impl<'a, M> SendRequest<'a, SendOp, M> {
+    /// The UD destination, for the models whose `to` borrows the address handle.
+    #[inline]
+    pub(crate) fn with_dest(
+        mut self,
+        ah: &'a AddressHandle,
+        remote_qpn: u32,
+        remote_qkey: u32,
+    ) -> Self {
         self.wr = self.wr.to(ah, remote_qpn, remote_qkey);
         self
     }
@@ -802,6 +815,12 @@ impl<'a> SendWr<'a> {
     #[inline]
     pub(crate) fn is_datagram(&self) -> bool {
         self.ud.is_some()
+    }
+
+    /// The address handle of a UD request.
+    #[inline]
+    pub(crate) fn dest_ah(&self) -> Option<&'a AddressHandle> {
+        self.ud.map(|(ah, _, _)| ah)
     }
 
     /// The protection domain of the verbs object the request hands the provider (its address

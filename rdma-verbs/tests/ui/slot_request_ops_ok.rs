@@ -1,7 +1,9 @@
 // The control of the slot request cases: every operation a slot carries, with the options of
-// each, posted safely; a request erased of its operation; a request taken back unposted.
+// each, posted safely; a request erased of its operation; a request taken back unposted; a
+// SEND to a UD destination.
 
-use rdma_verbs::{QueuePair, Rc, RemoteMemory, Rts, SendRequest, SlotRing, SlotRefused};
+use rdma_verbs::{AddressHandle, QueuePair, Rc, RemoteMemory, Rts, SendRequest, SlotRing};
+use rdma_verbs::{SlotRefused, Ud};
 
 fn post(qp: &mut QueuePair<Rc, Rts>, ring: &mut SlotRing, remote: RemoteMemory, read: bool)
     -> Result<(), SlotRefused> {
@@ -22,6 +24,12 @@ fn post(qp: &mut QueuePair<Rc, Rts>, ring: &mut SlotRing, remote: RemoteMemory, 
     Ok(())
 }
 
+fn post_ud(qp: &mut QueuePair<Ud, Rts>, ring: &mut SlotRing, ah: &AddressHandle)
+    -> Result<(), SlotRefused> {
+    let slot = ring.take().unwrap();
+    qp.post_send_slot(ring, SendRequest::send(slot).to(ah, 2, 0x1111).unsignaled().tag(6))
+}
+
 fn main() {
-    let _ = post;
+    let _ = (post, post_ud);
 }

@@ -3,7 +3,7 @@
 //! host's device), several rounds per test and size; tables of both tools' typical latency,
 //! 64-byte message rate by post-list length and RDMA WRITE and READ bandwidth, their ratio and
 //! its spread across rounds; then, in the same boot, the instruction
-//! counts of `cargo xtask instructions` (C, `unsafe`, owned, owned reused, slot ring, rings);
+//! counts of `cargo xtask instructions` (C, `unsafe`, owned, owned reused, slot ring);
 //! with `--write`,
 //! those tables and plots in `docs/`.
 //!

@@ -1,6 +1,6 @@
 //! `cargo xtask instructions`: the user-space instructions of one post+poll round written in C
-//! against libibverbs, on rdma-verbs' `unsafe` calls, its owned-buffer path, its slot rings and
-//! its rings, with the receive through an SRQ (`unsafe`, SRQ slot ring), and with extended
+//! against libibverbs, on rdma-verbs' `unsafe` calls, its owned-buffer path and its slot rings,
+//! with the receive through an SRQ (`unsafe`, SRQ slot ring), and with extended
 //! completion queues, counted by callgrind on the device (in the VM where the host has none),
 //! and their ratios. See
 //! `docs/benchmarks.md` for the method.
@@ -15,18 +15,16 @@ use super::vm::{self, shell_quote};
 /// The modes `instructions` measures: C (`benches/c/post_poll.c`), then rdma-verbs' paths: the
 /// `unsafe` calls, the owned one twice (taking and returning a buffer per request, `owned`, and
 /// re-posting the buffers its completions hand back, `reuse`, as the `unsafe` mode reuses one
-/// region), slot rings (`slot`: each slot posted again when its completion hands it back) and
-/// rings (`ring`: a receive ring and a send ring, their slots posted and completed in order);
+/// region) and slot rings (`slot`: each slot posted again when its completion hands it back);
 /// then the receives through a shared receive queue: with the `unsafe` call (`srq-unsafe`) and
 /// into an SRQ slot ring (`srq-slot`); last the `unsafe` round with extended completion
 /// queues polled in sessions (`cq-ex`).
-const MODES: [&str; 9] = [
+const MODES: [&str; 8] = [
     "c",
     "unsafe",
     "owned",
     "reuse",
     "slot",
-    "ring",
     "srq-unsafe",
     "srq-slot",
     "cq-ex",
@@ -62,17 +60,7 @@ pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
             println!("  {function:<28} {cost:>8.1}");
         }
     }
-    let [
-        c,
-        unsafe_,
-        owned,
-        reuse,
-        slot,
-        ring,
-        srq_unsafe,
-        srq_slot,
-        cq_ex,
-    ] = &counts.modes;
+    let [c, unsafe_, owned, reuse, slot, srq_unsafe, srq_slot, cq_ex] = &counts.modes;
     println!(
         "unsafe / c: {:.3} (in the program itself: {:.2})",
         unsafe_.total / c.total,
@@ -92,11 +80,6 @@ pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
         "slot / unsafe: {:.3} (in the program itself: {:.2})",
         slot.total / unsafe_.total,
         slot.own / unsafe_.own
-    );
-    println!(
-        "ring / unsafe: {:.3} (in the program itself: {:.2})",
-        ring.total / unsafe_.total,
-        ring.own / unsafe_.own
     );
     println!(
         "srq-slot / srq-unsafe: {:.3} (in the program itself: {:.2})",
@@ -133,7 +116,7 @@ pub(crate) struct Mode {
 
 /// The modes' counts, in [`MODES`] order.
 pub(crate) struct Counts {
-    pub(crate) modes: [Mode; 9],
+    pub(crate) modes: [Mode; 8],
 }
 
 impl Count {
@@ -206,17 +189,7 @@ impl Count {
                 own: per(own),
             })
         };
-        let [
-            c,
-            unsafe_,
-            owned,
-            reuse,
-            slot,
-            ring,
-            srq_unsafe,
-            srq_slot,
-            cq_ex,
-        ] = MODES;
+        let [c, unsafe_, owned, reuse, slot, srq_unsafe, srq_slot, cq_ex] = MODES;
         Ok(Counts {
             modes: [
                 mode(c)?,
@@ -224,7 +197,6 @@ impl Count {
                 mode(owned)?,
                 mode(reuse)?,
                 mode(slot)?,
-                mode(ring)?,
                 mode(srq_unsafe)?,
                 mode(srq_slot)?,
                 mode(cq_ex)?,
@@ -237,43 +209,31 @@ impl Counts {
     /// The Markdown table of the counts: per round, each mode's total, its part in the
     /// program's own code, and the ratios.
     pub(crate) fn table(&self, rounds: u32) -> String {
-        let [
-            c,
-            unsafe_,
-            owned,
-            reuse,
-            slot,
-            ring,
-            srq_unsafe,
-            srq_slot,
-            cq_ex,
-        ] = &self.modes;
+        let [c, unsafe_, owned, reuse, slot, srq_unsafe, srq_slot, cq_ex] = &self.modes;
         let mut out = format!(
             "Instructions per post+poll round (callgrind, {rounds} rounds; post one receive, \
              post one 64-byte signaled SEND, poll both; owned: a buffer taken from the pool for \
              each request and returned by its completion; owned, reused: the buffers the \
              completions hand back posted again; slot ring: a queue pair's own slots, each \
-             handed back by its completion and posted again; rings: a receive ring and a send \
-             ring, their slots posted and completed in order):\n\n\
-             | | C | `unsafe` | owned | owned, reused | slot ring | rings |\n\
-             |---|---:|---:|---:|---:|---:|---:|\n"
+             handed back by its completion and posted again):\n\n\
+             | | C | `unsafe` | owned | owned, reused | slot ring |\n\
+             |---|---:|---:|---:|---:|---:|\n"
         );
         out.push_str(&format!(
-            "| round | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
-            c.total, unsafe_.total, owned.total, reuse.total, slot.total, ring.total
+            "| round | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+            c.total, unsafe_.total, owned.total, reuse.total, slot.total
         ));
         out.push_str(&format!(
-            "| in the program's own code | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
-            c.own, unsafe_.own, owned.own, reuse.own, slot.own, ring.own
+            "| in the program's own code | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+            c.own, unsafe_.own, owned.own, reuse.own, slot.own
         ));
         out.push_str(&format!(
             "| ratio | 1 | {:.3} × C | {:.3} × `unsafe` | {:.3} × `unsafe` | {:.3} × \
-             `unsafe` | {:.3} × `unsafe` |\n",
+             `unsafe` |\n",
             unsafe_.total / c.total,
             owned.total / unsafe_.total,
             reuse.total / unsafe_.total,
-            slot.total / unsafe_.total,
-            ring.total / unsafe_.total
+            slot.total / unsafe_.total
         ));
         out.push_str(&format!(
             "\nThe same round with the receive posted to a shared receive queue that the \

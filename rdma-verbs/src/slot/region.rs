@@ -1,5 +1,5 @@
 //! [`SlotRegion`]: one registered region cut into equal slots and bound to a queue pair or an
-//! SRQ, what a ring, a slot ring and an SRQ slot ring (`crate::slot`) are made of.
+//! SRQ, what a slot ring and an SRQ slot ring are made of.
 
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -33,8 +33,8 @@ pub(crate) struct SlotRegion<K: Keeper = QpTables> {
 }
 
 /// What a region can be bound to: the in-flight tables of a queue pair or of an SRQ, which
-/// keep it attached. A type parameter rather than an enum, so that a queue pair's rings
-/// compare one pointer on every post, as before SRQs had rings.
+/// keep it attached. A type parameter rather than an enum, so that a queue pair's ring
+/// compares one pointer on every post.
 pub(crate) trait Keeper: std::fmt::Debug + Send + Sync {
     /// What the queue pair or SRQ keeps alive.
     fn attached(&self) -> &Attached;
@@ -165,7 +165,7 @@ impl<K: Keeper> SlotRegion<K> {
     }
 
     /// Hands `value` to the keeping of the queue pair (or SRQ) the region is bound to: it lives
-    /// until `ibv_destroy_qp` (`ibv_destroy_srq`) has returned (what a UD send ring's address
+    /// until `ibv_destroy_qp` (`ibv_destroy_srq`) has returned (what a UD slot ring's address
     /// handles need when it is dropped with sends posted).
     pub(crate) fn keep(&self, value: Arc<dyn Send + Sync>) {
         self.tables.attached().attach(value);
