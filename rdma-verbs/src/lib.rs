@@ -37,7 +37,7 @@
 //!   returns. The safe ways: slot rings, a queue pair's own registered slots
 //!   ([`QueuePair::slot_ring`]) posted as [`Slot`]s ([`QueuePair::post_send_slot`],
 //!   [`QueuePair::post_recv_slot`], [`QueuePair::fill_slot_ring`] for every free slot, 32 per
-//!   doorbell) and handed back by [`SlotRing::complete`] for the completions the caller polled,
+//!   doorbell, a [`SlotSendList`] of sends with one doorbell) and handed back by [`SlotRing::complete`] for the completions the caller polled,
 //!   cheapest when they come back in order (an SRQ's too: [`SharedReceiveQueue::slot_ring`],
 //!   [`SrqSlotRing`]); the owned-buffer path, in which posting moves a [`Buf`] of a
 //!   [`BufferPool`] into the queue pair ([`QueuePair::post_send_owned`],
@@ -140,7 +140,7 @@ pub use qp::{
     UcRtrAttr, Ud, UdInitAttr, UdRtrAttr,
 };
 pub use scope::{PostScope, ScopeCqs};
-pub use slot::{MAX_SLOTS, MAX_SRQ_SLOTS, Slot, SlotRefused, SlotRing, SrqSlotRing};
+pub use slot::{MAX_SLOTS, MAX_SRQ_SLOTS, Slot, SlotRefused, SlotRing, SlotSendList, SrqSlotRing};
 pub use srq::{SharedReceiveQueue, SrqBuilder};
 pub use td::ThreadDomain;
 #[cfg(feature = "tokio")]

@@ -173,9 +173,9 @@ impl<T: Transport> QueuePair<T, Rts> {
             ));
         }
         if !self.tables().attached.is_empty() {
-            // Its rings' completions carry this queue pair's number too.
+            // Its slot rings' completions carry this queue pair's number too.
             return Err(Error::InvalidArgument(
-                "a queue pair with a slot ring or a ring cannot open a scope".into(),
+                "a queue pair with a slot ring cannot open a scope".into(),
             ));
         }
         check_cqs(self.cq_inners(), &cqs)?;

@@ -1457,3 +1457,300 @@ fn slot_sends_on_the_extended_path() {
     target.read_at(16, &mut four).unwrap();
     assert_eq!(&four, b"ext!");
 }
+
+/// Slot send lists (`SlotSendList`, `post_send_slot_list`): eight SENDs, seven unsignaled, go
+/// with one doorbell, one completion hands back the last slot with its tag and frees the seven
+/// before it, and every message arrives in order; a full list gives the slot back; a slot of
+/// another ring, and a ring of another queue pair, refuse the whole list with nothing posted;
+/// a WRITE with immediate data, a READ, a fetch-and-add and a SEND in one chain, each with its
+/// tag, bytes and old value; a list longer than the send queue posts what fits
+/// (`QueueFull` with the index; the run of unsignaled sends signals the last one that fits)
+/// and keeps the rest, which a second post sends; a list that takes every slot of its ring
+/// has its last request signaled whatever it asked; UD sends in a list keep their address
+/// handle until their completion.
+#[test]
+fn slot_send_lists_post_with_one_doorbell() {
+    let Some(f) = fixture() else { return };
+    let rights = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+    let (mut cq_a, mut cq_b) = (f.cq(64), f.cq(64));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a).max_send_wr(16),
+        f.pd.qp_builder(&cq_b, &cq_b).max_recv_wr(64),
+        rights,
+    );
+    let mut tx = a.slot_ring(24, SIZE).unwrap();
+    let mut rx = b.slot_ring(48, SIZE).unwrap();
+    assert_eq!(b.fill_slot_ring(&mut rx).unwrap(), 48);
+    let mut list = SlotSendList::with_capacity(8);
+    assert_eq!((list.capacity(), list.len(), list.is_empty()), (8, 0, true));
+    let data = |n: u64| message(n)[..SIZE - n as usize].to_vec();
+    for n in 0..8u64 {
+        let mut slot = tx.take().unwrap();
+        tx.fill(&mut slot, &data(n)).unwrap();
+        let request = SendRequest::send(slot).tag(n);
+        list.push(if n == 7 {
+            request
+        } else {
+            request.unsignaled()
+        })
+        .unwrap();
+    }
+    let full = list
+        .push(SendRequest::send(tx.take().unwrap()))
+        .unwrap_err();
+    assert!(
+        matches!(full.error(), Error::InvalidArgument(why) if why.contains("full")),
+        "{full}"
+    );
+    tx.put(full.into_slot().unwrap()).unwrap();
+    a.post_send_slot_list(&mut tx, &mut list).unwrap();
+    assert!(list.is_empty());
+    assert_eq!(tx.posted(), 8);
+    let sent = wait_for(&mut cq_a, 1);
+    assert_ok(&sent[0], sent[0].wr_id(), WcOpcode::Send);
+    let slot = tx.complete(&sent[0]).expect("the last send's slot");
+    assert_eq!((slot.tag(), tx.bytes(&slot).unwrap()), (7, &data(7)[..]));
+    tx.put(slot).unwrap();
+    assert_eq!(
+        tx.posted(),
+        0,
+        "the seven unsignaled sends came back with it"
+    );
+    assert_no_completion(&mut cq_a, QUIET);
+    let got = complete_all(&mut rx, &wait_for(&mut cq_b, 8));
+    for (n, slot) in got.into_iter().enumerate() {
+        assert_eq!(rx.bytes(&slot).unwrap(), &data(n as u64)[..], "message {n}");
+        rx.put(slot).unwrap();
+    }
+    assert_eq!(b.fill_slot_ring(&mut rx).unwrap(), 8);
+
+    // A slot of another ring at position 2, and a ring of another queue pair: refused, nothing
+    // posted, every request still in the list.
+    let mut other = a.slot_ring(2, SIZE).unwrap();
+    list.push(SendRequest::send(tx.take().unwrap())).unwrap();
+    list.push(SendRequest::send(tx.take().unwrap())).unwrap();
+    list.push(SendRequest::send(other.take().unwrap())).unwrap();
+    let refused = a.post_send_slot_list(&mut tx, &mut list).unwrap_err();
+    assert!(
+        matches!(&refused, Error::InvalidArgument(why) if why.starts_with("request 2:") && why.contains("another ring")),
+        "{refused}"
+    );
+    assert_eq!((list.len(), tx.posted()), (3, 0));
+    let refused = a.post_send_slot_list(&mut rx, &mut list).unwrap_err();
+    assert!(
+        matches!(&refused, Error::InvalidArgument(why) if why.contains("another queue pair")),
+        "{refused}"
+    );
+    let mut slots: Vec<Slot> = list.take_slots().collect();
+    assert!(list.is_empty());
+    other.put(slots.pop().unwrap()).unwrap();
+    for slot in slots {
+        tx.put(slot).unwrap();
+    }
+    assert_no_completion(&mut cq_b, QUIET);
+
+    // Every operation in one chain.
+    let mut target =
+        f.pd.register(SIZE, AccessFlags::LOCAL_WRITE | rights)
+            .unwrap();
+    target.write_at(0, &5u64.to_ne_bytes()).unwrap();
+    target.write_at(64, b"read me!").unwrap();
+    let word = target.remote(..8).unwrap();
+    let mut slot = tx.take().unwrap();
+    tx.fill(&mut slot, b"written").unwrap();
+    list.push(
+        SendRequest::write(slot, target.remote(16..23).unwrap())
+            .with_imm(9)
+            .tag(10),
+    )
+    .unwrap();
+    let mut slot = tx.take().unwrap();
+    slot.set_len(8);
+    list.push(SendRequest::read(slot, target.remote(64..72).unwrap()).tag(11))
+        .unwrap();
+    list.push(SendRequest::fetch_add(tx.take().unwrap(), word, 3).tag(12))
+        .unwrap();
+    let mut slot = tx.take().unwrap();
+    tx.fill(&mut slot, b"last").unwrap();
+    list.push(SendRequest::send(slot).tag(13)).unwrap();
+    a.post_send_slot_list(&mut tx, &mut list).unwrap();
+    let done = wait_for(&mut cq_a, 4);
+    assert_eq!(
+        done.iter().map(WorkCompletion::opcode).collect::<Vec<_>>(),
+        [
+            WcOpcode::RdmaWrite,
+            WcOpcode::RdmaRead,
+            WcOpcode::FetchAdd,
+            WcOpcode::Send
+        ]
+    );
+    let done = complete_all(&mut tx, &done);
+    assert_eq!(
+        done.iter().map(Slot::tag).collect::<Vec<_>>(),
+        [10, 11, 12, 13]
+    );
+    assert_eq!(tx.bytes(&done[1]).unwrap(), b"read me!");
+    assert_eq!(tx.bytes(&done[2]).unwrap(), &5u64.to_ne_bytes());
+    for slot in done {
+        tx.put(slot).unwrap();
+    }
+    let got = wait_for(&mut cq_b, 2);
+    assert_eq!(got[0].imm_data(), Some(9));
+    let got = complete_all(&mut rx, &got);
+    assert_eq!(
+        got[0].len(),
+        0,
+        "a WRITE with immediate data brings no bytes to the receive"
+    );
+    assert_eq!(rx.bytes(&got[1]).unwrap(), b"last");
+    for slot in got {
+        rx.put(slot).unwrap();
+    }
+    let mut seven = [0u8; 7];
+    target.read_at(16, &mut seven).unwrap();
+    assert_eq!(&seven, b"written");
+    let mut now = [0u8; 8];
+    target.read_at(0, &mut now).unwrap();
+    assert_eq!(u64::from_ne_bytes(now), 8);
+
+    // Longer than the send queue: what fits is posted (rxe takes a little more than it
+    // grants), the rest stays in the list and goes once the queue has room; the run of
+    // unsignaled sends, carried across the posts, signals every `every`-th request.
+    let (mut cq_c, mut cq_d) = (f.cq(64), f.cq(64));
+    let (mut c, mut d) = f.rc_pair(
+        f.pd.qp_builder(&cq_c, &cq_c).max_send_wr(4),
+        f.pd.qp_builder(&cq_d, &cq_d).max_recv_wr(32),
+        AccessFlags::empty(),
+    );
+    let every = c.caps().max_send_wr as u64;
+    assert!(every < 8, "a send queue of {every}");
+    let mut tx_c = c.slot_ring(16, SIZE).unwrap();
+    let mut rx_d = d.slot_ring(16, SIZE).unwrap();
+    assert_eq!(d.fill_slot_ring(&mut rx_d).unwrap(), 16);
+    let mut long = SlotSendList::with_capacity(12);
+    for n in 0..12u64 {
+        let mut slot = tx_c.take().unwrap();
+        tx_c.fill(&mut slot, &data(n)).unwrap();
+        let request = SendRequest::send(slot).tag(n);
+        long.push(if n == 11 {
+            request
+        } else {
+            request.unsignaled()
+        })
+        .unwrap();
+    }
+    let mut tags = Vec::new();
+    let mut wcs = [WorkCompletion::default(); 16];
+    let mut reap_c = |cq: &mut CompletionQueue, tx: &mut SlotRing, tags: &mut Vec<u64>| {
+        for wc in cq.poll(&mut wcs).unwrap() {
+            assert_ok(wc, wc.wr_id(), WcOpcode::Send);
+            let slot = tx.complete(wc).expect("a send of the ring");
+            tags.push(slot.tag());
+            tx.put(slot).unwrap();
+        }
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut first_refusal = None;
+    loop {
+        match c.post_send_slot_list(&mut tx_c, &mut long) {
+            Ok(()) => break,
+            Err(Error::QueueFull { index, .. }) => {
+                if first_refusal.is_none() {
+                    assert!((every as usize..12).contains(&index), "{index}");
+                    assert_eq!((long.len(), tx_c.posted() as usize), (12 - index, index));
+                    first_refusal = Some(index);
+                }
+                reap_c(&mut cq_c, &mut tx_c, &mut tags);
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the queue never had room"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(other) => panic!("{other}"),
+        }
+    }
+    assert!(
+        first_refusal.is_some(),
+        "twelve sends fit a queue of {every}"
+    );
+    assert!(long.is_empty());
+    while tx_c.posted() > 0 {
+        reap_c(&mut cq_c, &mut tx_c, &mut tags);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sends never completed"
+        );
+    }
+    let signaled: Vec<u64> = (0..12)
+        .filter(|p| (p + 1) % every == 0 || *p == 11)
+        .collect();
+    assert_eq!(tags, signaled, "the sends the run signaled, and the last");
+    let got = complete_all(&mut rx_d, &wait_for(&mut cq_d, 12));
+    for (n, slot) in got.iter().enumerate() {
+        assert_eq!(
+            rx_d.bytes(slot).unwrap(),
+            &data(n as u64)[..],
+            "message {n}"
+        );
+    }
+
+    // A list that takes every slot of its ring: the last request is signaled whatever it
+    // asked, so the slots come back.
+    let mut small = c.slot_ring(3, SIZE).unwrap();
+    for n in 0..3u64 {
+        let slot = small.take().unwrap();
+        long.push(SendRequest::send(slot).tag(20 + n).unsignaled())
+            .unwrap();
+    }
+    assert!(small.take().is_none());
+    c.post_send_slot_list(&mut small, &mut long).unwrap();
+    let sent = wait_for(&mut cq_c, 1);
+    let slot = small.complete(&sent[0]).expect("the forced signal");
+    assert_eq!(slot.tag(), 22);
+    small.put(slot).unwrap();
+    assert_eq!(small.posted(), 0);
+    assert_eq!(
+        complete_all(&mut rx_d, &wait_for(&mut cq_d, 3)).len(),
+        3,
+        "the three messages"
+    );
+
+    // UD: the list's sends keep their address handle until their completion.
+    const QKEY: u32 = 0x0dd_ba11;
+    let (mut cq_u, mut cq_v) = (f.cq(16), f.cq(16));
+    let mut u = f.ud_qp(f.pd.qp_builder(&cq_u, &cq_u), QKEY);
+    let mut v = f.ud_qp(f.pd.qp_builder(&cq_v, &cq_v), QKEY);
+    let mut tx_u = u.slot_ring(4, SIZE).unwrap();
+    let mut rx_v = v.slot_ring(4, GRH_LEN + SIZE).unwrap();
+    assert_eq!(v.fill_slot_ring(&mut rx_v).unwrap(), 4);
+    let ah = f.pd.create_ah(&f.av()).unwrap();
+    let mut datagrams = SlotSendList::with_capacity(3);
+    for n in 0..3u64 {
+        let mut slot = tx_u.take().unwrap();
+        tx_u.fill(&mut slot, &data(n)).unwrap();
+        let request = SendRequest::send(slot).to(&ah, v.qp_num(), QKEY).tag(n);
+        datagrams
+            .push(if n == 2 {
+                request
+            } else {
+                request.unsignaled()
+            })
+            .unwrap();
+    }
+    u.post_send_slot_list(&mut tx_u, &mut datagrams).unwrap();
+    drop(datagrams);
+    let (ah, error) = ah.close().expect_err("the ring keeps the handle");
+    assert_eq!(error.errno(), Some(Errno::BUSY), "{error}");
+    let sent = wait_for(&mut cq_u, 1);
+    let slot = tx_u.complete(&sent[0]).expect("the last datagram's slot");
+    assert_eq!(slot.tag(), 2);
+    tx_u.put(slot).unwrap();
+    ah.close().expect("every send of the list came back");
+    for (n, slot) in complete_all(&mut rx_v, &wait_for(&mut cq_v, 3))
+        .iter()
+        .enumerate()
+    {
+        assert_eq!(&rx_v.bytes(slot).unwrap()[GRH_LEN..], &data(n as u64)[..]);
+    }
+}

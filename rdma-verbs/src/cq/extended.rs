@@ -153,7 +153,7 @@ impl CompletionQueue {
     /// providers (mlx5): the crate refuses it there with `EBUSY` (and a dropped queue pair
     /// is then leaked, not destroyed).
     ///
-    /// Completions of the safe paths' requests (owned buffers, slots, rings) come to `f` as
+    /// Completions of the safe paths' requests (owned buffers, slot rings) come to `f` as
     /// bare ids, which those paths then never see: their buffers and slots stay in flight
     /// until the queue pair is destroyed. Poll a queue that serves them with their own calls.
     ///

@@ -654,12 +654,16 @@ impl WorkCompletion {
         WcOpcode::from_raw(self.0.opcode)
     }
 
-    /// Whether the completion is of a receive (the opcode's `IBV_WC_RECV` bit: a receive a
-    /// SEND or an RDMA WRITE with immediate data consumed), not of a send request: one test,
-    /// no conversion. Only meaningful for successful completions, as [`opcode`](Self::opcode).
+    /// Whether the completion is of a receive a SEND or an RDMA WRITE with immediate data
+    /// consumed (opcode `IBV_WC_RECV` or `IBV_WC_RECV_RDMA_WITH_IMM`), not of a send request:
+    /// two compares, no conversion. Only meaningful for successful completions, as
+    /// [`opcode`](Self::opcode).
     #[inline]
     pub fn is_recv(&self) -> bool {
-        self.0.opcode & ffi::IBV_WC_RECV != 0
+        matches!(
+            self.0.opcode,
+            ffi::IBV_WC_RECV | ffi::IBV_WC_RECV_RDMA_WITH_IMM
+        )
     }
 
     /// Whether the completion is of a receive an RDMA WRITE with immediate data consumed (its

@@ -42,7 +42,14 @@ pub struct OwnedSendList<'a> {
 }
 
 /// The storage of a work-request chain: filled during a post, empty otherwise.
-struct Chain<W: WorkRequest>(PostList<'static, W>);
+pub(crate) struct Chain<W: WorkRequest>(PostList<'static, W>);
+
+impl<W: WorkRequest> Chain<W> {
+    /// Storage for chains of up to `capacity` requests.
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
+        Self(PostList::with_capacity(capacity))
+    }
+}
 
 // SAFETY: a `PostList` is not `Send`/`Sync` because of the raw pointers its requests hold
 // (into its own vectors, into registered memory, to address handles). A `Chain` holds none
@@ -353,7 +360,7 @@ fn at(index: usize, error: Error) -> Error {
 /// device: those before the index it names, all of them when the provider did not say (they
 /// stay in flight until a completion, a reset or the queue's destruction releases them), and
 /// none for an error raised before the post verb ran.
-fn posted_before(error: &Error, len: usize) -> usize {
+pub(crate) fn posted_before(error: &Error, len: usize) -> usize {
     if may_have_posted(error) {
         return len;
     }
@@ -470,7 +477,7 @@ fn post_list<Q: KeepWindow, Tb: Table, I: Item>(
 /// it whatever the run: asked, or the table's last slot), given the post's `result`: all of
 /// them, those before the one refused, none for an error raised before the post verb, and
 /// when the provider did not say what it took, one more per request, the most it can be.
-fn run_after(
+pub(crate) fn run_after(
     start: u32,
     every: u32,
     signals: impl Iterator<Item = bool>,
@@ -491,7 +498,7 @@ fn run_after(
 
 /// Builds the chain of `items` in `storage`'s vectors and hands it to `post`; the storage is
 /// put back, empty, whatever happens.
-fn with_chain<'s, W, V, R, I>(
+pub(crate) fn with_chain<'s, W, V, R, I>(
     storage: &mut Chain<W>,
     items: &'s [I],
     ids: &[(u64, bool)],
@@ -529,7 +536,7 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// Unsignaled requests produce no completion; signal at least the last of a list whose
     /// buffers you want back soon. A request that takes the queue's last free slot is signaled
     /// whatever it asked, and so is one that would make `max_send_wr` unsignaled sends of this
-    /// queue pair in a row (owned, slot and ring sends counted together).
+    /// queue pair in a row (owned and slot sends counted together).
     ///
     /// On success the list is empty. On error it holds, in order and with their buffers, the
     /// requests the device did not get; those before them were posted.

@@ -31,6 +31,7 @@ mod range;
 mod recv;
 mod send;
 pub use completion::Completion;
+pub(crate) use list::{Chain, posted_before, run_after, with_chain};
 pub use list::{OwnedRecvList, OwnedSendList};
 pub use range::RegionRange;
 use range::{OwnedSges, check_region};

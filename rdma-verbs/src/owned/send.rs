@@ -437,7 +437,7 @@ impl<T: Transport> QueuePair<T, Rts> {
     ///
     /// An [`unsignaled`](SendRequest::unsignaled) request is signaled whatever it asked when it
     /// takes the send table's last free slot, or when it would make `max_send_wr` unsignaled
-    /// sends of this queue pair in a row (owned, slot and ring sends counted together), so
+    /// sends of this queue pair in a row (owned and slot sends counted together), so
     /// that a completion always comes to release them.
     ///
     /// A UD queue pair needs a destination ([`to`](SendRequest::to)); its address handle stays

@@ -59,7 +59,7 @@ use crate::pd::ProtectionDomain;
 use crate::srq::SrqInner;
 use crate::wr::op;
 
-/// The signal rule of the safe send paths (owned, slot and ring sends): the run of unsignaled
+/// The signal rule of the safe send paths (owned and slot sends): the run of unsignaled
 /// sends of the queue pair after one more is posted, when `run` were before it; 0 when that
 /// send must be signaled: because `signal` (the caller asked, or its path forces it), or
 /// because the run would reach `every` (at most the send queue's size), so that the send
@@ -199,7 +199,7 @@ pub(crate) struct QpInner {
     pub(crate) tables: Arc<QpTables>,
     /// Set once `ibv_destroy_qp` succeeded (by [`QueuePair::close`] or `Drop`).
     pub(crate) destroyed: bool,
-    /// Unsignaled sends of the safe paths (owned, slot and ring sends) posted since the last
+    /// Unsignaled sends of the safe paths (owned and slot sends) posted since the last
     /// signaled one of any of them: each path signals one before the send queue can fill with
     /// unsignaled requests, which on providers that free send-queue entries only at a
     /// completion would leave nothing to complete them (`docs/data-path.md`, "Slot rings",
@@ -471,7 +471,7 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
     /// The raw `ibv_qp`.
     ///
     /// A request posted through it (with `ffi::ibv_post_send` and the like) must not carry a
-    /// `wr_id` with the top bit set: those are the owned path's and the rings' ids, which the
+    /// `wr_id` with the top bit set: those are the owned path's and the slot rings' ids, which the
     /// crate's own post calls refuse, and a completion carrying one could hand back a buffer or
     /// slot the device still uses.
     pub fn as_raw(&self) -> *mut ffi::ibv_qp {
@@ -589,7 +589,7 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
     /// to): posting in a state the device refuses is reported as an error, but the crate's
     /// types then describe the wrong state. `To = Reset` needs a queue pair that really was
     /// reset (an `ibv_modify_qp` to RESET succeeded since its last post), not one in an error
-    /// state: the rings' `reclaim` frees every slot of a queue pair typed `Reset`.
+    /// state: the slot rings' `reclaim` frees every slot of a queue pair typed `Reset`.
     pub unsafe fn assume_state<To: QpState>(self) -> QueuePair<T, To> {
         self.cast()
     }

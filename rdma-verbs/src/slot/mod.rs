@@ -40,6 +40,7 @@ use crate::inflight::{IdSource, RECV_ID_BIT};
 use crate::mr::MrSlice;
 use crate::qp::{QpState, QueuePair, Reset, Transport};
 mod fill;
+mod list;
 mod post;
 mod record;
 mod region;
@@ -47,6 +48,7 @@ mod srq;
 
 use region::{Keeper, SlotRegion};
 
+pub use list::SlotSendList;
 pub use post::SlotRefused;
 use record::{Posted, Record};
 pub use srq::{MAX_SRQ_SLOTS, SrqSlotRing};
@@ -210,6 +212,9 @@ impl SlotRing {
     /// [`wc`](crate::Completion::wc) from
     /// [`CompletionQueue::poll_each`](crate::CompletionQueue::poll_each)).
     ///
+    /// On UD, the slot of a send comes back with the address handle its request named let go
+    /// (the last clone of a handle destroys it: `ibv_destroy_ah`, inside this call).
+    ///
     /// Hand the completions of one queue over in the order they were polled. A completion
     /// handed over before an earlier one of its queue frees the earlier request's slot with
     /// it (the device is done with it), and the earlier completion then matches nothing: what
@@ -315,8 +320,14 @@ impl SlotRing {
     /// The slot's bytes as the work request names them: its first `len`.
     #[inline]
     fn raw_slice(&self, index: u32, len: u32) -> MrSlice<'static> {
-        MrSlice::from_raw_parts(self.region.addr(index), len, self.region.lkey())
+        raw_slice(&self.region, index, len)
     }
+}
+
+/// The first `len` bytes of slot `index` of `region`, as a work request names them.
+#[inline]
+fn raw_slice(region: &SlotRegion, index: u32, len: u32) -> MrSlice<'static> {
+    MrSlice::from_raw_parts(region.addr(index), len, region.lkey())
 }
 
 /// `slot`'s length, checked against the ring `ring` (whose region is `region`) and the slot

@@ -88,7 +88,7 @@ impl<'a> SendRequest<'a, SendOp, Slot> {
 }
 
 #[cold]
-fn longer_than_remote(len: u32, remote: &RemoteMemory) -> Error {
+pub(super) fn longer_than_remote(len: u32, remote: &RemoteMemory) -> Error {
     Error::InvalidArgument(format!(
         "{len} bytes against {} bytes of remote memory",
         remote.len
@@ -96,7 +96,7 @@ fn longer_than_remote(len: u32, remote: &RemoteMemory) -> Error {
 }
 
 #[cold]
-fn record_full() -> Error {
+pub(super) fn record_full() -> Error {
     Error::InvalidArgument("the slot ring's record is full (a slot posted twice?)".into())
 }
 
@@ -375,8 +375,11 @@ impl<T: Transport> QueuePair<T, Rts> {
         // most the slot size, checked), in the ring's region, which the queue pair keeps
         // registered; the slot is recorded as posted and its `Slot` is gone until the
         // completion of this request, or of a later signaled one of this queue (which
-        // completes in order), is handed to the ring, or this post fails without the device
-        // having seen it. `remote` is the peer's memory.
+        // completes in order), is handed to the ring, this post fails without the device
+        // having seen it, or `reclaim` is given the queue pair in RESET (the device then uses
+        // none of it). A UD request's address handle is kept by the record (`keep_dest`
+        // above) for as long as the slot's entry: past the request's use by the device.
+        // `remote` is the peer's memory.
         let result = unsafe { self.post_send_wr(&request) };
         self.count_unsignaled(run, &result);
         result.map_err(|error| refused(ring, false, id, error))

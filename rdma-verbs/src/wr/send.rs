@@ -1,7 +1,7 @@
 //! [`SendRequest`]: send work requests (`struct ibv_send_wr`), typed by operation and by
 //! memory model, and [`SendWr`], the untyped request that the `unsafe` calls, the lists, the
 //! owned and slot paths and `PostScope` lower to `ibv_send_wr` through one function
-//! ([`SendWr::fill`]); the ring path still fills its own.
+//! ([`SendWr::fill`]).
 
 use std::fmt;
 use std::marker::PhantomData;
