@@ -1,5 +1,6 @@
 //! The `bw` tool on the device: SEND and WRITE message rate with post lists of 1, 8 and 32 and
-//! a multi-packet size. The server checks that it received every message and one more message
+//! a multi-packet size, the client posting with the `unsafe` calls or from slots (`--path
+//! slot`, the safe path, no allocation in its loop either). The server checks that it received every message and one more message
 //! (or write) byte for byte, so runs whose patterns disagree (`--seed`) must fail with the
 //! check's message; the client's report must have perftest's shape with rates that agree with
 //! each other.
@@ -49,18 +50,21 @@ fn message_rate_with_post_lists_and_checked_data() {
     let Some(device) = rdma_test_support::device() else {
         return;
     };
-    // One case reports in Gb/s (`--report_gbits`).
-    let cases: [(&str, &str, &str, &str, bool); 8] = [
-        ("send", "Send BW Test", "64", "1", false),
-        ("send", "Send BW Test", "64", "8", false),
-        ("send", "Send BW Test", "64", "32", false),
-        ("send", "Send BW Test", "4096", "8", false),
-        ("write", "RDMA_Write BW Test", "64", "1", false),
-        ("write", "RDMA_Write BW Test", "64", "32", false),
-        ("write", "RDMA_Write BW Test", "4096", "8", true),
-        ("read", "RDMA_Read BW Test", "4096", "8", false),
+    // One case reports in Gb/s (`--report_gbits`); three post from slots (`--path slot`).
+    let cases: [(&str, &str, &str, &str, bool, &str); 11] = [
+        ("send", "Send BW Test", "64", "1", false, "unsafe"),
+        ("send", "Send BW Test", "64", "8", false, "unsafe"),
+        ("send", "Send BW Test", "64", "32", false, "unsafe"),
+        ("send", "Send BW Test", "64", "32", false, "slot"),
+        ("send", "Send BW Test", "4096", "8", false, "unsafe"),
+        ("write", "RDMA_Write BW Test", "64", "1", false, "unsafe"),
+        ("write", "RDMA_Write BW Test", "64", "32", false, "unsafe"),
+        ("write", "RDMA_Write BW Test", "64", "32", false, "slot"),
+        ("write", "RDMA_Write BW Test", "4096", "8", true, "unsafe"),
+        ("read", "RDMA_Read BW Test", "4096", "8", false, "unsafe"),
+        ("read", "RDMA_Read BW Test", "4096", "8", false, "slot"),
     ];
-    for (test, title, size, list, gbits) in cases {
+    for (test, title, size, list, gbits, path) in cases {
         let mut args = vec![
             test,
             "-s",
@@ -76,9 +80,11 @@ fn message_rate_with_post_lists_and_checked_data() {
         if gbits {
             args.push("--report_gbits");
         }
-        let (server, client) = run(&device, &args, &args);
+        let mut client_args = args.clone();
+        client_args.extend(["--path", path]);
+        let (server, client) = run(&device, &args, &client_args);
         let what = format!(
-            "{test} -s {size} -l {list}{}",
+            "{test} -s {size} -l {list} --path {path}{}",
             if gbits { " --report_gbits" } else { "" }
         );
         // Neither the client's posting loop nor the server's receiving loop allocated.

@@ -17,7 +17,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use rdma_benches::alloc_count::{CountingAlloc, allocations};
-use rdma_benches::bw::{self, Config, Test};
+use rdma_benches::bw::{self, Config, PostPath, Test};
 use rdma_benches::conn::ConnArgs;
 use rdma_benches::duration::DurationArgs;
 
@@ -56,6 +56,10 @@ struct Args {
     /// mlx5; rxe allows 128). Give both sides the same.
     #[arg(short = 'o', long = "outs", default_value_t = 16)]
     outs: u8,
+    /// How the client posts: `unsafe` (rdma-verbs' `unsafe` calls on one region) or `slot`
+    /// (the safe path: a slot ring's slots, posted in slot send lists).
+    #[arg(long = "path", value_enum, default_value = "unsafe")]
+    path: PostPath,
     /// Report bandwidths in Gb/s (10^9 bits per second) instead of MiB/s.
     #[arg(long = "report_gbits")]
     report_gbits: bool,
@@ -87,6 +91,7 @@ fn main() -> ExitCode {
     };
     let config = Config {
         test: args.test,
+        path: args.path,
         duration,
         size: args.size,
         iters: args.iters.unwrap_or(default_iters),

@@ -1,6 +1,8 @@
 //! The message-rate and bandwidth tests of the `bw` tool, measured as perftest's `ib_send_bw`,
 //! `ib_write_bw` and `ib_read_bw` measure them, on the `unsafe` post calls of rdma-verbs with
-//! doorbell-batched post lists.
+//! doorbell-batched post lists, or (`--path slot`) on the safe slot path: the client's
+//! requests sent from a slot ring's slots in `SlotSendList`s, each completion handing the
+//! slots of its group back.
 //!
 //! The client keeps up to `tx_depth` requests outstanding, posting `post_list` of them per
 //! `ibv_post_send` (one doorbell), and asks for a completion on every `cq_mod`-th request (and
@@ -25,7 +27,7 @@
 //! and checks that it received as many messages as the client says it sent.
 
 use rdma_examples::connect::{PairArgs, QpShape};
-use rdma_verbs::{SendList, SendRequest, WcOpcode, WorkCompletion};
+use rdma_verbs::{SendList, SendRequest, SlotRing, SlotSendList, WcOpcode, WorkCompletion};
 
 use crate::alloc_count::allocations;
 use crate::clock;
@@ -62,11 +64,22 @@ impl Test {
     }
 }
 
+/// How the client posts its requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PostPath {
+    /// rdma-verbs' `unsafe` calls, with `SendList`s of one region's bytes.
+    Unsafe,
+    /// The safe slot path: a slot ring's slots, posted in `SlotSendList`s.
+    Slot,
+}
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// The test.
     pub test: Test,
+    /// How the client posts (the server posts its receives with the `unsafe` calls).
+    pub path: PostPath,
     /// Message size.
     pub size: usize,
     /// Requests (not used in duration mode).
@@ -163,7 +176,20 @@ pub fn run(config: &Config) -> Result<u64, String> {
         return Ok(loop_allocations);
     }
     // Built before counting: set-up, as perftest's request arrays are.
-    let list = SendList::with_capacity(shape.post_list as usize);
+    let list = match config.path {
+        PostPath::Unsafe => Sender::Unsafe(SendList::with_capacity(shape.post_list as usize)),
+        PostPath::Slot => Sender::Slot {
+            // Room for every request outstanding and the list being built: a free slot is
+            // always there, so no send is signaled but those `cq_mod` asks for.
+            ring: Box::new(
+                conn.io
+                    .qp
+                    .slot_ring(shape.tx_depth + shape.post_list, size)
+                    .map_err(|e| format!("couldn't make the slot ring: {e}"))?,
+            ),
+            list: SlotSendList::with_capacity(shape.post_list as usize),
+        },
+    };
     let per_us = conn.io.per_us;
     let (loop_allocations, sent, row) = match config.duration {
         None => {
@@ -288,12 +314,22 @@ impl Record for Timed {
     }
 }
 
+/// How the client's loop posts: a list of requests on one region with the `unsafe` call, or a
+/// slot ring and its list.
+enum Sender {
+    Unsafe(SendList<'static>),
+    Slot {
+        ring: Box<SlotRing>,
+        list: SlotSendList<'static>,
+    },
+}
+
 /// The client's timed loop; returns the requests posted (all completed).
 fn post_all(
     config: &Config,
     shape: &Shape,
     conn: &mut Conn,
-    list: SendList<'_>,
+    sender: Sender,
     record: &mut impl Record,
 ) -> Result<u64, String> {
     let limit = record.limit();
@@ -310,7 +346,10 @@ fn post_all(
         .slice(0, config.size as u32)
         .map_err(|e| e.to_string())?;
     let opcode = config.test.opcode();
-    let mut list: SendList<'_> = list.reuse();
+    let mut sender = match sender {
+        Sender::Unsafe(list) => Ok(list.reuse::<SendRequest<'_>>()),
+        Sender::Slot { ring, list } => Err((ring, list)),
+    };
     let mut wcs = [WorkCompletion::default(); POLL_BATCH];
     let (mut sent, mut done) = (0u64, 0u64);
     let mut stopped = false;
@@ -322,27 +361,52 @@ fn post_all(
                 stopped = true;
                 break;
             }
-            list.clear();
-            for k in sent..sent + post_list {
-                let request = match config.test {
-                    Test::Send => SendRequest::send(local).tag(k).erase(),
-                    Test::Write => SendRequest::write(local, to).tag(k).erase(),
-                    Test::Read => SendRequest::read(local, to).tag(k).erase(),
-                };
-                let signaled = (k + 1) % cq_mod == 0 || limit == Some(k + 1);
-                list.push(if signaled {
-                    request
-                } else {
-                    request.unsignaled()
-                })
-                .map_err(|e| e.to_string())?;
+            let signaled = |k: u64| (k + 1) % cq_mod == 0 || limit == Some(k + 1);
+            match &mut sender {
+                Ok(list) => {
+                    list.clear();
+                    for k in sent..sent + post_list {
+                        let request = match config.test {
+                            Test::Send => SendRequest::send(local).tag(k).erase(),
+                            Test::Write => SendRequest::write(local, to).tag(k).erase(),
+                            Test::Read => SendRequest::read(local, to).tag(k).erase(),
+                        };
+                        list.push(if signaled(k) {
+                            request
+                        } else {
+                            request.unsignaled()
+                        })
+                        .map_err(|e| e.to_string())?;
+                    }
+                    record.posted(sent, clock::ticks());
+                    // SAFETY: `source` and the peer's `target` stay registered until the
+                    // queue pair is destroyed (`Conn`'s field order); Rust reads or writes
+                    // `source` (which reads write) only after every request completed (the
+                    // check after the run).
+                    unsafe { io.qp.post_send(list) }
+                        .map_err(|e| format!("couldn't post send: {e}"))?;
+                }
+                Err((ring, list)) => {
+                    for k in sent..sent + post_list {
+                        let slot = ring.take().ok_or("no free slot in the ring")?;
+                        let request = match config.test {
+                            Test::Send => SendRequest::send(slot).tag(k).erase(),
+                            Test::Write => SendRequest::write(slot, to).tag(k).erase(),
+                            Test::Read => SendRequest::read(slot, to).tag(k).erase(),
+                        };
+                        list.push(if signaled(k) {
+                            request
+                        } else {
+                            request.unsignaled()
+                        })
+                        .map_err(|e| e.to_string())?;
+                    }
+                    record.posted(sent, clock::ticks());
+                    io.qp
+                        .post_send_slot_list(ring, list)
+                        .map_err(|e| format!("couldn't post send: {e}"))?;
+                }
             }
-            record.posted(sent, clock::ticks());
-            // SAFETY: `source` and the peer's `target` stay registered until the queue pair is
-            // destroyed (`Conn`'s field order); Rust reads or writes `source` (which reads
-            // write) only after every request completed (the check after the run).
-            unsafe { io.qp.post_send(&mut list) }
-                .map_err(|e| format!("couldn't post send: {e}"))?;
             sent += post_list;
         }
         if stopped && done == sent {
@@ -361,7 +425,16 @@ fn post_all(
                 ));
             }
             expect_opcode(wc, opcode)?;
-            done = (done + cq_mod).min(sent);
+            done = match &mut sender {
+                Ok(_) => (done + cq_mod).min(sent),
+                Err((ring, _)) => {
+                    // The slot of the completed request, with its tag: the request's number.
+                    let slot = ring.complete(wc).ok_or("a completion of no slot")?;
+                    let finished = slot.tag() + 1;
+                    ring.put(slot).map_err(|e| e.to_string())?;
+                    finished
+                }
+            };
             record.completed(done, clock::ticks());
         }
         if got.is_empty() {

@@ -188,6 +188,7 @@ mod tests {
     fn config(iters: u32, post_list: u32, cq_mod: Option<u32>) -> Config {
         Config {
             test: Test::Send,
+            path: super::super::PostPath::Unsafe,
             size: 64,
             iters,
             duration: None,

@@ -210,19 +210,24 @@ impl Attached {
         self.lock().is_empty()
     }
 
-    /// Drops the attachment that is `value` (compared by address), if any.
+    /// Drops the attachments that are `value` (compared by address), if any. Allocates
+    /// nothing (a slot ring dropped in a program's loop detaches its region).
     pub(crate) fn detach<T: Send + Sync>(&self, value: &Arc<T>) {
         let target = Arc::as_ptr(value).cast::<()>();
-        let detached: Vec<_> = {
-            let mut attached = self.lock();
-            let (gone, kept) = std::mem::take(&mut *attached)
-                .into_iter()
-                .partition(|a| Arc::as_ptr(a).cast::<()>() == target);
-            *attached = kept;
-            gone
-        };
-        // Dropped outside the lock: a region's drop deregisters it.
-        drop(detached);
+        loop {
+            let detached = {
+                let mut attached = self.lock();
+                match attached
+                    .iter()
+                    .position(|a| Arc::as_ptr(a).cast::<()>() == target)
+                {
+                    Some(at) => attached.swap_remove(at),
+                    None => return,
+                }
+            };
+            // Dropped outside the lock: a region's drop deregisters it.
+            drop(detached);
+        }
     }
 
     /// Drops what was attached: only once the device no longer uses the queue pair or SRQ.

@@ -49,6 +49,11 @@ impl<W: WorkRequest> Chain<W> {
     pub(crate) fn with_capacity(capacity: usize) -> Self {
         Self(PostList::with_capacity(capacity))
     }
+
+    /// How many requests a chain may hold (0 after an unwind through [`with_chain`]).
+    pub(crate) fn capacity(&self) -> usize {
+        self.0.capacity()
+    }
 }
 
 // SAFETY: a `PostList` is not `Send`/`Sync` because of the raw pointers its requests hold

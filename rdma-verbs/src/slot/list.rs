@@ -69,11 +69,11 @@ impl<'a> SlotSendList<'a> {
         request: SendRequest<'a, K, Slot>,
     ) -> std::result::Result<(), SlotRefused> {
         let (request, mut slot) = request.into_parts();
-        if self.items.len() >= self.items.capacity() {
+        if self.items.len() >= self.capacity() {
             return Err(SlotRefused {
                 error: Error::InvalidArgument(format!(
                     "the slot send list is full ({} requests)",
-                    self.items.capacity()
+                    self.capacity()
                 )),
                 slot: Some(slot),
             });
@@ -97,7 +97,10 @@ impl<'a> SlotSendList<'a> {
 
     /// How many requests the list has room for.
     pub fn capacity(&self) -> usize {
-        self.items.capacity()
+        self.items
+            .capacity()
+            .min(self.ids.capacity())
+            .min(self.chain.capacity())
     }
 
     /// Empties the list, handing back the slots of its requests (in order), for
@@ -111,7 +114,7 @@ impl fmt::Debug for SlotSendList<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SlotSendList")
             .field("len", &self.items.len())
-            .field("capacity", &self.items.capacity())
+            .field("capacity", &self.capacity())
             .finish()
     }
 }
@@ -125,7 +128,10 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// Unsignaled requests produce no completion; signal the last of a list whose slots you
     /// want back. The last request is signaled whatever it asked when no slot of the ring is
     /// left free, and any request that would make too many unsignaled sends of this queue pair
-    /// in a row (as for a single post, the run carried from request to request).
+    /// in a row (as for a single post, the run carried from request to request). A list the
+    /// provider took only part of may leave its posted requests unsignaled: post the rest (a
+    /// signaled last request brings their slots back), or they come back only with a later
+    /// signaled send of the ring, or [`reclaim`](SlotRing::reclaim) after a reset.
     ///
     /// On success the list is empty. On error it holds, in order and with their slots, the
     /// requests the device did not get; those before them were posted.
@@ -134,10 +140,10 @@ impl<T: Transport> QueuePair<T, Rts> {
     ///
     /// - [`Error::InvalidArgument`], nothing posted: a ring bound to another queue pair; a
     ///   slot of another ring, a length over the slot size, a READ or WRITE longer than its
-    ///   remote memory (the message names the request: `request 2: ...`); an operation the
+    ///   remote memory (these name the request: `request 2: ...`); an operation the
     ///   transport does not carry, a UD request with no destination or another transport's
-    ///   with one, an address handle of another protection domain; the process's request ids
-    ///   run out;
+    ///   with one, an address handle of another protection domain (checked for the whole
+    ///   chain); the process's request ids run out;
     /// - [`Error::QueueFull`] or [`Error::Post`] with `index`: the provider's queue was full,
     ///   or it refused that request; those before it were posted;
     /// - [`Error::PostIndeterminate`], or any error with verb `ibv_wr_complete` (the extended
@@ -229,16 +235,20 @@ impl<T: Transport> QueuePair<T, Rts> {
                             .set_flags(flags)
                     },
                     |chain| {
-                        // SAFETY: as in `post_send_slot`, for each request of the chain: it
-                        // names its slot's first `len` bytes (at most the slot size, checked
-                        // above), in the ring's region, which the queue pair keeps registered;
-                        // the slot is recorded as posted under the request's id, and its `Slot`
-                        // leaves the list below once the post took the request (or stays in
-                        // the list, taken back out of the record, if the device never saw it),
-                        // so Rust reaches its bytes again only after the completion of this
-                        // request, or of a later signaled one of this queue, is handed to the
-                        // ring. A UD request's address handle is kept by the record. `remote`
-                        // is the peer's memory.
+                        // SAFETY: for each request of the chain: it names its slot's first
+                        // `len` bytes (at most the slot size, checked above), in the ring's
+                        // region, which the queue pair keeps registered (attached when the
+                        // ring was made; detached only by a ring with nothing posted, and by a
+                        // successful `ibv_destroy_qp`); the slot is recorded as posted under
+                        // the request's id, and its `Slot` leaves the list below once the post
+                        // took the request (or stays in the list, taken back out of the
+                        // record, if the device never saw it), so Rust reaches its bytes again
+                        // only after the completion of this request, or of a later signaled
+                        // one of this queue, is handed to the ring, or `reclaim` is given the
+                        // queue pair in RESET. A UD request's address handle is kept by the
+                        // record for as long as the entry. No scope can count these
+                        // completions as its own: a queue pair with a ring refuses to open
+                        // one. `remote` is the peer's memory.
                         unsafe { self.post_send(chain) }
                     },
                 )
@@ -252,10 +262,15 @@ impl<T: Transport> QueuePair<T, Rts> {
             Err(error) => posted_before(error, ids.len()),
         };
         // Take back, newest first, what the device did not get (the record takes back only
-        // its newest entry); the slots stay in the list with their requests.
-        for &(id, _) in ids[posted..].iter().rev() {
-            let taken_back = ring.record.unpush(false, id);
-            debug_assert!(taken_back.is_some(), "a recorded request is the newest");
+        // its newest entry); the slots stay in the list with their requests. An entry that
+        // could not be taken back (none can: each is the newest when its turn comes) stays
+        // recorded, and its slot leaves the list, lost, rather than be reachable twice.
+        for n in (posted..ids.len()).rev() {
+            if ring.record.unpush(false, ids[n].0).is_none() {
+                debug_assert!(false, "a recorded request is the newest");
+                let (_, lost) = items.remove(n);
+                let _ = lost;
+            }
         }
         items.drain(..posted);
         ids.clear();
