@@ -168,6 +168,7 @@ impl Run {
         match (self.tool, self.mode) {
             ("rust", Mode::Latency) => format!("{} {} {common}", shell_quote(tools.lat), self.test),
             ("rust", Mode::Rate(_)) => format!("{} send {common}", shell_quote(tools.bw)),
+            ("slot", _) => format!("{} send {common} --path slot", shell_quote(tools.bw)),
             ("rust", Mode::Bandwidth) => {
                 format!("{} {} {common}", shell_quote(tools.bw), self.test)
             }
@@ -222,6 +223,14 @@ fn order(round: u32) -> [&'static str; 2] {
     }
 }
 
+/// The message-rate runs' tools in the order round `round` runs them: the `unsafe` calls, C,
+/// and the safe slot path (`bw --path slot`), rotated from round to round.
+fn rate_order(round: u32) -> [&'static str; 3] {
+    let tools = ["rust", "c", "slot"];
+    let k = (round as usize + 2) % 3;
+    [tools[k], tools[(k + 1) % 3], tools[(k + 2) % 3]]
+}
+
 /// Every run of `plan`, in the order they happen.
 fn runs(plan: &Plan) -> Vec<Run> {
     let mut runs = Vec::new();
@@ -245,7 +254,7 @@ fn runs(plan: &Plan) -> Vec<Run> {
             }
         }
         for list in POST_LISTS {
-            for tool in order(round) {
+            for tool in rate_order(round) {
                 runs.push(Run {
                     round,
                     tool,
@@ -461,7 +470,12 @@ pub(crate) fn median(values: &[f64]) -> f64 {
 
 /// Each round's ratio of Rust's typical latency to C's, for the rounds where both measured.
 fn ratios(tools: &BTreeMap<&'static str, Vec<Option<f64>>>) -> Vec<f64> {
-    match (tools.get("rust"), tools.get("c")) {
+    ratios_of(tools, "rust")
+}
+
+/// Each round's ratio of `tool`'s value to C's, for the rounds where both measured.
+fn ratios_of(tools: &BTreeMap<&'static str, Vec<Option<f64>>>, tool: &str) -> Vec<f64> {
+    match (tools.get(tool), tools.get("c")) {
         (Some(rust), Some(c)) => rust
             .iter()
             .zip(c)
@@ -550,14 +564,15 @@ fn rate_table(plan: &Plan, results: &Results) -> String {
         out,
         "Message rate: {} SENDs of {RATE_SIZE} bytes per run, `bw send -l N` against \
          `ib_send_bw -l N` (millions of messages per second; perftest's defaults otherwise: \
-         send queue 128, a completion per post list).\n",
+         send queue 128, a completion per post list); `bw send -l N --path slot` is the safe \
+         slot path (each post list a `SlotSendList` of a slot ring's slots).\n",
         plan.rate_iters
     );
     let _ = writeln!(
         out,
-        "| post list | Rust `bw` (Mpps) | C perftest (Mpps) | Rust / C (median) | Rust / C (range over rounds) | rounds |"
+        "| post list | Rust `bw` (Mpps) | Rust `bw --path slot` (Mpps) | C perftest (Mpps) | Rust / C (median) | Rust / C (range over rounds) | slot / C (median) | slot / C (range over rounds) | rounds |"
     );
-    let _ = writeln!(out, "|---:|---:|---:|---:|---|---:|");
+    let _ = writeln!(out, "|---:|---:|---:|---:|---:|---|---:|---|---:|");
     let rate = |list: u32, tool: &str| {
         results
             .get(&(RATE, RATE_SIZE, Mode::Rate(list)))
@@ -571,21 +586,28 @@ fn rate_table(plan: &Plan, results: &Results) -> String {
         let r = ratios(tools);
         let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let s = ratios_of(tools, "slot");
+        let s_lo = s.iter().copied().fold(f64::INFINITY, f64::min);
+        let s_hi = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let _ = writeln!(
             out,
-            "| {list} | {:.4} | {:.4} | {:.3} | {lo:.3} – {hi:.3} | {} |",
+            "| {list} | {:.4} | {:.4} | {:.4} | {:.3} | {lo:.3} – {hi:.3} | {:.3} | \
+             {s_lo:.3} – {s_hi:.3} | {} |",
             rate(list, "rust"),
+            rate(list, "slot"),
             rate(list, "c"),
             median(&r),
+            median(&s),
             r.len()
         );
     }
     let (first, last) = (POST_LISTS[0], POST_LISTS[POST_LISTS.len() - 1]);
     let _ = writeln!(
         out,
-        "\nBatching {last} requests per doorbell against one: Rust {:.2}×, C {:.2}× the message \
-         rate.",
+        "\nBatching {last} requests per doorbell against one: Rust {:.2}×, its slot path {:.2}×, \
+         C {:.2}× the message rate.",
         rate(last, "rust") / rate(first, "rust"),
+        rate(last, "slot") / rate(first, "slot"),
         rate(last, "c") / rate(first, "c")
     );
     out
@@ -848,10 +870,11 @@ mod tests {
         ])
         .unwrap();
         let runs = runs(&plan);
-        // 2 rounds × (3 tests × 2 sizes + atomic + 3 post lists + 2 bandwidths) × 2 tools.
-        assert_eq!(runs.len(), 48);
+        // 2 rounds × ((3 tests × 2 sizes + atomic + 2 bandwidths) × 2 tools + 3 post lists ×
+        // 3 tools: the slot path's message rate too).
+        assert_eq!(runs.len(), 54);
         assert_eq!((runs[0].tool, runs[1].tool), ("rust", "c"));
-        assert_eq!((runs[24].tool, runs[25].tool), ("c", "rust"));
+        assert_eq!((runs[27].tool, runs[28].tool), ("c", "rust"));
         assert!(
             runs.iter()
                 .filter(|r| r.test == "atomic")
@@ -869,7 +892,7 @@ mod tests {
             runs[0].command(tools, &plan, 20000),
             "'/x/lat' send -d rxe0 -x 1 -s 2 -n 1000 -p 20000"
         );
-        let rates: Vec<&Run> = runs[..24]
+        let rates: Vec<&Run> = runs[..27]
             .iter()
             .filter(|r| matches!(r.mode, Mode::Rate(_)))
             .collect();
@@ -884,22 +907,33 @@ mod tests {
             [
                 ("rust", 1),
                 ("c", 1),
+                ("slot", 1),
                 ("rust", 8),
                 ("c", 8),
+                ("slot", 8),
                 ("rust", 32),
-                ("c", 32)
+                ("c", 32),
+                ("slot", 32)
             ]
         );
         assert_eq!(
-            rates[4].command(tools, &plan, 20030),
+            rates[6].command(tools, &plan, 20030),
             "'/x/bw' send -d rxe0 -x 1 -s 64 -n 8192 -p 20030 -l 32"
         );
         assert_eq!(
-            rates[5].command(tools, &plan, 20031),
+            rates[7].command(tools, &plan, 20031),
             "ib_send_bw -d rxe0 -x 1 -s 64 -n 8192 -p 20031 -l 32 -F"
         );
-        assert_eq!(rates[5].id(), "1-c-send_bw-64-l32");
-        let bws: Vec<&Run> = runs[..24]
+        assert_eq!(
+            rates[8].command(tools, &plan, 20032),
+            "'/x/bw' send -d rxe0 -x 1 -s 64 -n 8192 -p 20032 -l 32 --path slot"
+        );
+        assert_eq!(rates[7].id(), "1-c-send_bw-64-l32");
+        assert_eq!(rates[8].id(), "1-slot-send_bw-64-l32");
+        // The rate runs' order rotates over three rounds.
+        assert_eq!(rate_order(2), ["c", "slot", "rust"]);
+        assert_eq!(rate_order(3), ["slot", "rust", "c"]);
+        let bws: Vec<&Run> = runs[..27]
             .iter()
             .filter(|r| r.mode == Mode::Bandwidth)
             .collect();
