@@ -308,7 +308,7 @@ fn send_latency(c: &mut Criterion) {
 /// Posts a free slot of `ring` as a receive of `qp`.
 fn post_recv_next(qp: &mut QueuePair<Rc, Rts>, ring: &mut SlotRing) {
     let slot = take_slot(ring);
-    ok(qp.post_recv_slot(ring, slot));
+    ok(qp.post_recv_slot(ring, RecvRequest::new(slot)));
 }
 
 /// A free slot of `ring` (every bench gives each slot back before it needs another).

@@ -135,6 +135,11 @@ case!(
     "receive_into_bytes.rs",
     "compile_fail,E0277"
 );
+case!(
+    SlotReceiveInList,
+    "slot_receive_in_list.rs",
+    "compile_fail,E0277"
+);
 case!(ReceiveOpsOk, "receive_ops_ok.rs", "rust");
 case!(
     RequestAtomicWithImm,

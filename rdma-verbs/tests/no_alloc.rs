@@ -497,7 +497,7 @@ fn slot_no_alloc_post_and_poll_round_trips() {
             let sends = if round % 2 == 1 { 2 } else { 1 };
             for _ in 0..sends {
                 let slot = rx.take().unwrap();
-                b.post_recv_slot(&mut rx, slot).unwrap();
+                b.post_recv_slot(&mut rx, RecvRequest::new(slot)).unwrap();
             }
             for n in 0..sends {
                 let mut slot = tx.take().unwrap();
@@ -592,7 +592,7 @@ fn srq_slot_no_alloc_round_trips() {
                     let slot = rx.complete(wc).expect("the receive's slot comes back");
                     assert_eq!(rx.bytes(&slot).unwrap(), &data[..], "round {round}");
                     if round % 2 == 0 {
-                        srq.post_recv_slot(&mut rx, slot).unwrap();
+                        srq.post_recv_slot(&mut rx, RecvRequest::new(slot)).unwrap();
                     } else {
                         rx.put(slot).unwrap();
                     }
@@ -645,7 +645,7 @@ fn slot_fill_no_alloc_post_and_poll_round_trips() {
             // Every receive slot posted: one at a time, or all free ones in one call.
             if round % 4 < 2 {
                 while let Some(slot) = rx.take() {
-                    b.post_recv_slot(&mut rx, slot).unwrap();
+                    b.post_recv_slot(&mut rx, RecvRequest::new(slot)).unwrap();
                 }
             } else {
                 assert_eq!(b.fill_slot_ring(&mut rx).unwrap(), freed, "round {round}");

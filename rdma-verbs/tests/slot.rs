@@ -30,9 +30,9 @@ fn complete_all(ring: &mut SlotRing, wcs: &[WorkCompletion]) -> Vec<Slot> {
 }
 
 /// A receive ring of 8 slots stays posted across 200 rounds: each completion hands its slot
-/// back with the bytes received, in posting order, and it is posted again at once. The send
-/// slot comes back with its send completion and the request's tag; a copy of a completion
-/// given again matches nothing.
+/// back with the bytes received and its receive's tag, in posting order, and it is posted
+/// again at once. The send slot comes back with its send completion and the request's tag; a
+/// copy of a completion given again matches nothing.
 #[test]
 fn slot_receive_ring_across_rounds() {
     let Some(f) = fixture() else { return };
@@ -45,9 +45,13 @@ fn slot_receive_ring_across_rounds() {
     let mut tx = a.slot_ring(2, SIZE).unwrap();
     let mut rx = b.slot_ring(8, SIZE).unwrap();
     assert!(tx.is_for(&a) && !tx.is_for(&b) && rx.is_for(&b));
-    while let Some(slot) = rx.take() {
-        b.post_recv_slot(&mut rx, slot).unwrap();
+    // Each receive is tagged with the round it will take.
+    for round in 0..8u64 {
+        let slot = rx.take().expect("a free slot");
+        b.post_recv_slot(&mut rx, RecvRequest::new(slot).tag(round | 0x100))
+            .unwrap();
     }
+    assert!(rx.take().is_none());
     assert_eq!(rx.posted(), 8);
     for round in 0..200u64 {
         let mut slot = tx.take().expect("a send slot");
@@ -75,7 +79,7 @@ fn slot_receive_ring_across_rounds() {
             "receives complete in order"
         );
         assert_eq!(slot.len(), SIZE, "the length is what arrived");
-        assert_eq!(slot.tag(), 0, "a receive's slot has no tag");
+        assert_eq!(slot.tag(), round | 0x100, "with its receive's tag");
         assert_eq!(
             rx.bytes(&slot).unwrap(),
             &message(round)[..],
@@ -83,7 +87,8 @@ fn slot_receive_ring_across_rounds() {
         );
         assert!(rx.complete(&got[0]).is_none(), "a copy matches nothing");
         assert!(tx.complete(&got[0]).is_none(), "another ring's completion");
-        b.post_recv_slot(&mut rx, slot).unwrap();
+        b.post_recv_slot(&mut rx, RecvRequest::new(slot).tag((round + 8) | 0x100))
+            .unwrap();
     }
     assert_eq!((rx.posted(), tx.posted()), (8, 0));
     assert_no_completion(&mut cq_a, QUIET);
@@ -109,7 +114,7 @@ fn slot_rings_share_completion_queues_and_unsignaled_sends_return() {
     }
     for (p, (a, b, tx, rx)) in pairs.iter_mut().enumerate() {
         while let Some(slot) = rx.take() {
-            b.post_recv_slot(rx, slot).unwrap();
+            b.post_recv_slot(rx, RecvRequest::new(slot)).unwrap();
         }
         for m in 0..4u64 {
             let mut slot = tx.take().unwrap();
@@ -179,7 +184,7 @@ fn slot_the_post_that_takes_the_last_free_slot_is_signaled() {
     let mut tx = a.slot_ring(4, 16).unwrap();
     let mut rx = b.slot_ring(4, 16).unwrap();
     while let Some(slot) = rx.take() {
-        b.post_recv_slot(&mut rx, slot).unwrap();
+        b.post_recv_slot(&mut rx, RecvRequest::new(slot)).unwrap();
     }
     // A signaled send first: the run of unsignaled ones starts after it.
     let slot = tx.take().unwrap();
@@ -334,10 +339,14 @@ fn slot_refusals_give_the_slot_back() {
     };
 
     let slot = ring_a.take().unwrap();
-    let refused = b.post_recv_slot(&mut ring_a, slot).unwrap_err();
+    let refused = b
+        .post_recv_slot(&mut ring_a, RecvRequest::new(slot))
+        .unwrap_err();
     invalid(&refused, "another queue pair");
     let slot = refused.into_slot().unwrap();
-    let refused = b.post_recv_slot(&mut ring_b, slot).unwrap_err();
+    let refused = b
+        .post_recv_slot(&mut ring_b, RecvRequest::new(slot))
+        .unwrap_err();
     invalid(&refused, "another ring");
     let mut slot = refused.into_slot().unwrap();
     assert!(matches!(
@@ -405,7 +414,7 @@ fn slot_refusals_give_the_slot_back() {
         .unwrap_err();
     invalid(&refused, "UD");
     let refused = ud
-        .post_recv_slot(&mut ud_ring, refused.into_slot().unwrap())
+        .post_recv_slot(&mut ud_ring, RecvRequest::new(refused.into_slot().unwrap()))
         .unwrap_err();
     invalid(&refused, "GRH");
     ud_ring.put(refused.into_slot().unwrap()).unwrap();
@@ -417,7 +426,7 @@ fn slot_refusals_give_the_slot_back() {
     let capacity = b.caps().max_recv_wr;
     let mut full = None;
     while let Some(slot) = ring_b.take() {
-        if let Err(refused) = b.post_recv_slot(&mut ring_b, slot) {
+        if let Err(refused) = b.post_recv_slot(&mut ring_b, RecvRequest::new(slot)) {
             full = Some(refused);
             break;
         }
@@ -467,7 +476,7 @@ fn slot_ring_dropped_with_receives_posted() {
     );
     let mut rx = b.slot_ring(2, SIZE).unwrap();
     while let Some(slot) = rx.take() {
-        b.post_recv_slot(&mut rx, slot).unwrap();
+        b.post_recv_slot(&mut rx, RecvRequest::new(slot)).unwrap();
     }
     drop(rx);
     let mut tx = a.slot_ring(2, SIZE).unwrap();
@@ -505,7 +514,7 @@ fn slot_reset_then_a_new_receive_frees_the_discarded_ones() {
     let mut rx = b.slot_ring(4, SIZE).unwrap();
     for _ in 0..3 {
         let slot = rx.take().unwrap();
-        b.post_recv_slot(&mut rx, slot).unwrap();
+        b.post_recv_slot(&mut rx, RecvRequest::new(slot)).unwrap();
     }
     let b = b.into_reset().unwrap();
     let (mut a, mut b) = f.reconnect_rc(a, b, (100, 200));
@@ -513,7 +522,7 @@ fn slot_reset_then_a_new_receive_frees_the_discarded_ones() {
     assert_no_completion(&mut cq_b, QUIET);
     let slot = rx.take().unwrap();
     let index = slot.index();
-    b.post_recv_slot(&mut rx, slot).unwrap();
+    b.post_recv_slot(&mut rx, RecvRequest::new(slot)).unwrap();
     assert_eq!(rx.posted(), 4, "the discarded three and the new one");
     let mut tx = a.slot_ring(1, SIZE).unwrap();
     send_from_slot(&mut a, &mut tx, &mut cq_a, &message(2));
@@ -538,7 +547,7 @@ fn slot_reclaim_after_a_reset() {
     let mut ring = b.slot_ring(6, SIZE).unwrap();
     for _ in 0..4 {
         let slot = ring.take().unwrap();
-        b.post_recv_slot(&mut ring, slot).unwrap();
+        b.post_recv_slot(&mut ring, RecvRequest::new(slot)).unwrap();
     }
     let mut tx = a.slot_ring(1, SIZE).unwrap();
     send_from_slot(&mut a, &mut tx, &mut cq_a, &message(1));
@@ -578,7 +587,7 @@ fn slot_reclaim_after_a_reset() {
     assert_no_completion(&mut cq_b, QUIET);
     let slot = ring.take().unwrap();
     let index = slot.index();
-    b.post_recv_slot(&mut ring, slot).unwrap();
+    b.post_recv_slot(&mut ring, RecvRequest::new(slot)).unwrap();
     assert!(ring.complete(&early[0]).is_none(), "made before the reset");
     assert_eq!(ring.posted(), 1, "the new receive stays posted");
     send_from_slot(&mut a, &mut tx, &mut cq_a, &message(2));
@@ -607,7 +616,7 @@ fn slot_inline_sends() {
     let mut rx = b.slot_ring(2, limit + 8).unwrap();
     for len in [1, limit] {
         let slot = rx.take().unwrap();
-        b.post_recv_slot(&mut rx, slot).unwrap();
+        b.post_recv_slot(&mut rx, RecvRequest::new(slot)).unwrap();
         let data = pattern(len, 0x42);
         let mut slot = tx.take().unwrap();
         tx.fill(&mut slot, &data).unwrap();
@@ -653,7 +662,7 @@ fn slot_and_owned_requests_share_a_queue_pair() {
     for m in 0..4u64 {
         if m % 2 == 0 {
             let slot = rx.take().unwrap();
-            b.post_recv_slot(&mut rx, slot).unwrap();
+            b.post_recv_slot(&mut rx, RecvRequest::new(slot)).unwrap();
         } else {
             b.post_recv_buf(pool.take().unwrap(), m).unwrap();
         }
@@ -726,7 +735,7 @@ fn slot_receives_flushed_by_the_error_state_come_back() {
     );
     let mut rx = b.slot_ring(3, SIZE).unwrap();
     while let Some(slot) = rx.take() {
-        b.post_recv_slot(&mut rx, slot).unwrap();
+        b.post_recv_slot(&mut rx, RecvRequest::new(slot)).unwrap();
     }
     let b = b.into_error().expect("move to ERR");
     let flushed = wait_for(&mut cq_b, 3);
@@ -754,7 +763,7 @@ fn slot_completions_handed_over_out_of_order() {
     );
     let (mut tx, mut rx) = (a.slot_ring(2, SIZE).unwrap(), b.slot_ring(2, SIZE).unwrap());
     while let Some(slot) = rx.take() {
-        b.post_recv_slot(&mut rx, slot).unwrap();
+        b.post_recv_slot(&mut rx, RecvRequest::new(slot)).unwrap();
     }
     while let Some(mut slot) = tx.take() {
         let m = u64::from(slot.index());
@@ -791,7 +800,7 @@ fn slot_unsignaled_sends_are_signaled_often_enough() {
     );
     let mut rx = b.slot_ring(32, 16).unwrap();
     while let Some(slot) = rx.take() {
-        b.post_recv_slot(&mut rx, slot).unwrap();
+        b.post_recv_slot(&mut rx, RecvRequest::new(slot)).unwrap();
     }
     // No slot left free: every send is signaled.
     let mut small = a.slot_ring(4, 16).unwrap();
@@ -1006,7 +1015,7 @@ fn slot_ring_drops_and_destroyed_queue_pairs() {
 
     let mut kept = a.slot_ring(2, SIZE).unwrap();
     let slot = kept.take().unwrap();
-    a.post_recv_slot(&mut kept, slot).unwrap();
+    a.post_recv_slot(&mut kept, RecvRequest::new(slot)).unwrap();
     drop(kept);
     let scoped = a.scope(ScopeCqs::shared(&mut cq_a), |_| 7);
     assert!(
@@ -1030,7 +1039,7 @@ fn slot_ring_drops_and_destroyed_queue_pairs() {
         "{refused}"
     );
     let refused = c
-        .post_recv_slot(&mut orphan, refused.into_slot().unwrap())
+        .post_recv_slot(&mut orphan, RecvRequest::new(refused.into_slot().unwrap()))
         .unwrap_err();
     assert!(
         matches!(refused.error(), Error::InvalidArgument(_)),
@@ -1143,7 +1152,9 @@ fn slot_fill_posts_every_free_slot_in_batches() {
     );
     assert_eq!(big.posted(), filled);
     let slot = big.take().expect("a slot the fill left free");
-    let full = d.post_recv_slot(&mut big, slot).unwrap_err();
+    let full = d
+        .post_recv_slot(&mut big, RecvRequest::new(slot))
+        .unwrap_err();
     assert!(matches!(full.error(), Error::QueueFull { .. }), "{full}");
     big.put(full.into_slot().expect("the device never saw it"))
         .unwrap();
@@ -1192,7 +1203,7 @@ fn slot_ud_datagrams_keep_their_address_handles() {
         "{no_room}"
     );
     let slot = small.take().unwrap();
-    let slot = refused_with(b.post_recv_slot(&mut small, slot), "GRH");
+    let slot = refused_with(b.post_recv_slot(&mut small, RecvRequest::new(slot)), "GRH");
     small.put(slot).unwrap();
     assert_eq!(small.posted(), 0);
     let mut tx = a.slot_ring(4, SIZE).unwrap();

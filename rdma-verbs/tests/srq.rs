@@ -268,8 +268,23 @@ fn srq_slot_ring_feeds_two_queue_pairs_in_any_order() {
     let mut rx = srq.slot_ring(6, SLOT).unwrap();
     assert!(rx.is_for(&srq));
     assert_eq!((rx.slot_count(), rx.slot_size()), (6, SLOT));
+    // Each receive is tagged with a number of its own, which its slot must come back with,
+    // whatever order the completions come in.
+    let mut tags = ([0u64; 6], 1u64);
+    fn post(
+        srq: &mut SharedReceiveQueue,
+        rx: &mut SrqSlotRing,
+        slot: Slot,
+        (tags, next): &mut ([u64; 6], u64),
+    ) {
+        tags[slot.index() as usize] = *next;
+        srq.post_recv_slot(rx, RecvRequest::new(slot).tag(*next))
+            .unwrap();
+        *next += 1;
+    }
+    let tag_of = |tags: &([u64; 6], u64), slot: &Slot| tags.0[slot.index() as usize];
     while let Some(slot) = rx.take() {
-        srq.post_recv_slot(&mut rx, slot).unwrap();
+        post(&mut srq, &mut rx, slot, &mut tags);
     }
     assert_eq!(rx.posted(), 6);
     let (mut tx1, mut tx2) = (
@@ -305,9 +320,14 @@ fn srq_slot_ring_feeds_two_queue_pairs_in_any_order() {
             }
             let slot = rx.complete(wc).expect("a receive of the ring");
             assert_eq!(slot.len(), want.len());
+            assert_eq!(
+                slot.tag(),
+                tag_of(&tags, &slot),
+                "round {round}: its receive's tag"
+            );
             assert_eq!(rx.bytes(&slot).unwrap(), &want[..], "round {round}");
             assert!(rx.complete(wc).is_none(), "a copy of the completion");
-            srq.post_recv_slot(&mut rx, slot).unwrap();
+            post(&mut srq, &mut rx, slot, &mut tags);
         }
         if round % 4 == 2 {
             let (wc, want, from) = held.take().expect("a held completion");
@@ -318,7 +338,8 @@ fn srq_slot_ring_feeds_two_queue_pairs_in_any_order() {
                 &want[..],
                 "held from round {from}"
             );
-            srq.post_recv_slot(&mut rx, slot).unwrap();
+            assert_eq!(slot.tag(), tag_of(&tags, &slot), "held from round {from}");
+            post(&mut srq, &mut rx, slot, &mut tags);
         }
     }
     assert_eq!(rx.posted(), 6);
@@ -339,14 +360,18 @@ fn srq_slot_ring_feeds_two_queue_pairs_in_any_order() {
     let slot = rx.complete(&got[0]).expect("the last receive");
     assert_eq!(rx.bytes(&slot).unwrap(), &[7; 8]);
     // Slots of one ring are refused by the others, and come back.
-    let refused = a1.post_recv_slot(&mut tx1, slot).unwrap_err();
+    let refused = a1
+        .post_recv_slot(&mut tx1, RecvRequest::new(slot))
+        .unwrap_err();
     assert!(
         matches!(refused.error(), Error::InvalidArgument(_)),
         "{refused:?}"
     );
     let slot = refused.into_slot().expect("given back");
     let foreign = tx1.take().unwrap();
-    let refused = srq.post_recv_slot(&mut rx, foreign).unwrap_err();
+    let refused = srq
+        .post_recv_slot(&mut rx, RecvRequest::new(foreign))
+        .unwrap_err();
     assert!(
         matches!(refused.error(), Error::InvalidArgument(why) if why.contains("another ring")),
         "{refused:?}"
@@ -381,7 +406,9 @@ fn srq_slot_ring_refusals_and_a_ring_dropped_with_receives_posted() {
     }
 
     let slot = rx.take().unwrap();
-    let refused = other.post_recv_slot(&mut rx, slot).unwrap_err();
+    let refused = other
+        .post_recv_slot(&mut rx, RecvRequest::new(slot))
+        .unwrap_err();
     assert!(
         matches!(refused.error(), Error::InvalidArgument(why) if why.contains("another shared receive queue")),
         "{refused:?}"
@@ -393,7 +420,7 @@ fn srq_slot_ring_refusals_and_a_ring_dropped_with_receives_posted() {
     let mut posted = 0;
     loop {
         let slot = rx.take().expect("the SRQ took every slot of the ring");
-        match srq.post_recv_slot(&mut rx, slot) {
+        match srq.post_recv_slot(&mut rx, RecvRequest::new(slot)) {
             Ok(()) => posted += 1,
             Err(refused) => {
                 assert!(
@@ -469,7 +496,7 @@ fn srq_slot_ring_fill_in_batches() {
         let mut ring = probe.slot_ring(count, 8).unwrap();
         loop {
             let slot = ring.take().expect("the probe SRQ took every slot");
-            if let Err(refused) = probe.post_recv_slot(&mut ring, slot) {
+            if let Err(refused) = probe.post_recv_slot(&mut ring, RecvRequest::new(slot)) {
                 assert!(
                     matches!(refused.error(), Error::QueueFull { .. }),
                     "{refused:?}"
@@ -632,7 +659,7 @@ fn srq_destroyed_while_its_slot_ring_has_receives_posted() {
     let mut rx = srq.slot_ring(4, SLOT).unwrap();
     for _ in 0..2 {
         let slot = rx.take().unwrap();
-        srq.post_recv_slot(&mut rx, slot).unwrap();
+        srq.post_recv_slot(&mut rx, RecvRequest::new(slot)).unwrap();
     }
     let srq = match srq.close() {
         Err((srq, Error::Verb { .. })) => srq,

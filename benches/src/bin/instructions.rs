@@ -369,7 +369,7 @@ fn measured_post_srq_recv_slot(
     ring: &mut SrqSlotRing,
     slot: Slot,
 ) -> rdma_verbs::Result<()> {
-    srq.post_recv_slot(ring, slot)
+    srq.post_recv_slot(ring, RecvRequest::new(slot))
         .map_err(rdma_verbs::Error::from)
 }
 
@@ -449,7 +449,7 @@ fn measured_post_recv_slot(
     ring: &mut SlotRing,
     slot: Slot,
 ) -> rdma_verbs::Result<()> {
-    qp.post_recv_slot(ring, slot)
+    qp.post_recv_slot(ring, RecvRequest::new(slot))
         .map_err(rdma_verbs::Error::from)
 }
 

@@ -71,7 +71,8 @@ pub const MAX_SLOTS: u32 = 1 << 20;
 /// from a send.
 ///
 /// ```no_run
-/// # use rdma_verbs::{CompletionQueue, QueuePair, Rc, Rts, SendRequest, WorkCompletion};
+/// # use rdma_verbs::{CompletionQueue, QueuePair, Rc, RecvRequest, Rts, SendRequest};
+/// # use rdma_verbs::WorkCompletion;
 /// # fn demo(qp: &mut QueuePair<Rc, Rts>, cq: &mut CompletionQueue) -> rdma_verbs::Result<()> {
 /// let mut ring = qp.slot_ring(32, 4096)?;
 /// let mut out = ring.take().expect("a free slot"); // held out for a send
@@ -83,7 +84,7 @@ pub const MAX_SLOTS: u32 = 1 << 20;
 ///     let Some(slot) = ring.complete(wc) else { continue }; // not this ring's
 ///     if wc.is_success() && wc.is_recv() {
 ///         println!("{:?}", ring.bytes(&slot)?);
-///         qp.post_recv_slot(&mut ring, slot)?; // the slot read goes back to the device
+///         qp.post_recv_slot(&mut ring, RecvRequest::new(slot))?; // read: posted again
 ///     } else {
 ///         ring.put(slot)?; // the send's (tag 7), or a failed request's: free to take again
 ///     }
@@ -135,10 +136,10 @@ impl Slot {
         self.len as usize
     }
 
-    /// The tag of the send request that carried the slot
-    /// ([`SendRequest::tag`](crate::SendRequest::tag)), once its completion handed the slot
-    /// back; 0 for a slot taken from its ring, handed back by a receive's completion, or
-    /// returned by a refused post.
+    /// The tag of the request that carried the slot
+    /// ([`SendRequest::tag`](crate::SendRequest::tag), [`RecvRequest::tag`](crate::RecvRequest::tag)),
+    /// once its completion handed the slot back; 0 for a slot taken from its ring, posted by a
+    /// fill, or returned by a refused post.
     #[inline]
     pub fn tag(&self) -> u64 {
         self.tag

@@ -12,7 +12,7 @@ use crate::flags::SendFlags;
 use crate::mr::RemoteMemory;
 use crate::owned::check_room;
 use crate::qp::{CanPostRecv, QueuePair, Rts, Transport, may_have_posted};
-use crate::wr::{AtomicTarget, IntoMemory, Operation, SendOp, memory_sealed};
+use crate::wr::{AtomicTarget, IntoMemory, Operation, RecvMemory, SendOp, memory_sealed};
 use crate::wr::{Payload, RecvRequest, SendRequest};
 
 /// A slot post the queue pair did not take: the error, and the slot, which the device never
@@ -69,6 +69,20 @@ impl IntoMemory<'_, Slot> for Slot {
     }
 }
 impl AtomicTarget<'_, Slot> for Slot {}
+impl RecvMemory<'_, Slot> for Slot {
+    /// The slot's bytes (all of them) are named when the request is posted, from its ring.
+    #[inline]
+    fn into_recv_memory(self) -> (Payload<'static>, Slot) {
+        (Payload::None, self)
+    }
+}
+
+impl RecvRequest<'_, Slot> {
+    /// The slot, for a request that will not be posted.
+    pub fn into_slot(self) -> Slot {
+        self.into_parts().1
+    }
+}
 
 impl<K: Operation> SendRequest<'_, K, Slot> {
     /// The slot, for a request that will not be posted.
@@ -148,9 +162,18 @@ impl FillSlots for RecvFill<'_> {
 }
 
 impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
-    /// Posts a receive into `slot` (all of its [`slot_size`](SlotRing::slot_size) bytes): the
-    /// slot stays in `ring` until [`SlotRing::complete`] is given the receive's completion.
-    /// Allocates nothing.
+    /// Posts a receive into a slot (`RecvRequest::new(slot)`: all of its
+    /// [`slot_size`](SlotRing::slot_size) bytes): the slot stays in `ring` until
+    /// [`SlotRing::complete`] is given the receive's completion, which hands it back with the
+    /// request's [`tag`](RecvRequest::tag) ([`Slot::tag`]). Allocates nothing.
+    ///
+    /// ```no_run
+    /// # use rdma_verbs::{QueuePair, Rc, RecvRequest, Rts, SlotRing};
+    /// # fn demo(qp: &mut QueuePair<Rc, Rts>, ring: &mut SlotRing) -> rdma_verbs::Result<()> {
+    /// let slot = ring.take().expect("a free slot");
+    /// qp.post_recv_slot(ring, RecvRequest::new(slot).tag(3))?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
@@ -162,8 +185,9 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
     pub fn post_recv_slot(
         &mut self,
         ring: &mut SlotRing,
-        slot: Slot,
+        request: RecvRequest<'_, Slot>,
     ) -> std::result::Result<(), SlotRefused> {
+        let (tag, slot) = request.into_parts();
         if !ring.region.is_for(self.tables()) || slot.ring != ring.ring {
             let error = if slot.ring != ring.ring {
                 other_ring()
@@ -193,7 +217,7 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
         let payload = Payload::Slice(ring.raw_slice(slot.index, ring.region.size()));
         let posted = Posted {
             id,
-            tag: 0,
+            tag,
             index: slot.index,
             len: ring.region.size(),
         };

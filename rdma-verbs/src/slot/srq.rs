@@ -53,6 +53,8 @@ pub struct SrqSlotRing {
 struct SrqRecord {
     /// Per slot: the id of the receive it is posted under, or [`NO_ID`].
     ids: Box<[u64]>,
+    /// Per slot: the tag of the receive it is posted under (its completion's slot's tag).
+    tags: Box<[u64]>,
     /// Slots neither posted nor handed out (a stack: the last one back goes out first).
     free: Vec<u32>,
     /// How many slots are posted.
@@ -71,6 +73,7 @@ impl SrqRecord {
     fn new(count: u32) -> Self {
         Self {
             ids: vec![NO_ID; count as usize].into_boxed_slice(),
+            tags: vec![0; count as usize].into_boxed_slice(),
             free: (0..count).rev().collect(),
             posted: 0,
             step: u64::from(count.next_power_of_two()),
@@ -202,7 +205,7 @@ impl SrqSlotRing {
             ring: self.ring,
             index,
             len: received_len(wc, self.region.size()),
-            tag: 0,
+            tag: self.record.tags.get(index as usize).copied().unwrap_or(0),
         })
     }
 
@@ -300,7 +303,12 @@ impl FillSlots for SrqFill<'_> {
             .pop()
             .ok_or_else(|| Error::InvalidArgument("no free slot".into()))?;
         match self.record.post(index) {
-            Ok(id) => Ok((self.region.addr(index), id)),
+            Ok(id) => {
+                if let Some(tag) = self.record.tags.get_mut(index as usize) {
+                    *tag = 0;
+                }
+                Ok((self.region.addr(index), id))
+            }
             Err(error) => {
                 self.record.free.push(index);
                 Err(error)
@@ -379,10 +387,11 @@ impl SharedReceiveQueue {
         })
     }
 
-    /// Posts a receive into `slot` (all of its [`slot_size`](SrqSlotRing::slot_size) bytes):
-    /// the slot stays in `ring` until [`SrqSlotRing::complete`] is given the receive's
-    /// completion, from the completion queue of the queue pair that consumes it. Allocates
-    /// nothing. (On a UD queue pair the 40-byte GRH comes first: a slot too small for it fails
+    /// Posts a receive into a slot (`RecvRequest::new(slot)`: all of its
+    /// [`slot_size`](SrqSlotRing::slot_size) bytes): the slot stays in `ring` until
+    /// [`SrqSlotRing::complete`] is given the receive's completion, from the completion queue
+    /// of the queue pair that consumes it, which hands it back with the request's
+    /// [`tag`](RecvRequest::tag). Allocates nothing. (On a UD queue pair the 40-byte GRH comes first: a slot too small for it fails
     /// its receive.)
     ///
     /// # Errors
@@ -395,8 +404,9 @@ impl SharedReceiveQueue {
     pub fn post_recv_slot(
         &mut self,
         ring: &mut SrqSlotRing,
-        slot: Slot,
+        request: RecvRequest<'_, Slot>,
     ) -> std::result::Result<(), SlotRefused> {
+        let (tag, slot) = request.into_parts();
         let checked = if !ring.region.is_for(&self.inner.table) {
             Err(other_srq())
         } else if slot.ring != ring.ring {
@@ -413,6 +423,9 @@ impl SharedReceiveQueue {
                 });
             }
         };
+        if let Some(kept) = ring.record.tags.get_mut(slot.index as usize) {
+            *kept = tag;
+        }
         let size = ring.region.size();
         let payload = Payload::Slice(crate::mr::MrSlice::from_raw_parts(
             ring.region.addr(slot.index),

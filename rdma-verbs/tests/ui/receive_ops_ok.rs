@@ -1,11 +1,12 @@
 // The control of the receive cases: borrowed receives in a list, owned receives (a buffer, a
-// range, both, none) posted alone and pushed to an owned list.
+// range, both, none) posted alone and pushed to an owned list, a slot's receive posted with
+// its tag.
 
 use std::sync::Arc;
 
 use rdma_verbs::{
     BufferPool, MemoryRegion, OwnedRecvList, PostRefused, QueuePair, Rc, RecvList, RecvRequest,
-    RegionRange, Result, Rts,
+    RegionRange, Result, Rts, SlotRefused, SlotRing,
 };
 
 fn borrowed(mr: &MemoryRegion) -> Result<()> {
@@ -30,6 +31,13 @@ fn owned(
     Ok(())
 }
 
+fn slot(qp: &mut QueuePair<Rc, Rts>, ring: &mut SlotRing) -> std::result::Result<(), SlotRefused> {
+    let slot = ring.take().expect("a free slot");
+    qp.post_recv_slot(ring, RecvRequest::new(slot).tag(7))?;
+    let unposted = RecvRequest::new(ring.take().expect("a free slot")).tag(8);
+    ring.put(unposted.into_slot())
+}
+
 fn main() {
-    let _ = (borrowed, owned);
+    let _ = (borrowed, owned, slot);
 }
