@@ -7,6 +7,8 @@
 //! - `atomic_counter` (fetch-and-add on a counter, compare-and-swap on a lock): the client
 //!   checks every old value, the server the final counter and lock; a counter that does not
 //!   start where the client expects fails on the first old value.
+//! - `start_here` (the program of `docs/start-here.md`, one process): messages back and forth
+//!   between two connected queue pairs from slot rings, every echo checked.
 
 mod common;
 
@@ -233,4 +235,38 @@ fn ud_loopback(device: &TestDevice, extra: &[&str]) -> Output {
         .spawn()
         .expect("spawn ud_loopback");
     finish(child, "ud_loopback")
+}
+
+/// `start_here`, the program `docs/start-here.md` shows: 50 messages of 300 bytes each way
+/// between two connected queue pairs on one completion queue, sent from and received into slot
+/// rings; the program checks every byte of every echo (a wrong one exits 1), and prints one
+/// line per round. A device that does not exist is one line on stderr and exit status 1.
+#[test]
+fn start_here_sends_and_echoes_every_message() {
+    let Some(device) = rdma_test_support::device() else {
+        return;
+    };
+    let out = start_here(&["-d", &device.name, "-n", "50", "-s", "300"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}\n{stdout}", text(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    let expected: Vec<String> = (0..50)
+        .map(|n| format!("round {n}: 300 bytes there and back"))
+        .collect();
+    assert_eq!(lines, expected);
+    let out = start_here(&["-d", "nosuchdev9"]);
+    let line = one_error_line(&out, "no such device");
+    assert!(line.starts_with("start_here: "), "{line}");
+    assert!(line.contains("nosuchdev9"), "{line}");
+}
+
+fn start_here(args: &[&str]) -> Output {
+    let child = Command::new(env!("CARGO_BIN_EXE_start_here"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn start_here");
+    finish(child, "start_here")
 }

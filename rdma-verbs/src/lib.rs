@@ -45,7 +45,8 @@
 //!   completion: buffers that move between queue pairs, many queue pairs on one completion
 //!   queue routed for the caller, doorbell-batched [`OwnedSendList`]s; and
 //!   [`QueuePair::scope`], in which memory stays borrowed until its completion is reaped. Every
-//!   path builds its requests with [`SendRequest`] and [`RecvRequest`]. Why each is sound:
+//!   path builds its requests with [`SendRequest`] and [`RecvRequest`]. Which to pick, with a
+//!   complete program: the repository's `docs/start-here.md`. Why each is sound:
 //!   [`docs::safety`]; how the paths work: [`docs::data_path`]; the state types:
 //!   [`docs::typestate`]; where each verb lives: [`docs::modules`].
 //! - Polling fills a caller's array; nothing allocates on the data path.

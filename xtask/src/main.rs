@@ -20,6 +20,8 @@
 mod bindgen;
 mod ci;
 mod coverage;
+#[cfg(test)]
+mod docs_pages;
 mod harness;
 mod modules;
 mod setup;
