@@ -62,8 +62,8 @@ fn run(args: &Args) -> Result<(), Error> {
     let mut cq = context.create_cq(64)?;
     let a = pd.qp_builder::<Rc>(&cq, &cq).build()?;
     let b = pd.qp_builder::<Rc>(&cq, &cq).build()?;
-    let (mut a, mut b) =
-        QueuePair::connect_loopback(a, b, 1, gid.index as u8, AccessFlags::empty())?;
+    let gid_index = u8::try_from(gid.index)?;
+    let (mut a, mut b) = QueuePair::connect_loopback(a, b, 1, gid_index, AccessFlags::empty())?;
 
     // Each queue pair's own slots: a ring of receives, posted into every slot (32 per
     // doorbell), and a ring to send from.

@@ -1,5 +1,6 @@
 //! `ud_loopback`: unreliable datagrams between two queue pairs of one process, through the
-//! device, in safe code only (the owned-buffer path of `rdma-verbs`), and what the Q_Key does.
+//! device, in safe code only (slot rings, the default data path of `rdma-verbs`), and what the
+//! Q_Key does.
 //!
 //! The receiver's queue pair has Q_Key `--qkey`. The sender sends `-n` datagrams carrying that
 //! key, each received with the 40-byte GRH in front and checked byte for byte, then one
@@ -16,11 +17,10 @@
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use rdma_examples::connect;
 use rdma_examples::pingpong::{self, Options};
 use rdma_verbs::{
-    AddressVector, BufferPool, GRH_LEN, QueuePair, SendRequest, SqPsnRtsAttr, Ud, UdInitAttr,
-    UdRtrAttr,
+    AddressVector, CompletionQueue, GRH_LEN, QueuePair, RecvRequest, SendRequest, SqPsnRtsAttr, Ud,
+    UdInitAttr, UdRtrAttr, WorkCompletion,
 };
 
 const PROGRAM: &str = "ud_loopback";
@@ -124,37 +124,48 @@ fn run(args: &Args) -> Result<(), String> {
         args.qkey
     );
 
-    let pool = BufferPool::new(&setup.pd, 4, GRH_LEN + args.size)
-        .map_err(|e| format!("couldn't register the buffers: {e}"))?;
-    let take = || pool.take().ok_or_else(|| "no buffer free".to_string());
+    // Each queue pair's own slots: the receiver's take the GRH and the datagram, the sender's
+    // the datagram.
+    let slots = |qp: &QueuePair<Ud, rdma_verbs::Rts>, size: usize| {
+        qp.slot_ring(2, size)
+            .map_err(|e| format!("couldn't register the slots: {e}"))
+    };
+    let (mut rx, mut tx) = (
+        slots(&receiver, GRH_LEN + args.size)?,
+        slots(&sender, args.size)?,
+    );
     let started = Instant::now();
     for round in 0..args.iters {
+        let slot = rx.take().ok_or("no receive slot free")?;
         receiver
-            .post_recv_buf(take()?, round)
+            .post_recv_slot(&mut rx, RecvRequest::new(slot).tag(round))
             .map_err(|e| format!("couldn't post receive: {e}"))?;
-        let mut out = take()?;
-        out.set_len(args.size).map_err(|e| e.to_string())?;
-        out.iter_mut()
-            .enumerate()
-            .for_each(|(i, b)| *b = byte(round, i));
+        let mut out = tx.take().ok_or("no send slot free")?;
+        let bytes = tx.bytes_mut(&mut out).map_err(|e| e.to_string())?;
+        for (i, b) in bytes[..args.size].iter_mut().enumerate() {
+            *b = byte(round, i);
+        }
+        out.set_len(args.size);
         sender
-            .post_send_owned(
+            .post_send_slot(
+                &mut tx,
                 SendRequest::send(out)
                     .to(&ah, receiver.qp_num(), args.qkey)
                     .tag(round),
             )
             .map_err(|e| format!("couldn't post send: {e}"))?;
-        drop(connect::next_completion(&mut send_cq, timeout)?);
-        let mut got = connect::next_completion(&mut setup.cq, timeout)?;
-        if got.wc().src_qp() != sender.qp_num() {
-            return Err(format!(
-                "datagram {round} from QPN {:#x}",
-                got.wc().src_qp()
-            ));
+        let sent = next(&mut send_cq, timeout)?;
+        let out = tx.complete(&sent).ok_or("a send completion of no slot")?;
+        tx.put(out).map_err(|e| e.to_string())?;
+        let got = next(&mut setup.cq, timeout)?;
+        if got.src_qp() != sender.qp_num() {
+            return Err(format!("datagram {round} from QPN {:#x}", got.src_qp()));
         }
-        let data = got
-            .take_buf()
-            .ok_or("the receive's buffer did not come back")?;
+        let slot = rx.complete(&got).ok_or("a receive completion of no slot")?;
+        if slot.tag() != round {
+            return Err(format!("datagram {round} took receive {}", slot.tag()));
+        }
+        let data = rx.bytes(&slot).map_err(|e| e.to_string())?;
         if data.len() != GRH_LEN + args.size {
             return Err(format!("datagram {round}: {} bytes", data.len()));
         }
@@ -165,6 +176,7 @@ fn run(args: &Args) -> Result<(), String> {
                 byte(round, i)
             ));
         }
+        rx.put(slot).map_err(|e| e.to_string())?;
     }
     let elapsed = started.elapsed();
     println!(
@@ -175,33 +187,49 @@ fn run(args: &Args) -> Result<(), String> {
     );
 
     // Another Q_Key: the send completes, the receiver's queue pair drops the datagram.
+    let slot = rx.take().ok_or("no receive slot free")?;
     receiver
-        .post_recv_buf(take()?, u64::MAX)
+        .post_recv_slot(&mut rx, RecvRequest::new(slot).tag(u64::MAX))
         .map_err(|e| format!("couldn't post receive: {e}"))?;
     let wrong = args.qkey ^ 0x5a5a_5a5a;
-    let mut out = take()?;
-    out.set_len(args.size).map_err(|e| e.to_string())?;
+    let mut out = tx.take().ok_or("no send slot free")?;
+    out.set_len(args.size);
     sender
-        .post_send_owned(SendRequest::send(out).to(&ah, receiver.qp_num(), wrong))
+        .post_send_slot(
+            &mut tx,
+            SendRequest::send(out).to(&ah, receiver.qp_num(), wrong),
+        )
         .map_err(|e| format!("couldn't post send: {e}"))?;
-    drop(connect::next_completion(&mut send_cq, timeout)?);
+    let sent = next(&mut send_cq, timeout)?;
+    let out = tx.complete(&sent).ok_or("a send completion of no slot")?;
+    tx.put(out).map_err(|e| e.to_string())?;
     // Give the datagram ample time to arrive if it were accepted.
-    let quiet = Instant::now() + Duration::from_millis(500);
-    while Instant::now() < quiet {
-        let mut unexpected = None;
-        setup
-            .cq
-            .poll_each(1, |c| unexpected = Some(format!("{:?}", c.wc())))
-            .map_err(|e| format!("poll CQ failed: {e}"))?;
-        if let Some(wc) = unexpected {
-            return Err(format!(
-                "a datagram with Q_Key {wrong:#010x} was received: {wc}"
-            ));
-        }
+    let mut wcs = [WorkCompletion::default(); 1];
+    let unexpected = setup
+        .cq
+        .poll_for(&mut wcs, 1, Duration::from_millis(500))
+        .map_err(|e| format!("poll CQ failed: {e}"))?;
+    if let [wc] = unexpected {
+        return Err(format!(
+            "a datagram with Q_Key {wrong:#010x} was received: {wc:?}"
+        ));
     }
     println!(
         "a datagram with Q_Key 0x{wrong:08x} was dropped; {} receive still posted",
-        receiver.owned_in_flight()
+        rx.posted()
     );
     Ok(())
+}
+
+/// The next completion of `cq`, a success, within `timeout`.
+fn next(cq: &mut CompletionQueue, timeout: Duration) -> Result<WorkCompletion, String> {
+    let mut wcs = [WorkCompletion::default(); 1];
+    match cq
+        .poll_for(&mut wcs, 1, timeout)
+        .map_err(|e| format!("poll CQ failed: {e}"))?
+    {
+        [wc] if wc.is_success() => Ok(*wc),
+        [wc] => Err(format!("a request failed: {}", wc.status())),
+        _ => Err(format!("no completion in {} s", timeout.as_secs())),
+    }
 }

@@ -138,8 +138,8 @@ impl Slot {
 
     /// The tag of the request that carried the slot
     /// ([`SendRequest::tag`](crate::SendRequest::tag), [`RecvRequest::tag`](crate::RecvRequest::tag)),
-    /// once its completion handed the slot back; 0 for a slot taken from its ring, posted by a
-    /// fill, or returned by a refused post.
+    /// once its completion handed the slot back (0 for a receive a fill posted). A slot taken
+    /// from its ring has tag 0; one a refused post gives back has 0 or the tag it had.
     #[inline]
     pub fn tag(&self) -> u64 {
         self.tag

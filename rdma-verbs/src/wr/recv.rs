@@ -23,7 +23,10 @@ use crate::mr::MrSlice;
 ///   ([`and_range`](Self::and_range)), posted safely by
 ///   [`QueuePair::post_recv_owned`](crate::QueuePair::post_recv_owned) (or an SRQ's, or an
 ///   [`OwnedRecvList`](crate::OwnedRecvList)), which move the memory into the queue until the
-///   completion hands it back.
+///   completion hands it back;
+/// - [`Slot`](crate::Slot): a slot of a slot ring (all its bytes), posted by
+///   [`QueuePair::post_recv_slot`](crate::QueuePair::post_recv_slot) (or an SRQ's), whose
+///   completion hands the slot back with the request's tag ([`Slot::tag`](crate::Slot::tag)).
 ///
 /// ```no_run
 /// # use rdma_verbs::{BufferPool, MemoryRegion, QueuePair, Rc, RecvRequest, Rts};
@@ -70,7 +73,8 @@ impl<M: fmt::Debug> fmt::Debug for RecvRequest<'_, M> {
 /// What [`RecvRequest::new`] takes as the memory a message lands in, for a request of memory
 /// model `M`: a [`MrSlice`], a slice of [`Sge`]s or a [`Payload`] for [`Borrowed`]; a
 /// [`Buf`](crate::Buf) or a [`RegionRange`](crate::RegionRange) for
-/// [`Owned`](crate::Owned). Sealed. (Bytes of no region are no receive's memory.)
+/// [`Owned`](crate::Owned); a [`Slot`](crate::Slot) for the slot model. Sealed. (Bytes of no
+/// region are no receive's memory.)
 pub trait RecvMemory<'a, M>: memory_sealed::Sealed {
     /// The payload the request names now, and what its model keeps.
     #[doc(hidden)]
@@ -116,7 +120,8 @@ impl<'a, M> RecvRequest<'a, M> {
     /// A tag for the request, which its completion gives back (its `wr_id`,
     /// [`WorkCompletion::wr_id`](crate::WorkCompletion::wr_id) of a [`Borrowed`] request, whose
     /// post refuses a tag with the top bit set, which the safe paths' ids use;
-    /// [`Completion::tag`](crate::Completion::tag) of an owned one, which may be any value).
+    /// [`Completion::tag`](crate::Completion::tag) of an owned one and
+    /// [`Slot::tag`](crate::Slot::tag) of a slot's, which may be any value).
     /// 0 unless set.
     #[inline]
     pub fn tag(mut self, tag: u64) -> Self {
