@@ -4,7 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use rdma_verbs::{AccessFlags, Completion, CompletionQueue, ConnectedInitAttr, QueuePair, Rc, Rts};
+use rdma_verbs::{
+    AccessFlags, Completion, CompletionQueue, ConnectedInitAttr, QueuePair, Rc, Rts, WorkCompletion,
+};
 
 /// The queue pair [`connect_shaped`] makes: its queue sizes, its inline size, and whether its
 /// receives complete on a queue of their own.
@@ -162,6 +164,20 @@ pub fn connect_shaped(
         link,
         recv_cq,
     })
+}
+
+/// Polls the next completion from `cq` (the slot path's: the caller hands it to its ring).
+/// Fails on an error completion, on a polling error, and after `timeout`.
+pub fn next_wc(cq: &mut CompletionQueue, timeout: Duration) -> Result<WorkCompletion, String> {
+    let mut wcs = [WorkCompletion::default(); 1];
+    match cq
+        .poll_for(&mut wcs, 1, timeout)
+        .map_err(|e| format!("poll CQ failed: {e}"))?
+    {
+        [wc] if wc.is_success() => Ok(*wc),
+        [wc] => Err(format!("a request failed: {}", wc.status())),
+        _ => Err(format!("no completion within {} s", timeout.as_secs())),
+    }
 }
 
 /// Reaps the next completion from `cq` with `poll_each`. Fails on an error completion, on a

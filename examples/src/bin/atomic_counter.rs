@@ -1,5 +1,5 @@
 //! `atomic_counter`: a counter and a lock in another process's memory, driven with RDMA atomics
-//! in safe code only (the owned-buffer path of `rdma-verbs`).
+//! in safe code only (slot rings, the default data path of `rdma-verbs`).
 //!
 //! The server registers two 8-byte words that its peer may update atomically: a counter
 //! (starting at `--start`) and a lock (0, free). The client takes the lock with a
@@ -23,7 +23,7 @@ use rdma_examples::connect::{self, PairArgs};
 use rdma_examples::exchange::PeerEnd;
 use rdma_examples::pingpong;
 use rdma_verbs::{
-    AccessFlags, AtomicOp, BufferPool, Owned, QueuePair, Rc, RemoteMemory, Rts, SendRequest,
+    AccessFlags, AtomicOp, QueuePair, Rc, RemoteMemory, Rts, SendRequest, Slot, SlotRing,
 };
 
 const PROGRAM: &str = "atomic_counter";
@@ -61,19 +61,21 @@ fn run(args: &Args) -> Result<(), String> {
             let words = pair.link.recv_remote()?;
             let counter = words.slice(COUNTER, 8).map_err(|e| e.to_string())?;
             let lock = words.slice(LOCK, 8).map_err(|e| e.to_string())?;
-            let pool = BufferPool::new(&pair.setup.pd, 2, 8)
-                .map_err(|e| format!("couldn't register the result buffers: {e}"))?;
-            let mut atomic =
-                |request: SendRequest<'static, AtomicOp, Owned<'static>>| -> Result<u64, String> {
-                    one_atomic(&mut pair.qp, &mut pair.setup.cq, request, timeout)
-                };
+            // The queue pair's own 8-byte slots, into which each atomic's old value lands.
+            let mut ring = pair
+                .qp
+                .slot_ring(2, 8)
+                .map_err(|e| format!("couldn't register the result slots: {e}"))?;
+            let mut atomic = |make: &dyn Fn(Slot) -> SendRequest<'static, AtomicOp, Slot>| {
+                one_atomic(&mut pair.qp, &mut ring, &mut pair.setup.cq, make, timeout)
+            };
 
-            let old = atomic(SendRequest::compare_swap(take(&pool)?, lock, 0, 1))?;
+            let old = atomic(&|slot| SendRequest::compare_swap(slot, lock, 0, 1))?;
             if old != 0 {
                 return Err(format!("the lock was taken (it holds {old})"));
             }
             for i in 0..args.iters {
-                let old = atomic(SendRequest::fetch_add(take(&pool)?, counter, 1))?;
+                let old = atomic(&|slot| SendRequest::fetch_add(slot, counter, 1))?;
                 let expected = args.start.wrapping_add(i);
                 if old != expected {
                     return Err(format!(
@@ -83,13 +85,13 @@ fn run(args: &Args) -> Result<(), String> {
                 }
             }
             // The lock is ours: a second taker's compare fails, and the word stays 1.
-            let old = atomic(SendRequest::compare_swap(take(&pool)?, lock, 0, 2))?;
+            let old = atomic(&|slot| SendRequest::compare_swap(slot, lock, 0, 2))?;
             if old != 1 {
                 return Err(format!(
                     "a second CMP_AND_SWP on the taken lock returned {old}"
                 ));
             }
-            let old = atomic(SendRequest::compare_swap(take(&pool)?, lock, 1, 0))?;
+            let old = atomic(&|slot| SendRequest::compare_swap(slot, lock, 1, 0))?;
             if old != 1 {
                 return Err(format!("releasing the lock found {old}, expected 1"));
             }
@@ -134,28 +136,27 @@ fn run(args: &Args) -> Result<(), String> {
     }
 }
 
-/// A result buffer from `pool`.
-fn take(pool: &BufferPool) -> Result<rdma_verbs::Buf, String> {
-    pool.take()
-        .ok_or_else(|| "no result buffer free".to_string())
-}
-
-/// Posts one atomic and returns the old value it found, from the result buffer its completion
-/// hands back.
+/// Posts the atomic `make` builds on a free slot of `ring` and returns the old value it found,
+/// from the slot its completion hands back (which goes back to the ring).
 fn one_atomic(
     qp: &mut QueuePair<Rc, Rts>,
+    ring: &mut SlotRing,
     cq: &mut rdma_verbs::CompletionQueue,
-    request: SendRequest<'static, AtomicOp, Owned<'static>>,
+    make: &dyn Fn(Slot) -> SendRequest<'static, AtomicOp, Slot>,
     timeout: std::time::Duration,
 ) -> Result<u64, String> {
-    qp.post_send_owned(request)
+    let slot = ring.take().ok_or("no result slot free")?;
+    qp.post_send_slot(ring, make(slot))
         .map_err(|e| format!("couldn't post the atomic: {e}"))?;
-    let mut done = connect::next_completion(cq, timeout)?;
-    let result = done
-        .take_buf()
-        .ok_or("the result buffer did not come back")?;
-    let bytes: [u8; 8] = result[..8]
+    let done = connect::next_wc(cq, timeout)?;
+    let result = ring
+        .complete(&done)
+        .ok_or("the result slot did not come back")?;
+    let bytes: [u8; 8] = ring
+        .bytes(&result)
+        .map_err(|e| e.to_string())?
         .try_into()
         .map_err(|_| "a short result".to_string())?;
+    ring.put(result).map_err(|e| e.to_string())?;
     Ok(u64::from_ne_bytes(bytes))
 }

@@ -1,5 +1,5 @@
-//! `rdma_rw`: RDMA WRITE and RDMA READ between two processes, in safe code only (the
-//! owned-buffer path of `rdma-verbs`).
+//! `rdma_rw`: RDMA WRITE and RDMA READ between two processes, in safe code only (slot rings,
+//! the default data path of `rdma-verbs`).
 //!
 //! The server registers `-s` bytes that the client may write and read, fills their second half
 //! with its pattern, and sends the region's address, length and key over the TCP connection of
@@ -21,7 +21,7 @@ use clap::Parser;
 use rdma_examples::connect::{self, PairArgs};
 use rdma_examples::exchange::PeerEnd;
 use rdma_examples::pingpong;
-use rdma_verbs::{AccessFlags, BufferPool, MemoryRegion, SendRequest, WcOpcode};
+use rdma_verbs::{AccessFlags, MemoryRegion, SendRequest, WcOpcode};
 
 const PROGRAM: &str = "rdma_rw";
 
@@ -96,14 +96,17 @@ fn run(args: &Args) -> Result<(), String> {
                     region.len, args.size
                 ));
             }
-            // Both buffers come from one pool registered for this purpose.
-            let pool = BufferPool::new(&pair.setup.pd, 2, args.size - half)
-                .map_err(|e| format!("couldn't register the buffers: {e}"))?;
-            let mut out = pool.take().ok_or("no buffer")?;
-            out.set_len(half).map_err(|e| e.to_string())?;
-            out.iter_mut()
-                .enumerate()
-                .for_each(|(i, b)| *b = client_byte(args.seed, i));
+            // Two slots of the queue pair's own: one to write from, one to read into.
+            let mut ring = pair
+                .qp
+                .slot_ring(2, args.size - half)
+                .map_err(|e| format!("couldn't register the slots: {e}"))?;
+            let mut out = ring.take().ok_or("no free slot")?;
+            let bytes = ring.bytes_mut(&mut out).map_err(|e| e.to_string())?;
+            for (i, b) in bytes[..half].iter_mut().enumerate() {
+                *b = client_byte(args.seed, i);
+            }
+            out.set_len(half);
             let first = region.slice(0, half as u32).map_err(|e| e.to_string())?;
             let second = region
                 .slice(half as u32, (args.size - half) as u32)
@@ -112,26 +115,31 @@ fn run(args: &Args) -> Result<(), String> {
             // The send queue completes in order: the READ's completion also tells that the
             // (unsignaled) WRITE is done.
             pair.qp
-                .post_send_owned(SendRequest::write(out, first).tag(1).unsignaled())
+                .post_send_slot(
+                    &mut ring,
+                    SendRequest::write(out, first).tag(1).unsignaled(),
+                )
                 .map_err(|e| format!("couldn't post the RDMA WRITE: {e}"))?;
-            let back = pool.take().ok_or("no buffer")?;
+            let back = ring.take().ok_or("no free slot")?;
             pair.qp
-                .post_send_owned(SendRequest::read(back, second).tag(2))
+                .post_send_slot(&mut ring, SendRequest::read(back, second).tag(2))
                 .map_err(|e| format!("couldn't post the RDMA READ: {e}"))?;
-            let mut done = connect::next_completion(&mut pair.setup.cq, timeout)?;
+            let done = connect::next_wc(&mut pair.setup.cq, timeout)?;
             let elapsed = started.elapsed();
-            if done.wc().opcode() != WcOpcode::RdmaRead {
-                return Err(format!("unexpected completion {:?}", done.wc()));
+            if done.opcode() != WcOpcode::RdmaRead {
+                return Err(format!("unexpected completion {done:?}"));
             }
-            let read = done
-                .take_buf()
-                .ok_or("the READ's buffer did not come back")?;
+            // The READ's slot, with what it read (the WRITE's slot is free again with it).
+            let read = ring
+                .complete(&done)
+                .ok_or("the READ's slot did not come back")?;
+            let read = ring.bytes(&read).map_err(|e| e.to_string())?;
             // Both requests are done: the server may now look at what was written (before
             // this side checks what it read, so that each side reports its own check).
             if pair.link.finish(timeout)? == PeerEnd::Closed {
                 return Err("the server closed the connection before the end".into());
             }
-            check("the RDMA READ", &read, |i| server_byte(args.seed, i))?;
+            check("the RDMA READ", read, |i| server_byte(args.seed, i))?;
             println!(
                 "{} bytes written and {} bytes read in {:.1} us",
                 half,

@@ -17,10 +17,11 @@
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use rdma_examples::connect;
 use rdma_examples::pingpong::{self, Options};
 use rdma_verbs::{
-    AddressVector, CompletionQueue, GRH_LEN, QueuePair, RecvRequest, SendRequest, SqPsnRtsAttr, Ud,
-    UdInitAttr, UdRtrAttr, WorkCompletion,
+    AddressVector, GRH_LEN, QueuePair, RecvRequest, SendRequest, SqPsnRtsAttr, Ud, UdInitAttr,
+    UdRtrAttr, WorkCompletion,
 };
 
 const PROGRAM: &str = "ud_loopback";
@@ -154,10 +155,10 @@ fn run(args: &Args) -> Result<(), String> {
                     .tag(round),
             )
             .map_err(|e| format!("couldn't post send: {e}"))?;
-        let sent = next(&mut send_cq, timeout)?;
+        let sent = connect::next_wc(&mut send_cq, timeout)?;
         let out = tx.complete(&sent).ok_or("a send completion of no slot")?;
         tx.put(out).map_err(|e| e.to_string())?;
-        let got = next(&mut setup.cq, timeout)?;
+        let got = connect::next_wc(&mut setup.cq, timeout)?;
         if got.src_qp() != sender.qp_num() {
             return Err(format!("datagram {round} from QPN {:#x}", got.src_qp()));
         }
@@ -200,7 +201,7 @@ fn run(args: &Args) -> Result<(), String> {
             SendRequest::send(out).to(&ah, receiver.qp_num(), wrong),
         )
         .map_err(|e| format!("couldn't post send: {e}"))?;
-    let sent = next(&mut send_cq, timeout)?;
+    let sent = connect::next_wc(&mut send_cq, timeout)?;
     let out = tx.complete(&sent).ok_or("a send completion of no slot")?;
     tx.put(out).map_err(|e| e.to_string())?;
     // Give the datagram ample time to arrive if it were accepted.
@@ -219,17 +220,4 @@ fn run(args: &Args) -> Result<(), String> {
         rx.posted()
     );
     Ok(())
-}
-
-/// The next completion of `cq`, a success, within `timeout`.
-fn next(cq: &mut CompletionQueue, timeout: Duration) -> Result<WorkCompletion, String> {
-    let mut wcs = [WorkCompletion::default(); 1];
-    match cq
-        .poll_for(&mut wcs, 1, timeout)
-        .map_err(|e| format!("poll CQ failed: {e}"))?
-    {
-        [wc] if wc.is_success() => Ok(*wc),
-        [wc] => Err(format!("a request failed: {}", wc.status())),
-        _ => Err(format!("no completion in {} s", timeout.as_secs())),
-    }
 }
