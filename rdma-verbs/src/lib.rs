@@ -86,6 +86,11 @@
 
 pub use rdma_verbs_sys as ffi;
 
+// The README's code blocks are compiled with the doc tests (its quick start).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 mod ah;
 mod async_event;
 mod buf;
