@@ -10,8 +10,7 @@
 
 use std::fmt;
 
-use super::post::longer_than_remote;
-use super::{Posted, Slot, SlotRefused, SlotRing, other_qp};
+use super::{Slot, SlotRefused, SlotRing, other_qp};
 use crate::error::{Error, Result};
 use crate::flags::SendFlags;
 use crate::owned::{Chain, posted_before, run_after, with_chain};
@@ -168,15 +167,7 @@ impl<T: Transport> QueuePair<T, Rts> {
             return Err(other_qp());
         }
         for (n, (request, slot)) in list.items.iter().enumerate() {
-            let checked = ring
-                .check(slot)
-                .and_then(|len| match request.rdma_remote() {
-                    Some(remote) if len as u64 > u64::from(remote.len) => {
-                        Err(longer_than_remote(len as u32, &remote))
-                    }
-                    _ => Ok(()),
-                });
-            if let Err(error) = checked {
+            if let Err(error) = ring.check_send(request, slot) {
                 return Err(Error::InvalidArgument(format!("request {n}: {error}")));
             }
         }
@@ -190,28 +181,13 @@ impl<T: Transport> QueuePair<T, Rts> {
         let mut run = start;
         let mut recorded = Ok(());
         for (n, (request, slot)) in items.iter().enumerate() {
-            let id = match ring.send_ids.next() {
-                Ok(id) => id.get(),
+            let id = match ring.record_send(request, slot, T::DATAGRAM) {
+                Ok(id) => id,
                 Err(error) => {
                     recorded = Err(error);
                     break;
                 }
             };
-            let posted = Posted {
-                id,
-                tag: request.wr_id(),
-                index: slot.index,
-                len: slot.len,
-            };
-            if !ring.record.push(false, posted) {
-                recorded = Err(super::post::record_full());
-                break;
-            }
-            if T::DATAGRAM {
-                if let Some(ah) = request.dest_ah() {
-                    ring.record.keep_dest(slot.index, ah);
-                }
-            }
             let asks = request.flags().contains(SendFlags::SIGNALED)
                 || (n == last && ring.record.free_is_empty());
             run = next_run(run, asks, every);

@@ -13,7 +13,7 @@ use crate::mr::RemoteMemory;
 use crate::owned::check_room;
 use crate::qp::{CanPostRecv, QueuePair, Rts, Transport, may_have_posted};
 use crate::wr::{AtomicTarget, IntoMemory, Operation, RecvMemory, SendOp, memory_sealed};
-use crate::wr::{Payload, RecvRequest, SendRequest};
+use crate::wr::{Payload, RecvRequest, SendRequest, SendWr};
 
 /// A slot post the queue pair did not take: the error, and the slot, which the device never
 /// saw (`None` when the provider did not say whether it took the request: the slot then
@@ -102,7 +102,7 @@ impl<'a> SendRequest<'a, SendOp, Slot> {
 }
 
 #[cold]
-pub(super) fn longer_than_remote(len: u32, remote: &RemoteMemory) -> Error {
+fn longer_than_remote(len: u32, remote: &RemoteMemory) -> Error {
     Error::InvalidArgument(format!(
         "{len} bytes against {} bytes of remote memory",
         remote.len
@@ -110,7 +110,7 @@ pub(super) fn longer_than_remote(len: u32, remote: &RemoteMemory) -> Error {
 }
 
 #[cold]
-pub(super) fn record_full() -> Error {
+fn record_full() -> Error {
     Error::InvalidArgument("the slot ring's record is full (a slot posted twice?)".into())
 }
 
@@ -288,6 +288,50 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
     }
 }
 
+impl SlotRing {
+    /// What a send from `slot` must be, checked before it is recorded (by the single post and
+    /// the list alike): a slot of this ring, at most the slot size, no longer than a READ's or
+    /// WRITE's remote memory.
+    #[inline]
+    pub(super) fn check_send(&self, request: &SendWr<'_>, slot: &Slot) -> Result<()> {
+        let len = self.check(slot)?;
+        match request.rdma_remote() {
+            Some(remote) if len as u64 > u64::from(remote.len) => {
+                Err(longer_than_remote(len as u32, &remote))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Records a send of `request` from `slot` under a new id, the newest entry of the send
+    /// queue's record, and on a `datagram` (UD) ring keeps its address handle until the slot
+    /// leaves the record (a refusal taken back included). Returns the id.
+    #[inline]
+    pub(super) fn record_send(
+        &mut self,
+        request: &SendWr<'_>,
+        slot: &Slot,
+        datagram: bool,
+    ) -> Result<u64> {
+        let id = self.send_ids.next()?.get();
+        let posted = Posted {
+            id,
+            tag: request.wr_id(),
+            index: slot.index,
+            len: slot.len,
+        };
+        if !self.record.push(false, posted) {
+            return Err(record_full());
+        }
+        if datagram {
+            if let Some(ah) = request.dest_ah() {
+                self.record.keep_dest(slot.index, ah);
+            }
+        }
+        Ok(id)
+    }
+}
+
 /// The refusal of post `id` to queue `recv` of `ring`: the slot comes back unless the provider
 /// may have taken the request.
 #[cold]
@@ -334,25 +378,14 @@ impl<T: Transport> QueuePair<T, Rts> {
         if request.has_atomic_result() {
             slot.len = 8;
         }
-        let checked = if !ring.region.is_for(self.tables()) {
+        let recorded = if !ring.region.is_for(self.tables()) {
             Err(other_qp())
         } else {
-            ring.check(&slot)
-                .and_then(|len| match request.rdma_remote() {
-                    Some(remote) if len as u64 > u64::from(remote.len) => {
-                        Err(longer_than_remote(len as u32, &remote))
-                    }
-                    _ => Ok(()),
-                })
+            ring.check_send(&request, &slot)
+                .and_then(|()| ring.record_send(&request, &slot, T::DATAGRAM))
         };
-        if let Err(error) = checked {
-            return Err(SlotRefused {
-                error,
-                slot: Some(slot),
-            });
-        }
-        let id = match ring.send_ids.next() {
-            Ok(id) => id.get(),
+        let id = match recorded {
+            Ok(id) => id,
             Err(error) => {
                 return Err(SlotRefused {
                     error,
@@ -361,24 +394,6 @@ impl<T: Transport> QueuePair<T, Rts> {
             }
         };
         let slice = ring.raw_slice(slot.index, slot.len);
-        let posted = Posted {
-            id,
-            tag: request.wr_id(),
-            index: slot.index,
-            len: slot.len,
-        };
-        if !ring.record.push(false, posted) {
-            return Err(SlotRefused {
-                error: record_full(),
-                slot: Some(slot),
-            });
-        }
-        if T::DATAGRAM {
-            if let Some(ah) = request.dest_ah() {
-                // Kept until the slot leaves the record (released with it, a refusal too).
-                ring.record.keep_dest(slot.index, ah);
-            }
-        }
         // Unsignaled sends come back only with a later signaled one: one is signaled after
         // `signal_every - 1` unsignaled sends of this queue pair in a row (of any ring, or of
         // the owned path: fewer than this ring's slots and than the send queue holds), and
