@@ -3,19 +3,22 @@
 //!
 //! The loop is the C programs': the client posts the first send; each side keeps up to
 //! `rx_depth` receives posted, and sends its next message once both its last send and a
-//! receive have completed. As in the C programs, one buffer takes every receive and gives every
-//! send, so each message echoes the last one received ([`Pingpong`]).
+//! receive have completed. Each message echoes the last one received, as in the C programs;
+//! here it goes back from the slot it arrived in ([`Pingpong`], on a [`SlotRing`]).
 //!
-//! Two differences, both invisible to a C peer:
+//! Three differences, all invisible to a C peer:
 //!
 //! - After the loop, and before its queue pair leaves RTS, each side runs an end handshake over
 //!   the exchange's TCP connection ([`exchange::Link::finish`]): leaving RTS as soon as the last
 //!   completion arrives can make rxe drop the ACK of the last message, and the peer would then
 //!   wait for it forever. A C peer has closed that connection after the exchange; the Rust side
 //!   then waits [`C_PEER_LINGER`] instead.
-//! - `-c` checks every byte of the last message received, on both sides, and fails the program
-//!   (exit 1, one line) on a mismatch; the C programs check one byte per page, on the server,
-//!   and only print what differs. See [`check_message`].
+//! - `-c` checks every byte of every message received, on both sides, and fails the program
+//!   (exit 1, one line, after the result lines) on a mismatch; the C programs check one byte
+//!   per page of the last message, on the server, and only print what differs. See
+//!   [`check_message`].
+//! - The receive queue is topped up whenever a send gives its slot back, where the C programs
+//!   post `rx_depth - 1` receives at once when only one is left.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -25,16 +28,13 @@ use rdma_verbs::*;
 
 use crate::exchange::{self, Dest, Link, PeerEnd};
 
-/// The `wr_id` of receive requests.
-const RECV_WRID: u64 = 1;
-/// The `wr_id` of send requests.
-const SEND_WRID: u64 = 2;
 /// The Q_Key of the UD programs.
 pub const UD_QKEY: u32 = 0x1111_1111;
-/// The `wr_id` of the pingpongs' receive requests.
-pub const RECV_ID: u64 = RECV_WRID;
-/// The `wr_id` of the pingpongs' send requests.
-pub const SEND_ID: u64 = SEND_WRID;
+/// The C programs' `wr_id` of a receive: the loop's bit for "a receive is awaited".
+pub const RECV_ID: u64 = 1;
+/// The C programs' `wr_id` of a send (the tag of each send here): the loop's bit for "a send
+/// is awaited".
+pub const SEND_ID: u64 = 2;
 
 /// The options all pingpong programs take, with the C programs' short names and defaults. As
 /// with the C programs' getopt, an option given twice takes its last value.
@@ -303,251 +303,223 @@ pub fn check_message(got: &[u8], fill: u8) -> Result<(), String> {
     }
 }
 
-/// One side of a pingpong: a queue pair in RTS and the one buffer it receives into and sends
-/// from, as in the C programs.
+/// One side of a pingpong: a queue pair in RTS and one slot ring ([`SlotRing`]) that both its
+/// queues use.
 ///
-/// Every receive is posted into the buffer and every send goes out of it (UD: receives land
-/// with the 40-byte GRH in front, sends go out from after it), so each message echoes the last
-/// one received and the client's first message comes back every time. The buffer is lent to
-/// the device for the whole loop ([`QueuePair::scope`]: receives borrow it exclusively, sends
-/// share that borrow through [`MrSliceMut::as_slice`]); Rust reads it only once the scope has
-/// ended, so `-c` checks the last message, every byte of it ([`check`](Self::check)). That
-/// covers the messages before it too: each side sends exactly what it last received, so a
-/// wrong byte in any message is carried into every later one, up to the last (unless a second
-/// fault undoes it exactly).
+/// The ring has `rx_depth + 1` slots of one message each (UD: after the 40-byte GRH every
+/// receive starts with). Every free slot is posted as a receive; a message received is sent
+/// back from its own slot (UD: moved to the slot's start first), so each message echoes the
+/// last one received and the client's first message comes back every time, as in the C
+/// programs, where one buffer takes every receive and gives every send. When the send
+/// completes, its slot is posted as a receive again. With `-c` every message received is
+/// checked, every byte, as it arrives ([`check`](Self::check)).
 #[derive(Debug)]
 pub struct Pingpong<T: Transport> {
     qp: QueuePair<T, Rts>,
+    ring: SlotRing,
     ah: Option<AddressHandle>,
-    buffer: MemoryRegion,
     remote_qpn: u32,
     size: usize,
-    /// Where messages start in the buffer: after the GRH for UD.
+    /// Where messages start in a slot: after the GRH for UD.
     offset: usize,
-    send_flags: SendFlags,
+    /// Whether sends go inline (the C programs' `IBV_SEND_INLINE` when the message fits).
+    inline: bool,
+    /// With `-c`: the message every message is.
+    expected: Option<Vec<u8>>,
+    /// The first wrong message `-c` found.
+    mismatch: Option<String>,
 }
 
 impl<T: Transport> Pingpong<T> {
-    /// A pingpong over `qp` with a buffer of `offset + size` bytes registered with `access`
-    /// (UD: `offset` 40, and the peer's address handle). The buffer holds [`FILL`]; the
-    /// client's message part is [`client_message`].
-    #[allow(clippy::too_many_arguments)]
+    /// A pingpong over `qp`, with slots of `offset + size` bytes (UD: `offset` 40, and the
+    /// peer's address handle).
     pub fn new(
-        setup: &Setup,
         options: &Options,
         qp: QueuePair<T, Rts>,
         ah: Option<AddressHandle>,
         remote_qpn: u32,
         size: usize,
         offset: usize,
-        access: AccessFlags,
     ) -> Result<Self, String> {
-        let mut buffer = setup
-            .pd
-            .register((offset + size).max(1), access | AccessFlags::LOCAL_WRITE)
+        let ring = qp
+            .slot_ring(options.rx_depth.saturating_add(1), (offset + size).max(1))
             .map_err(|e| format!("couldn't register MR: {e}"))?;
-        let mut bytes = vec![FILL; buffer.len()];
-        if options.servername.is_some() {
-            bytes[offset..offset + size].copy_from_slice(&client_message(size, FILL, options.chk));
-        }
-        buffer
-            .write_at(0, &bytes)
-            .map_err(|e| format!("couldn't fill the buffer: {e}"))?;
-        let mut send_flags = SendFlags::SIGNALED;
-        if qp.caps().max_inline_data as usize >= size {
-            send_flags |= SendFlags::INLINE;
-        }
+        let inline = qp.caps().max_inline_data as usize >= size;
         Ok(Self {
             qp,
+            ring,
             ah,
-            buffer,
             remote_qpn,
             size,
             offset,
-            send_flags,
+            inline,
+            expected: options.chk.then(|| client_message(size, FILL, true)),
+            mismatch: None,
         })
     }
 
-    /// Runs the program: posts `rx_depth` receives, calls `ready` (the server answers the
-    /// address exchange there, so that its receives are posted before the client can send),
-    /// then the loop: `iters` sends and receives each, the client sending first; then the end
-    /// handshake on the exchange's connection, and only then moves the queue pair out of RTS
-    /// to flush the receives still posted. Returns the time from the first send to the last
-    /// completion, and how the peer ended the handshake.
+    /// Runs the program: posts a receive into every slot but the client's first message,
+    /// calls `ready` (the server answers the address exchange there, so that its receives are
+    /// posted before the client can send), then the loop: `iters` sends and receives each, the
+    /// client sending first; then the end handshake on the exchange's connection, before the
+    /// queue pair goes. Returns the time from the first send to the last completion, and how
+    /// the peer ended the handshake.
     pub fn run(
         &mut self,
         setup: &mut Setup,
         options: &Options,
         ready: impl FnOnce() -> Result<Link, String>,
     ) -> Result<(Duration, PeerEnd), String> {
-        let Self {
-            qp,
-            ah,
-            buffer,
-            remote_qpn,
-            size,
-            offset,
-            send_flags,
-        } = self;
-        let (size, offset) = (*size, *offset);
-        let target = buffer
-            .slice_mut(..offset + size)
-            .map_err(|e| e.to_string())?;
-        let channel = setup.channel.as_ref();
-        let cq = &mut setup.cq;
-        let is_client = options.servername.is_some();
         let idle = Duration::from_secs(options.timeout);
-        let outcome = qp.scope(ScopeCqs::shared(cq), |s| -> Result<_, String> {
-            // The message goes out of the bytes receives land in (after the GRH for UD).
-            let source = target
-                .as_slice()
-                .sub(offset as u32, size as u32)
-                .map_err(|e| e.to_string())?;
-            let send = SendPlan {
-                source,
-                flags: *send_flags,
-                ah: ah.as_ref(),
-                remote_qpn: *remote_qpn,
-            };
-            let body = || -> Result<(Duration, Link), String> {
-                post_recvs(s, &target, options.rx_depth)?;
-                let mut routs = options.rx_depth;
-                let link = ready()?;
-                let mut pending = RECV_WRID;
-                if is_client {
-                    send.post(s)?;
-                    pending |= SEND_WRID;
-                }
-                let start = Instant::now();
-                let (mut rcnt, mut scnt) = (0u32, 0u32);
-                let mut completions = [WorkCompletion::default(); 2];
-                while rcnt < options.iters || scnt < options.iters {
-                    for wc in wait(s, channel, &mut completions, idle)? {
-                        if !wc.is_success() {
-                            return Err(format!(
-                                "Failed status {} for wr_id {}",
-                                wc.status(),
-                                wc.wr_id()
-                            ));
-                        }
-                        match wc.wr_id() {
-                            SEND_WRID => scnt += 1,
-                            RECV_WRID => {
-                                routs -= 1;
-                                if routs <= 1 {
-                                    post_recvs(s, &target, options.rx_depth - routs)?;
-                                    routs = options.rx_depth;
-                                }
-                                rcnt += 1;
-                            }
-                            other => return Err(format!("completion for unknown wr_id {other}")),
-                        }
-                        pending &= !wc.wr_id();
-                        if scnt < options.iters && pending == 0 {
-                            send.post(s)?;
-                            pending = RECV_WRID | SEND_WRID;
-                        }
-                    }
-                }
-                Ok((start.elapsed(), link))
-            };
-            // The end handshake runs while the queue pair is still in RTS: once the peer has
-            // answered, it has had every completion it waits for.
-            let result = body().and_then(|(elapsed, link)| {
-                let end = link.finish(idle)?;
-                if end == PeerEnd::Closed {
-                    std::thread::sleep(C_PEER_LINGER);
-                }
-                Ok((elapsed, end))
-            });
-            // The C programs exit with receives still posted (and after a failure, whatever
-            // else): flush them, so that the scope ends at once.
-            let flushed = s.flush_outstanding();
-            let done = result?;
-            flushed.map_err(|e| format!("couldn't flush the remaining receives: {e}"))?;
-            Ok(done)
-        });
-        outcome.map_err(|e| e.to_string())?
-    }
-
-    /// With `-c`, checks every byte of the last message received, on either side (the C
-    /// programs check one byte per page, on the server only, and only print what differs).
-    ///
-    /// # Errors
-    ///
-    /// The first wrong byte, as [`check_message`] says.
-    pub fn check(&self, options: &Options) -> Result<(), String> {
-        if !options.chk {
-            return Ok(());
+        let first = match options.servername {
+            Some(_) => {
+                let mut slot = self.ring.take().ok_or("no slot for the first message")?;
+                let message = client_message(self.size, FILL, options.chk);
+                let bytes = self.ring.bytes_mut(&mut slot).map_err(|e| e.to_string())?;
+                bytes[self.offset..self.offset + self.size].copy_from_slice(&message);
+                Some(slot)
+            }
+            None => None,
+        };
+        self.repost()?;
+        let link = ready()?;
+        let mut pending = RECV_ID;
+        // The message the next send echoes.
+        let mut held = None;
+        if let Some(slot) = first {
+            self.send(slot)?;
+            pending |= SEND_ID;
         }
-        // The scope has ended: the device is done with the buffer.
-        let bytes = self.buffer.as_slice().map_err(|e| e.to_string())?;
-        check_message(&bytes[self.offset..self.offset + self.size], FILL)
+        let start = Instant::now();
+        let (mut rcnt, mut scnt) = (0u32, 0u32);
+        let mut completions = [WorkCompletion::default(); 4];
+        while rcnt < options.iters || scnt < options.iters {
+            let n = wait_until(&mut setup.cq, setup.channel.as_ref(), idle, |cq| {
+                cq.poll(&mut completions).map(|found| found.len())
+            })?;
+            for wc in &completions[..n] {
+                let slot = self.ring.complete(wc);
+                if !wc.is_success() {
+                    return Err(format!(
+                        "Failed status {} for wr_id {}",
+                        wc.status(),
+                        wc.wr_id()
+                    ));
+                }
+                let slot =
+                    slot.ok_or_else(|| format!("completion for unknown wr_id {}", wc.wr_id()))?;
+                if wc.is_recv() {
+                    self.check_received(&slot)?;
+                    if let Some(earlier) = held.replace(slot) {
+                        self.give_back(earlier)?;
+                    }
+                    rcnt += 1;
+                    pending &= !RECV_ID;
+                } else {
+                    self.give_back(slot)?;
+                    scnt += 1;
+                    pending &= !SEND_ID;
+                }
+                if scnt < options.iters && pending == 0 {
+                    let echo = held.take().ok_or("nothing received to echo")?;
+                    self.send(echo)?;
+                    pending = RECV_ID | SEND_ID;
+                }
+            }
+        }
+        let elapsed = start.elapsed();
+        // The end handshake runs while the queue pair is still in RTS: once the peer has
+        // answered, it has had every completion it waits for. The receives still posted go
+        // with the queue pair, which keeps the ring's slots registered until then.
+        let end = link.finish(idle)?;
+        if end == PeerEnd::Closed {
+            std::thread::sleep(C_PEER_LINGER);
+        }
+        Ok((elapsed, end))
     }
-}
 
-/// What each send of the loop posts.
-struct SendPlan<'a> {
-    source: MrSlice<'a>,
-    flags: SendFlags,
-    ah: Option<&'a AddressHandle>,
-    remote_qpn: u32,
-}
-
-impl<'a> SendPlan<'a> {
-    fn post<T: Transport>(&self, s: &mut PostScope<'a, '_, T>) -> Result<(), String> {
-        // With IBV_SEND_INLINE in the flags the provider copies the bytes during the post.
-        let request = SendRequest::send(self.source)
-            .tag(SEND_WRID)
-            .flags(self.flags);
-        let posted = match self.ah {
-            Some(ah) => s.send(request.to(ah, self.remote_qpn, UD_QKEY)),
-            None => s.send(request),
+    /// Sends the message in `slot` (after the GRH for UD: moved to the slot's start), inline
+    /// when it fits.
+    fn send(&mut self, mut slot: Slot) -> Result<(), String> {
+        if self.offset > 0 {
+            let bytes = self.ring.bytes_mut(&mut slot).map_err(|e| e.to_string())?;
+            bytes.copy_within(self.offset..self.offset + self.size, 0);
+        }
+        slot.set_len(self.size);
+        let mut request = SendRequest::send(slot).tag(SEND_ID);
+        if self.inline {
+            request = request.inline();
+        }
+        let posted = match &self.ah {
+            Some(ah) => self
+                .qp
+                .post_send_slot(&mut self.ring, request.to(ah, self.remote_qpn, UD_QKEY)),
+            None => self.qp.post_send_slot(&mut self.ring, request),
         };
         posted.map_err(|e| format!("couldn't post send: {e}"))
     }
-}
 
-/// Posts `n` receives into `target`.
-fn post_recvs<'a, T: Transport>(
-    s: &mut PostScope<'a, '_, T>,
-    target: &'a MrSliceMut<'a>,
-    n: u32,
-) -> Result<(), String> {
-    for _ in 0..n {
-        s.recv(RECV_WRID, target)
-            .map_err(|e| format!("couldn't post receive: {e}"))?;
+    /// Returns `slot` to the ring and posts it as a receive.
+    fn give_back(&mut self, slot: Slot) -> Result<(), String> {
+        self.ring.put(slot).map_err(|e| e.to_string())?;
+        self.repost()
     }
-    Ok(())
-}
 
-/// What a loop waits on: a [`PostScope`], or a bare completion queue (srq_pingpong, whose
-/// queue pairs post owned buffers and take completions with `poll_each`).
-pub trait Armable {
-    /// Arms the completion queue(s) for the next event.
-    fn arm(&mut self) -> rdma_verbs::Result<()>;
-}
+    /// Posts a receive into every free slot.
+    fn repost(&mut self) -> Result<(), String> {
+        self.qp
+            .fill_slot_ring(&mut self.ring)
+            .map(drop)
+            .map_err(|e| format!("couldn't post receive: {e}"))
+    }
 
-impl<T: Transport> Armable for PostScope<'_, '_, T> {
-    fn arm(&mut self) -> rdma_verbs::Result<()> {
-        self.req_notify(false)
+    /// With `-c`, compares the message in `slot` with the one every message is, and keeps
+    /// what the first wrong one differs in.
+    fn check_received(&mut self, slot: &Slot) -> Result<(), String> {
+        let Some(expected) = &self.expected else {
+            return Ok(());
+        };
+        if self.mismatch.is_some() {
+            return Ok(());
+        }
+        let bytes = self.ring.bytes(slot).map_err(|e| e.to_string())?;
+        let got = bytes.get(self.offset..).unwrap_or_default();
+        if got.len() != expected.len() {
+            self.mismatch = Some(format!(
+                "invalid data: received {} bytes, expected {}",
+                got.len(),
+                expected.len()
+            ));
+        } else if got != &expected[..] {
+            self.mismatch = check_message(got, FILL).err();
+        }
+        Ok(())
+    }
+
+    /// With `-c`, the first message received that was not the protocol's (every byte of
+    /// every message is checked as it arrives; the C programs check one byte per page of the
+    /// last message, on the server only, and only print what differs).
+    ///
+    /// # Errors
+    ///
+    /// The first wrong message: its length, or its first wrong byte as [`check_message`]
+    /// says.
+    pub fn check(&self) -> Result<(), String> {
+        match &self.mismatch {
+            Some(error) => Err(error.clone()),
+            None => Ok(()),
+        }
     }
 }
 
-impl Armable for CompletionQueue {
-    fn arm(&mut self) -> rdma_verbs::Result<()> {
-        self.req_notify(false)
-    }
-}
-
-/// Waits for at least one completion: calls `poll` (which returns how many it found) until it
-/// finds some, or with `-e` sleeps on the channel first (and re-arms) and polls once. Fails
-/// after `idle` without any. With `-e` the result may be 0.
-pub fn wait_until<A: Armable>(
-    target: &mut A,
+/// Waits for at least one completion on `cq`: calls `poll` (which returns how many it found)
+/// until it finds some, or with `-e` sleeps on the channel first (and re-arms) and polls once.
+/// Fails after `idle` without any. With `-e` the result may be 0.
+pub fn wait_until(
+    cq: &mut CompletionQueue,
     channel: Option<&CompletionChannel>,
     idle: Duration,
-    mut poll: impl FnMut(&mut A) -> rdma_verbs::Result<usize>,
+    mut poll: impl FnMut(&mut CompletionQueue) -> rdma_verbs::Result<usize>,
 ) -> Result<usize, String> {
     let deadline = Instant::now() + idle;
     let stalled = || {
@@ -561,12 +533,11 @@ pub fn wait_until<A: Armable>(
             Error::Timeout(_) => stalled(),
             e => format!("failed to get cq_event: {e}"),
         })?;
-        target
-            .arm()
+        cq.req_notify(false)
             .map_err(|e| format!("couldn't request CQ notification: {e}"))?;
     }
     loop {
-        let n = poll(target).map_err(|e| format!("poll CQ failed: {e}"))?;
+        let n = poll(cq).map_err(|e| format!("poll CQ failed: {e}"))?;
         if n > 0 || channel.is_some() {
             return Ok(n);
         }
@@ -575,19 +546,6 @@ pub fn wait_until<A: Armable>(
         }
         std::hint::spin_loop();
     }
-}
-
-/// [`wait_until`] for a scope: the completions found, in `completions`.
-pub fn wait<'a, T: Transport>(
-    s: &mut PostScope<'_, '_, T>,
-    channel: Option<&CompletionChannel>,
-    completions: &'a mut [WorkCompletion],
-    idle: Duration,
-) -> Result<&'a [WorkCompletion], String> {
-    let n = wait_until(s, channel, idle, |s| {
-        s.poll(completions).map(|found| found.len())
-    })?;
-    Ok(&completions[..n])
 }
 
 /// The page size `-c` validates at (the C programs ask sysconf; every Linux target this
@@ -632,10 +590,9 @@ impl Connected for Uc {
 ///
 /// The device features behind `-o`, `-O`, `-t` and `-j` are checked as the C program checks
 /// them, with its messages, and the program fails where the device lacks them (rxe lacks all
-/// four). On-demand paging (`-o`) is used where the device has it; implicit on-demand paging,
-/// completion timestamps and device memory are not implemented here, and the program says so
-/// and fails on a device that has them. `-P` asks for a prefetch that is not implemented
-/// either: as the C program does when the prefetch fails, it says so and continues.
+/// four). None of them is implemented here (the messages live in slot rings of pinned, host
+/// memory): on a device that has the feature, the program says so and fails. `-P` needs `-o`,
+/// as in the C program.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct RcOptions {
     /// Use on demand paging.
@@ -671,13 +628,13 @@ impl RcOptions {
         Ok(())
     }
 
-    /// The checks the C program makes of the device (same order, same messages); returns the
-    /// access flags the buffer is registered with.
-    fn check_device(&self, context: &Context, size: usize) -> Result<AccessFlags, String> {
+    /// The checks the C program makes of the device (same order, same messages). Where the
+    /// device has the feature asked for, the program says that it is not implemented here and
+    /// fails.
+    fn check_device(&self, context: &Context, size: usize) -> Result<(), String> {
         let odp = self.odp || self.implicit_odp;
-        let mut access = AccessFlags::LOCAL_WRITE;
         if !(odp || self.ts || self.dm) {
-            return Ok(access);
+            return Ok(());
         }
         let attr = context
             .query_device()
@@ -698,12 +655,13 @@ impl RcOptions {
             {
                 return Err("The device doesn't support implicit ODP".into());
             }
-            if self.implicit_odp {
-                return Err(
-                    "implicit on-demand paging (-O) is not implemented by this program".into(),
-                );
-            }
-            access |= AccessFlags::ON_DEMAND;
+            return Err(if self.implicit_odp {
+                "implicit on-demand paging (-O) is not implemented by this program".into()
+            } else {
+                "on-demand paging (-o) is not implemented by this program (its slot rings \
+                 register pinned memory)"
+                    .into()
+            });
         }
         if self.ts {
             if attr.completion_timestamp_mask == 0 {
@@ -711,19 +669,13 @@ impl RcOptions {
             }
             return Err("completion timestamps (-t) are not implemented by this program".into());
         }
-        if self.dm {
-            if attr.max_dm_size == 0 {
-                return Err("Device doesn't support dm allocation".into());
-            }
-            if attr.max_dm_size < size as u64 {
-                return Err("Device memory is insufficient".into());
-            }
-            return Err("device memory (-j) is not implemented by this program".into());
+        if attr.max_dm_size == 0 {
+            return Err("Device doesn't support dm allocation".into());
         }
-        if self.prefetch {
-            eprintln!("Couldn't prefetch MR (not implemented by this program). Continue anyway");
+        if attr.max_dm_size < size as u64 {
+            return Err("Device memory is insufficient".into());
         }
-        Ok(access)
+        Err("device memory (-j) is not implemented by this program".into())
     }
 }
 
@@ -734,7 +686,7 @@ pub fn run_connected<T: Connected>(options: &Options, extra: &RcOptions) -> Resu
     let mtu = mtu(options)?;
     let size = options.message_size(4096);
     let mut setup = setup(options, options.rx_depth + 1)?;
-    let access = extra.check_device(&setup.context, size)?;
+    extra.check_device(&setup.context, size)?;
 
     // One send outstanding at a time, rx_depth receives; both on the same CQ. With -N, sends
     // go through the ibv_wr_* builders of a queue pair made by ibv_create_qp_ex.
@@ -775,8 +727,7 @@ pub fn run_connected<T: Connected>(options: &Options, extra: &RcOptions) -> Resu
             let remote = remote[0];
             print_address("remote", &remote, false);
             let qp = connect(qp, &remote)?;
-            let mut pingpong =
-                Pingpong::new(&setup, options, qp, None, remote.qpn, size, 0, access)?;
+            let mut pingpong = Pingpong::new(options, qp, None, remote.qpn, size, 0)?;
             let (elapsed, _) = pingpong.run(&mut setup, options, || Ok(link))?;
             (pingpong, elapsed)
         }
@@ -785,15 +736,14 @@ pub fn run_connected<T: Connected>(options: &Options, extra: &RcOptions) -> Resu
             let remote = exchange.remote[0];
             print_address("remote", &remote, false);
             let qp = connect(qp, &remote)?;
-            let mut pingpong =
-                Pingpong::new(&setup, options, qp, None, remote.qpn, size, 0, access)?;
+            let mut pingpong = Pingpong::new(options, qp, None, remote.qpn, size, 0)?;
             // The server's QP is in RTS, with its receives posted, before it answers.
             let (elapsed, _) = pingpong.run(&mut setup, options, || exchange.reply(&[mine]))?;
             (pingpong, elapsed)
         }
     };
     print_results(size, options.iters, elapsed);
-    pingpong.check(options)
+    pingpong.check()
 }
 
 #[cfg(test)]

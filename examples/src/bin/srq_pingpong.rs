@@ -7,14 +7,14 @@
 //! receive queue and completing on one CQ; completions are told apart by queue pair number.
 //! As in the C program, `-n` counts sends and receives over all queue pairs together.
 //!
-//! It posts with the owned-buffer path, in safe code: receive buffers come from a
-//! [`BufferPool`] and go to the SRQ in doorbell-batched lists ([`OwnedRecvList`]); each
-//! completion hands its buffer back through [`CompletionQueue::poll_each`]. A queue pair
-//! echoes the buffer it last received (inline when it fits, as the C program's
-//! `IBV_SEND_INLINE`), so, as in the C program, each message is the last one received and the
-//! client's all-zero message is the only one on the wire. Where the C program shares one buffer
-//! between every receive and send, this one never lets two requests touch the same bytes, so
-//! `-c` can check every message received, every byte, as it arrives.
+//! It posts from slot rings, in safe code: the receives from an [`SrqSlotRing`] of the SRQ,
+//! posted 32 to a doorbell ([`SharedReceiveQueue::fill_slot_ring`]); each queue pair's sends
+//! from a [`SlotRing`] of its own with one slot. A queue pair echoes the message it last
+//! received, copied from the SRQ's slot into its send slot (inline when it fits, as the C
+//! program's `IBV_SEND_INLINE`), so, as in the C program, each message is the last one
+//! received and the client's all-zero message is the only one on the wire. Where the C program
+//! shares one buffer between every receive and send, this one never lets two requests touch
+//! the same bytes, so `-c` can check every message received, every byte, as it arrives.
 //!
 //! The end handshake runs before the queue pairs go (see [`rdma_examples::exchange::Link`]).
 
@@ -27,8 +27,8 @@ use rdma_examples::exchange::PeerEnd;
 use rdma_examples::exchange::{self, Dest};
 use rdma_examples::pingpong::{self, C_PEER_LINGER, Options, RECV_ID, SEND_ID};
 use rdma_verbs::{
-    BufferPool, Completion, CompletionChannel, CompletionQueue, ConnectedInitAttr, OwnedRecvList,
-    QueuePair, Rc, Rts, SendRequest, SharedReceiveQueue,
+    ConnectedInitAttr, QueuePair, Rc, Rts, SendRequest, SharedReceiveQueue, Slot, SlotRing,
+    SrqSlotRing, WorkCompletion,
 };
 
 const PROGRAM: &str = "srq_pingpong";
@@ -54,60 +54,40 @@ fn main() {
     }
 }
 
-/// Posts `n` receives to the SRQ in one list (one doorbell), each into a buffer of `pool`;
-/// returns how many went.
-fn post_receives(
-    srq: &mut SharedReceiveQueue,
-    pool: &BufferPool,
-    list: &mut OwnedRecvList,
-    n: u32,
-) -> u32 {
-    for _ in 0..n {
-        let Some(buf) = pool.take() else { break };
-        if list.push(buf, RECV_ID).is_err() {
-            break;
+/// One queue pair of the program, with the ring it sends from (one slot: one send in flight).
+struct Side {
+    qp: QueuePair<Rc, Rts>,
+    ring: SlotRing,
+    /// What the loop waits for: [`RECV_ID`], [`SEND_ID`] or both.
+    pending: u64,
+    /// The SRQ slot this queue pair last received, which its next send echoes.
+    held: Option<Slot>,
+}
+
+impl Side {
+    /// Sends `message` from the queue pair's slot, inline when it fits.
+    fn send(&mut self, message: &[u8], inline: bool) -> Result<(), String> {
+        let mut slot = self.ring.take().ok_or("the send slot is still in use")?;
+        self.ring
+            .fill(&mut slot, message)
+            .map_err(|e| format!("couldn't fill the buffer: {e}"))?;
+        let mut request = SendRequest::send(slot).tag(SEND_ID);
+        if inline {
+            request = request.inline();
         }
+        self.qp
+            .post_send_slot(&mut self.ring, request)
+            .map_err(|e| format!("couldn't post send: {e}"))?;
+        self.pending |= SEND_ID;
+        Ok(())
     }
-    let wanted = list.len() as u32;
-    // What the SRQ did not take stays in the list; dropping it returns the buffers.
-    let posted = match srq.post_recv_list(list) {
-        Ok(()) => wanted,
-        Err(_) => wanted - list.len() as u32,
-    };
-    list.clear();
-    posted
 }
 
-/// Sends `message`, the buffer last received: inline when it fits (the buffer then goes back
-/// to its pool as soon as the post returns), else the buffer itself.
-fn post_send(
-    qp: &mut QueuePair<Rc, Rts>,
-    message: rdma_verbs::Buf,
-    inline: bool,
-) -> Result<(), String> {
-    let posted = if inline {
-        qp.post_send_owned(SendRequest::send(&message[..]).tag(SEND_ID))
-    } else {
-        qp.post_send_owned(SendRequest::send(message).tag(SEND_ID))
-    };
-    posted.map_err(|e| format!("couldn't post send: {e}"))
-}
-
-/// Waits for completions and hands them to `out` (emptied first), as
-/// [`pingpong::wait_until`] says.
-fn wait_each(
-    cq: &mut CompletionQueue,
-    channel: Option<&CompletionChannel>,
-    out: &mut Vec<Completion>,
-    idle: std::time::Duration,
-) -> Result<(), String> {
-    out.clear();
-    pingpong::wait_until(cq, channel, idle, |cq| {
-        // `out` has room for everything the queue can hold: pushing never reallocates.
-        let room = out.capacity() - out.len();
-        cq.poll_each(room, |c| out.push(c))
-    })?;
-    Ok(())
+/// Posts a receive into every free slot of the SRQ's ring; returns how many are posted.
+fn post_receives(srq: &mut SharedReceiveQueue, ring: &mut SrqSlotRing) -> Result<u32, String> {
+    srq.fill_slot_ring(ring)
+        .map_err(|e| format!("couldn't post receive: {e}"))?;
+    Ok(ring.posted())
 }
 
 fn run(options: &Options, num_qp: u32) -> Result<(), String> {
@@ -123,19 +103,15 @@ fn run(options: &Options, num_qp: u32) -> Result<(), String> {
     let mtu = pingpong::mtu(options)?;
     let size = options.message_size(4096);
     let mut setup = pingpong::setup(options, options.rx_depth + num_qp)?;
-    // Every receive in flight, one buffer held per queue pair between its receive and its
-    // send, one send in flight per queue pair, and the client's first messages.
-    let pool = BufferPool::new(
-        &setup.pd,
-        (options.rx_depth + 3 * num_qp) as usize,
-        size.max(1),
-    )
-    .map_err(|e| format!("couldn't register MR: {e}"))?;
     let message = pingpong::client_message(size, SRQ_FILL, options.chk);
     let mut srq = setup
         .pd
         .create_srq(options.rx_depth, 1)
         .map_err(|e| format!("couldn't create SRQ: {e}"))?;
+    // Every receive posted, and one slot held per queue pair between its receive and its send.
+    let mut receives = srq
+        .slot_ring(options.rx_depth + num_qp, size.max(1))
+        .map_err(|e| format!("couldn't register MR: {e}"))?;
 
     let mut qps = Vec::new();
     let mut inline = true;
@@ -153,8 +129,7 @@ fn run(options: &Options, num_qp: u32) -> Result<(), String> {
                 .map_err(|e| format!("failed to modify QP[{i}] to INIT: {e}"))?,
         );
     }
-    let mut receives = OwnedRecvList::with_capacity(options.rx_depth as usize);
-    let mut routs = post_receives(&mut srq, &pool, &mut receives, options.rx_depth);
+    let routs = post_receives(&mut srq, &mut receives)?;
     if routs < options.rx_depth {
         return Err(format!("couldn't post receive ({routs})"));
     }
@@ -202,7 +177,7 @@ fn run(options: &Options, num_qp: u32) -> Result<(), String> {
             pingpong::print_address("remote", dest, false);
         }
     };
-    let (mut qps, link) = match &options.servername {
+    let (qps, link) = match &options.servername {
         Some(host) => {
             let (remote, link) = exchange::client_exchange(host, options.port, &mine)?;
             print_remote(&remote);
@@ -218,74 +193,84 @@ fn run(options: &Options, num_qp: u32) -> Result<(), String> {
             (qps, link)
         }
     };
+    let mut sides = Vec::with_capacity(qps.len());
+    for qp in qps {
+        let ring = qp
+            .slot_ring(1, size.max(1))
+            .map_err(|e| format!("couldn't register MR: {e}"))?;
+        sides.push(Side {
+            qp,
+            ring,
+            pending: RECV_ID,
+            held: None,
+        });
+    }
 
-    let mut pending = vec![RECV_ID; qps.len()];
-    // The buffer each queue pair last received, which its next send echoes.
-    let mut held: Vec<Option<rdma_verbs::Buf>> = (0..qps.len()).map(|_| None).collect();
     if options.servername.is_some() {
-        for (i, qp) in qps.iter_mut().enumerate() {
-            let mut first = pool.take().ok_or("out of buffers")?;
-            first
-                .fill_from(&message)
-                .map_err(|e| format!("couldn't fill the buffer: {e}"))?;
-            post_send(qp, first, inline)?;
-            pending[i] |= SEND_ID;
+        for side in &mut sides {
+            side.send(&message, inline)?;
         }
     }
     let start = Instant::now();
     let (mut rcnt, mut scnt) = (0u32, 0u32);
     let idle = std::time::Duration::from_secs(options.timeout);
-    let mut completions = Vec::with_capacity((num_qp + options.rx_depth) as usize);
+    let mut completions = vec![WorkCompletion::default(); (num_qp + options.rx_depth) as usize];
     while rcnt < options.iters || scnt < options.iters {
-        wait_each(
-            &mut setup.cq,
-            setup.channel.as_ref(),
-            &mut completions,
-            idle,
-        )?;
-        for mut c in completions.drain(..) {
-            if !c.is_success() {
+        let n = pingpong::wait_until(&mut setup.cq, setup.channel.as_ref(), idle, |cq| {
+            cq.poll(&mut completions).map(|found| found.len())
+        })?;
+        for wc in &completions[..n] {
+            let index = sides
+                .iter()
+                .position(|side| side.qp.qp_num() == wc.qp_num())
+                .ok_or_else(|| format!("Couldn't find QPN {:06x}", wc.qp_num()))?;
+            let side = &mut sides[index];
+            // A receive's slot comes back from the SRQ's ring, a send's from the queue pair's.
+            let received = receives.complete(wc);
+            let sent = match received {
+                Some(_) => None,
+                None => side.ring.complete(wc),
+            };
+            if !wc.is_success() {
                 return Err(format!(
                     "Failed status {} for wr_id {}",
-                    c.status(),
-                    c.tag().unwrap_or(c.wc().wr_id())
+                    wc.status(),
+                    wc.wr_id()
                 ));
             }
-            let index = qps
-                .iter()
-                .position(|qp| qp.qp_num() == c.wc().qp_num())
-                .ok_or_else(|| format!("Couldn't find QPN {:06x}", c.wc().qp_num()))?;
-            let id = c.tag().ok_or("a completion of no request of ours")?;
-            match id {
-                SEND_ID => scnt += 1,
-                RECV_ID => {
-                    let got = c.take_buf().ok_or("a receive without its buffer")?;
-                    if options.chk && got[..] != message[..] {
-                        pingpong::check_message(&got, SRQ_FILL)?;
-                        return Err(format!(
-                            "invalid data: received {} bytes, expected {size}",
-                            got.len()
-                        ));
-                    }
-                    // The previous one, if still held, goes back to the pool.
-                    held[index] = Some(got);
-                    routs -= 1;
-                    if routs <= num_qp {
-                        routs +=
-                            post_receives(&mut srq, &pool, &mut receives, options.rx_depth - routs);
-                        if routs < options.rx_depth {
-                            return Err(format!("couldn't post receive ({routs})"));
-                        }
-                    }
-                    rcnt += 1;
+            if let Some(slot) = received {
+                let got = receives.bytes(&slot).map_err(|e| e.to_string())?;
+                if options.chk && got != &message[..] {
+                    pingpong::check_message(got, SRQ_FILL)?;
+                    return Err(format!(
+                        "invalid data: received {} bytes, expected {size}",
+                        got.len()
+                    ));
                 }
-                other => return Err(format!("Completion for unknown wr_id {other}")),
+                // The previous one, if still held, goes back to the ring.
+                if let Some(earlier) = side.held.replace(slot) {
+                    receives.put(earlier).map_err(|e| e.to_string())?;
+                }
+                side.pending &= !RECV_ID;
+                rcnt += 1;
+            } else if let Some(slot) = sent {
+                side.ring.put(slot).map_err(|e| e.to_string())?;
+                side.pending &= !SEND_ID;
+                scnt += 1;
+            } else {
+                return Err(format!("Completion for unknown wr_id {}", wc.wr_id()));
             }
-            pending[index] &= !id;
-            if scnt < options.iters && pending[index] == 0 {
-                let echo = held[index].take().ok_or("nothing received to echo")?;
-                post_send(&mut qps[index], echo, inline)?;
-                pending[index] = RECV_ID | SEND_ID;
+            if scnt < options.iters && side.pending == 0 {
+                let echo = side.held.take().ok_or("nothing received to echo")?;
+                let bytes = receives.bytes(&echo).map_err(|e| e.to_string())?;
+                side.send(bytes, inline)?;
+                side.pending |= RECV_ID;
+                // The SRQ's slot is free again: posted with the others that are.
+                receives.put(echo).map_err(|e| e.to_string())?;
+                let routs = post_receives(&mut srq, &mut receives)?;
+                if routs < options.rx_depth {
+                    return Err(format!("couldn't post receive ({routs})"));
+                }
             }
         }
     }
@@ -296,8 +281,9 @@ fn run(options: &Options, num_qp: u32) -> Result<(), String> {
         std::thread::sleep(C_PEER_LINGER);
     }
     pingpong::print_results(size, options.iters, elapsed);
-    // Dropping the queue pairs and then the SRQ releases the buffers still posted.
-    drop(qps);
+    // The queue pairs, then the SRQ (which keeps its ring's slots registered while receives
+    // are posted) go.
+    drop(sides);
     drop(srq);
     Ok(())
 }

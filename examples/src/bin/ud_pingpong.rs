@@ -12,7 +12,7 @@
 use clap::Parser;
 use rdma_examples::exchange::{self, Dest};
 use rdma_examples::pingpong::{self, Options, Pingpong, UD_QKEY};
-use rdma_verbs::{AccessFlags, GRH_LEN, Init, QueuePair, SqPsnRtsAttr, Ud, UdInitAttr, UdRtrAttr};
+use rdma_verbs::{GRH_LEN, Init, QueuePair, SqPsnRtsAttr, Ud, UdInitAttr, UdRtrAttr};
 
 const PROGRAM: &str = "ud_pingpong";
 
@@ -61,17 +61,8 @@ fn run(options: &Options) -> Result<(), String> {
             .pd
             .create_ah(&av)
             .map_err(|e| format!("failed to create AH: {e}"))?;
-        // Receives land in the buffer with the 40-byte GRH in front; sends go out from after it.
-        Pingpong::new(
-            &setup,
-            options,
-            qp,
-            Some(ah),
-            remote.qpn,
-            size,
-            GRH_LEN,
-            AccessFlags::LOCAL_WRITE,
-        )
+        // Receives land in a slot with the 40-byte GRH in front; the echo is what follows it.
+        Pingpong::new(options, qp, Some(ah), remote.qpn, size, GRH_LEN)
     };
     let (mut pingpong, exchange) = match &options.servername {
         Some(host) => {
@@ -93,5 +84,5 @@ fn run(options: &Options) -> Result<(), String> {
         Err(exchange) => exchange.reply(&[mine]),
     })?;
     pingpong::print_results(size, options.iters, elapsed);
-    pingpong.check(options)
+    pingpong.check()
 }

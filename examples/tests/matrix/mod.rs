@@ -3,9 +3,8 @@
 //!
 //! Both processes must exit 0, print their address lines and the two result lines, agree on
 //! each other's queue pair numbers, and pass the data check: every run passes `-c` to both
-//! sides. A Rust side with `-c` checks every byte of the last message it received (which, as
-//! each message echoes the one before, carries any earlier wrong byte) and exits non-zero on a
-//! mismatch; a C side checks one byte per page and only prints `invalid data in page N`, so no
+//! sides. A Rust side with `-c` checks every byte of every message it receives and exits
+//! non-zero on a mismatch; a C side checks one byte per page and only prints `invalid data in page N`, so no
 //! output may contain `invalid data`.
 //!
 //! # Why these runs cover the options
@@ -14,8 +13,8 @@
 //! of every option; together they cover, in every direction:
 //!
 //! - `-c` always, on both sides (all four C programs have it);
-//! - receive replenishment: `-r 4` with `-n` [`ITERS`] well above it (the loop reposts each
-//!   time it is down to one receive, or to `-q` for srq) — and the default `-r 500`;
+//! - receive replenishment: `-r 4` with `-n` [`ITERS`] well above it (each slot is posted
+//!   again as its echo completes, so the receives never run out) — and the default `-r 500`;
 //! - path MTUs 2048 and 4096 (`-m`; rxe's active MTU is 1024 and, like the C program, the Rust
 //!   one passes `-m` to the queue pair as given: rxe accepts up to its maximum MTU, 4096) for
 //!   rc, uc and srq (`ibv_ud_pingpong` has no `-m`: a UD message fits the active MTU);
