@@ -9,6 +9,11 @@
 //! client compares the two buffers; with `-v` both print the data. After `-C` pings the client
 //! disconnects.
 //!
+//! Both sides post from slot rings: the 16-byte messages from a ring of receives (every free
+//! slot posted) and a ring of sends; the server READs into, and WRITEs from, the one slot of a
+//! third ring. The client's start and sink buffers are plain registered regions, which only
+//! the server's device reads and writes.
+//!
 //! ```text
 //! rping -s [-vVd] [-S size] [-C count] [-a addr] [-p port] [-P]
 //! rping -c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port]
@@ -21,10 +26,11 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use rdma_cm::rdma_verbs::{
-    AccessFlags, BufferPool, Completion, CompletionQueue, QpStateKind, QueuePair, Rc, RemoteMemory,
-    Rts, SendRequest, WcOpcode,
+    AccessFlags, CompletionQueue, QpStateKind, QueuePair, Rc, RemoteMemory, Rts, SendRequest, Slot,
+    SlotRing, WorkCompletion,
 };
 use rdma_cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
+use rdma_examples::connect::next_wc;
 use rdma_examples::pingpong;
 
 const PROGRAM: &str = "rping";
@@ -136,53 +142,71 @@ fn check_size(size: usize) -> Result<(), String> {
     }
 }
 
-/// The next successful completion of `cq`, within `timeout`.
-fn next(cq: &mut CompletionQueue, timeout: Duration, what: &str) -> Result<Completion, String> {
-    rdma_examples::connect::next_completion(cq, timeout).map_err(|e| format!("{what}: {e}"))
+/// The slot rings of one side's 16-byte messages: receives (every free slot posted) and
+/// sends.
+struct Messages {
+    rx: SlotRing,
+    tx: SlotRing,
 }
 
-/// Waits for the peer's next message (a receive of exactly [`INFO`] bytes), skipping the
-/// completions of this side's own requests; reposts the receive buffer and returns the bytes.
-fn wait_recv(
-    cq: &mut CompletionQueue,
-    qp: &mut QueuePair<Rc, Rts>,
-    timeout: Duration,
-    what: &str,
-) -> Result<Vec<u8>, String> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let done = next(cq, left, what)?;
-        if done.wc().opcode() != WcOpcode::Recv {
-            continue;
+impl Messages {
+    /// Both rings, with the receives posted (the C program keeps one posted; two here).
+    fn new(qp: &mut QueuePair<Rc, Rts>) -> Result<Self, String> {
+        let mut rx = qp.slot_ring(2, INFO).map_err(|e| e.to_string())?;
+        let tx = qp.slot_ring(4, INFO).map_err(|e| e.to_string())?;
+        qp.fill_slot_ring(&mut rx)
+            .map_err(|e| format!("ibv_post_recv failed: {e}"))?;
+        Ok(Self { rx, tx })
+    }
+
+    /// SENDs `info`: the 16-byte description of a buffer, or zeros for a bare "go ahead".
+    fn send(&mut self, qp: &mut QueuePair<Rc, Rts>, info: [u8; INFO]) -> Result<(), String> {
+        let mut slot = self.tx.take().ok_or("no send buffer free")?;
+        self.tx.fill(&mut slot, &info).map_err(|e| e.to_string())?;
+        qp.post_send_slot(&mut self.tx, SendRequest::send(slot))
+            .map_err(|e| format!("post send error: {e}"))
+    }
+
+    /// Takes the successful completion `wc` back into its ring: a send's slot is free again
+    /// (`None`); a receive's bytes are returned (exactly [`INFO`] of them, as the C program
+    /// insists) and its slot is posted again. Fails for a completion of neither ring.
+    fn complete(
+        &mut self,
+        qp: &mut QueuePair<Rc, Rts>,
+        wc: &WorkCompletion,
+    ) -> Result<Option<[u8; INFO]>, String> {
+        if let Some(slot) = self.rx.complete(wc) {
+            let bytes = self.rx.bytes(&slot).map_err(|e| e.to_string())?;
+            let message = <[u8; INFO]>::try_from(bytes)
+                .map_err(|_| format!("received bogus data, size {}", bytes.len()));
+            self.rx.put(slot).map_err(|e| e.to_string())?;
+            qp.fill_slot_ring(&mut self.rx)
+                .map_err(|e| format!("ibv_post_recv failed: {e}"))?;
+            return message.map(Some);
         }
-        return message(done, qp);
+        match self.tx.complete(wc) {
+            Some(slot) => self.tx.put(slot).map(|()| None).map_err(|e| e.to_string()),
+            None => Err(format!("unexpected completion {wc:?}")),
+        }
     }
-}
 
-/// The bytes of a receive completion, whose buffer goes back to the receive queue; exactly
-/// [`INFO`] bytes, as the C program insists.
-fn message(mut done: Completion, qp: &mut QueuePair<Rc, Rts>) -> Result<Vec<u8>, String> {
-    let buf = done.take_buf().ok_or("a receive without its buffer")?;
-    let bytes = buf.to_vec();
-    qp.post_recv_buf(buf, 0)
-        .map_err(|e| format!("ibv_post_recv failed: {e}"))?;
-    if bytes.len() != INFO {
-        return Err(format!("received bogus data, size {}", bytes.len()));
+    /// Waits for the peer's next message, taking back the slots of this side's sends.
+    fn next(
+        &mut self,
+        cq: &mut CompletionQueue,
+        qp: &mut QueuePair<Rc, Rts>,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<[u8; INFO], String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let wc = next_wc(cq, left).map_err(|e| format!("{what}: {e}"))?;
+            if let Some(message) = self.complete(qp, &wc)? {
+                return Ok(message);
+            }
+        }
     }
-    Ok(bytes)
-}
-
-/// SENDs the 16-byte description of `region` (or zeros for a bare "go ahead").
-fn send_info(
-    qp: &mut QueuePair<Rc, Rts>,
-    pool: &BufferPool,
-    info: [u8; INFO],
-) -> Result<(), String> {
-    let mut buf = pool.take().ok_or("no send buffer free")?;
-    buf.fill_from(&info).map_err(|e| e.to_string())?;
-    qp.post_send_owned(SendRequest::send(buf))
-        .map_err(|e| format!("post send error: {e}"))
 }
 
 /// The bytes of `buf` up to its first NUL, as text.
@@ -219,15 +243,13 @@ fn client(args: &Args) -> Result<(), String> {
     let mut sink = pd
         .register(args.size, AccessFlags::LOCAL_WRITE | remote)
         .map_err(|e| e.to_string())?;
-    let pool = BufferPool::new(&pd, 4, INFO).map_err(|e| e.to_string())?;
     let (mut qp, _) = id
         .connect_qp(qp, &ConnParam::new(), timeout)
         .map_err(|e| format!("connect error: {e}"))?;
     if args.debug {
         eprintln!("rping: connected to {addr}, queue pair {:#x}", qp.qp_num());
     }
-    qp.post_recv_buf(pool.take().ok_or("no buffer")?, 0)
-        .map_err(|e| e.to_string())?;
+    let mut messages = Messages::new(&mut qp)?;
     let mut letter = b'A';
     let mut ping = 0u64;
     while args.count == 0 || ping < args.count {
@@ -236,12 +258,12 @@ fn client(args: &Args) -> Result<(), String> {
         start.write_at(0, &data).map_err(|e| e.to_string())?;
         // The start buffer: the server reads it, then says "go ahead".
         let info = encode(start.remote(..).map_err(|e| e.to_string())?);
-        send_info(&mut qp, &pool, info)?;
-        wait_recv(&mut cq, &mut qp, timeout, "waiting for the server's read")?;
+        messages.send(&mut qp, info)?;
+        messages.next(&mut cq, &mut qp, timeout, "waiting for the server's read")?;
         // The sink: the server writes what it read there, then says "go ahead".
         let info = encode(sink.remote(..).map_err(|e| e.to_string())?);
-        send_info(&mut qp, &pool, info)?;
-        wait_recv(&mut cq, &mut qp, timeout, "waiting for the server's write")?;
+        messages.send(&mut qp, info)?;
+        messages.next(&mut cq, &mut qp, timeout, "waiting for the server's write")?;
         let mut got = vec![0u8; args.size];
         sink.read_at(0, &mut got).map_err(|e| e.to_string())?;
         if args.verbose {
@@ -314,10 +336,8 @@ fn serve(args: &Args, id: &CmId, timeout: Duration) -> Result<(), String> {
         .qp_builder(&cq, &cq)
         .build()
         .map_err(|e| format!("ibv_create_qp: {e}"))?;
-    let pool = BufferPool::new(&pd, 4, INFO).map_err(|e| e.to_string())?;
-    let rdma = BufferPool::new(&pd, 1, args.size.max(MAX_SIZE)).map_err(|e| e.to_string())?;
-    // INIT, RTR and RTS with the connection's attributes, a receive posted, then accept: the
-    // client's first SEND finds it.
+    // INIT, RTR and RTS with the connection's attributes, receives posted, then accept: the
+    // client's first SEND finds one.
     let attr = |state| id.init_qp_attr(state).map_err(|e| e.to_string());
     let mut qp = qp
         .into_init_with(&attr(QpStateKind::Init)?)
@@ -326,7 +346,10 @@ fn serve(args: &Args, id: &CmId, timeout: Duration) -> Result<(), String> {
         .map_err(|e| e.error().to_string())?
         .into_rts_with(&attr(QpStateKind::Rts)?)
         .map_err(|e| e.error().to_string())?;
-    qp.post_recv_buf(pool.take().ok_or("no buffer")?, 0)
+    let mut messages = Messages::new(&mut qp)?;
+    // The one buffer the server READs into and WRITEs from.
+    let mut rdma = qp
+        .slot_ring(1, args.size.max(MAX_SIZE))
         .map_err(|e| e.to_string())?;
     id.accept(&ConnParam::new().qp_num(qp.qp_num()))
         .map_err(|e| format!("rdma_accept: {e}"))?;
@@ -339,62 +362,63 @@ fn serve(args: &Args, id: &CmId, timeout: Duration) -> Result<(), String> {
     }
     loop {
         // The client's start buffer, or its disconnect.
-        let Some(info) = recv_or_disconnect(&mut cq, &mut qp, id, "waiting for a ping")? else {
+        let Some(info) =
+            recv_or_disconnect(&mut cq, &mut qp, &mut messages, id, "waiting for a ping")?
+        else {
             return Ok(());
         };
         let source = decode(&info)?;
-        if source.len as usize > args.size.max(MAX_SIZE) {
+        if source.len as usize > rdma.slot_size() {
             return Err(format!(
                 "the client's buffer of {} bytes is too large",
                 source.len
             ));
         }
-        let mut buf = rdma.take().ok_or("the read buffer is in use")?;
-        buf.set_len(source.len as usize)
-            .map_err(|e| e.to_string())?;
-        qp.post_send_owned(SendRequest::read(buf, source))
+        let mut slot = rdma.take().ok_or("the read buffer is in use")?;
+        slot.set_len(source.len as usize);
+        qp.post_send_slot(&mut rdma, SendRequest::read(slot, source))
             .map_err(|e| format!("post send error: {e}"))?;
-        let mut read = next_of(&mut cq, WcOpcode::RdmaRead, timeout)?;
-        let mut buf = read
-            .take_buf()
-            .ok_or("the read's buffer did not come back")?;
-        drop(read);
-        let text = c_string(&buf);
+        let mut slot = wait_rdma(&mut cq, &mut qp, &mut messages, &mut rdma, timeout)?;
+        let text = c_string(rdma.bytes(&slot).map_err(|e| e.to_string())?);
         if args.verbose {
             println!("server ping data: {text}");
         }
         // Go ahead: the client sends its sink next.
-        send_info(&mut qp, &pool, [0; INFO])?;
-        let info = wait_recv(&mut cq, &mut qp, timeout, "waiting for the sink")?;
+        messages.send(&mut qp, [0; INFO])?;
+        let info = messages.next(&mut cq, &mut qp, timeout, "waiting for the sink")?;
         let sink = decode(&info)?;
         // The string and its NUL, as the C server writes.
-        let len = (text.len() + 1).min(buf.len()).min(sink.len as usize);
-        buf.set_len(len).map_err(|e| e.to_string())?;
-        qp.post_send_owned(SendRequest::write(
-            buf,
-            sink.slice(0, len as u32).map_err(|e| e.to_string())?,
-        ))
+        let len = (text.len() + 1).min(slot.len()).min(sink.len as usize);
+        slot.set_len(len);
+        qp.post_send_slot(
+            &mut rdma,
+            SendRequest::write(slot, sink.slice(0, len as u32).map_err(|e| e.to_string())?),
+        )
         .map_err(|e| format!("post send error: {e}"))?;
-        drop(next_of(&mut cq, WcOpcode::RdmaWrite, timeout)?);
-        send_info(&mut qp, &pool, [0; INFO])?;
+        let slot = wait_rdma(&mut cq, &mut qp, &mut messages, &mut rdma, timeout)?;
+        rdma.put(slot).map_err(|e| e.to_string())?;
+        messages.send(&mut qp, [0; INFO])?;
     }
 }
 
-/// The next completion of `opcode` (skipping sends), within `timeout`.
-fn next_of(
+/// Waits for the completion of the READ or WRITE of `rdma`'s slot (taking back the slots of
+/// this side's sends meanwhile), and returns the slot.
+fn wait_rdma(
     cq: &mut CompletionQueue,
-    opcode: WcOpcode,
+    qp: &mut QueuePair<Rc, Rts>,
+    messages: &mut Messages,
+    rdma: &mut SlotRing,
     timeout: Duration,
-) -> Result<Completion, String> {
+) -> Result<Slot, String> {
     let deadline = Instant::now() + timeout;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let done = next(cq, left, "waiting for a completion")?;
-        if done.wc().opcode() == opcode {
-            return Ok(done);
+        let wc = next_wc(cq, left).map_err(|e| format!("waiting for a completion: {e}"))?;
+        if let Some(slot) = rdma.complete(&wc) {
+            return Ok(slot);
         }
-        if done.wc().opcode() != WcOpcode::Send {
-            return Err(format!("unexpected completion {:?}", done.wc()));
+        if messages.complete(qp, &wc)?.is_some() {
+            return Err("a message from the client before the server's transfer ended".into());
         }
     }
 }
@@ -405,22 +429,24 @@ fn next_of(
 fn recv_or_disconnect(
     cq: &mut CompletionQueue,
     qp: &mut QueuePair<Rc, Rts>,
+    messages: &mut Messages,
     id: &CmId,
     what: &str,
-) -> Result<Option<Vec<u8>>, String> {
+) -> Result<Option<[u8; INFO]>, String> {
     let channel = id.channel();
+    let mut wcs = [WorkCompletion::default(); 1];
     loop {
-        let mut got = None;
-        cq.poll_each(1, |c| got = Some(c))
+        let polled = cq
+            .poll(&mut wcs)
             .map_err(|e| format!("poll CQ failed: {e}"))?;
-        if let Some(done) = got {
-            if !done.is_success() {
-                return Err(format!("{what}: completion error {}", done.status()));
+        if let [wc] = polled {
+            if !wc.is_success() {
+                return Err(format!("{what}: completion error {}", wc.status()));
             }
-            if done.wc().opcode() != WcOpcode::Recv {
-                continue;
+            if let Some(message) = messages.complete(qp, wc)? {
+                return Ok(Some(message));
             }
-            return message(done, qp).map(Some);
+            continue;
         }
         if let Some(event) = channel.try_get_event().map_err(|e| e.to_string())? {
             if event.kind() == EventKind::Disconnected {
