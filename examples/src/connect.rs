@@ -1,11 +1,11 @@
 //! What the two-process examples that are not pingpongs share (`rdma_rw`, `atomic_counter`):
-//! their connection options, one connected RC queue pair, and waiting for the next owned
+//! their connection options, one connected RC queue pair, and waiting for the next
 //! completion.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdma_verbs::{
-    AccessFlags, Completion, CompletionQueue, ConnectedInitAttr, QueuePair, Rc, Rts, WorkCompletion,
+    AccessFlags, CompletionQueue, ConnectedInitAttr, QueuePair, Rc, Rts, WorkCompletion,
 };
 
 /// The queue pair [`connect_shaped`] makes: its queue sizes, its inline size, and whether its
@@ -177,30 +177,5 @@ pub fn next_wc(cq: &mut CompletionQueue, timeout: Duration) -> Result<WorkComple
         [wc] if wc.is_success() => Ok(*wc),
         [wc] => Err(format!("a request failed: {}", wc.status())),
         _ => Err(format!("no completion within {} s", timeout.as_secs())),
-    }
-}
-
-/// Reaps the next completion from `cq` with `poll_each`. Fails on an error completion, on a
-/// polling error, and after `timeout`.
-pub fn next_completion(cq: &mut CompletionQueue, timeout: Duration) -> Result<Completion, String> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let mut got = None;
-        cq.poll_each(1, |completion| got = Some(completion))
-            .map_err(|e| format!("poll CQ failed: {e}"))?;
-        match got {
-            Some(completion) if completion.is_success() => return Ok(completion),
-            Some(completion) => {
-                return Err(format!(
-                    "request {} failed: {}",
-                    completion.tag().unwrap_or(completion.wc().wr_id()),
-                    completion.status()
-                ));
-            }
-            None if Instant::now() >= deadline => {
-                return Err(format!("no completion within {} s", timeout.as_secs()));
-            }
-            None => std::thread::yield_now(),
-        }
     }
 }

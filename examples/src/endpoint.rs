@@ -1,25 +1,25 @@
 //! What `rdma_server` and `rdma_client` share: the endpoint's queue pair as rdma-core's
 //! programs make it (one request each way, one scatter entry, 16 bytes inline, every send
-//! signaled), its one 16-byte message each way, and the closing lines.
+//! signaled), its one 16-byte message each way, from a slot ring, and the closing lines.
 
 use std::time::{Duration, Instant};
 
 use rdma_cm::Endpoint;
 use rdma_cm::rdma_verbs::{
-    BufferPool, Completion, CompletionQueue, Init, QueuePair, Rc, Rts, SendRequest, WcOpcode,
-    WcStatus,
+    CompletionQueue, Init, QueuePair, Rc, RecvRequest, Rts, SendRequest, SlotRing, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 
 /// The size of the one message each way.
 pub const MESSAGE: usize = 16;
 
-/// The endpoint queue pair's queue and buffers.
+/// The endpoint queue pair's queue and slots.
 #[derive(Debug)]
 pub struct Side {
     /// Its completion queue, for sends and receives.
     pub cq: CompletionQueue,
-    /// Its two buffers.
-    pub pool: BufferPool,
+    /// Its two slots: the receive's and the send's.
+    pub ring: SlotRing,
 }
 
 /// Makes `ep`'s queue pair through the connection manager (in INIT) and posts its one
@@ -34,7 +34,6 @@ pub fn side(ep: &Endpoint) -> Result<(QueuePair<Rc, Init>, Side), String> {
     let cq = context
         .create_cq(4)
         .map_err(|e| format!("ibv_create_cq: {e}"))?;
-    let pool = BufferPool::new(&pd, 2, MESSAGE).map_err(|e| format!("buffers: {e}"))?;
     let builder = pd
         .qp_builder::<Rc>(&cq, &cq)
         .max_send_wr(1)
@@ -46,17 +45,20 @@ pub fn side(ep: &Endpoint) -> Result<(QueuePair<Rc, Init>, Side), String> {
     let mut qp = ep
         .create_qp(builder)
         .map_err(|e| format!("rdma_create_qp: {e}"))?;
-    let buf = pool.take().ok_or("no buffer")?;
-    qp.post_recv_buf(buf, 1)
+    let mut ring = qp
+        .slot_ring(2, MESSAGE)
+        .map_err(|e| format!("buffers: {e}"))?;
+    let slot = ring.take().ok_or("no buffer")?;
+    qp.post_recv_slot(&mut ring, RecvRequest::new(slot).tag(1))
         .map_err(|e| format!("rdma_post_recv: {e}"))?;
-    Ok((qp, Side { cq, pool }))
+    Ok((qp, Side { cq, ring }))
 }
 
 /// Posts a send of `data` (16 bytes).
-pub fn send(qp: &mut QueuePair<Rc, Rts>, side: &Side, data: &[u8]) -> Result<(), String> {
-    let mut buf = side.pool.take().ok_or("no buffer")?;
-    buf.fill_from(data).map_err(|e| e.to_string())?;
-    qp.post_send_owned(SendRequest::send(buf).tag(2))
+pub fn send(qp: &mut QueuePair<Rc, Rts>, side: &mut Side, data: &[u8]) -> Result<(), String> {
+    let mut slot = side.ring.take().ok_or("no buffer")?;
+    side.ring.fill(&mut slot, data).map_err(|e| e.to_string())?;
+    qp.post_send_slot(&mut side.ring, SendRequest::send(slot).tag(2))
         .map_err(|e| format!("rdma_post_send: {e}"))
 }
 
@@ -71,36 +73,42 @@ pub fn complete(
     let deadline = Instant::now() + timeout;
     let mut missing = want.to_vec();
     let mut message = None;
+    let mut wcs = [WorkCompletion::default(); 1];
     while !missing.is_empty() {
-        let mut got: Option<Completion> = None;
-        side.cq
-            .poll_each(1, |c| got = Some(c))
-            .map_err(|e| format!("ibv_poll_cq: {e}"))?;
-        let Some(mut done) = got else {
-            if Instant::now() >= deadline {
+        let wc = match side
+            .cq
+            .poll(&mut wcs)
+            .map_err(|e| format!("ibv_poll_cq: {e}"))?
+        {
+            [wc] => *wc,
+            _ if Instant::now() >= deadline => {
                 return Err(format!("no completion of {missing:?} in {timeout:?}"));
             }
-            std::thread::yield_now();
-            continue;
+            _ => {
+                std::thread::yield_now();
+                continue;
+            }
         };
-        let opcode = done.wc().opcode();
-        let what = if opcode == WcOpcode::Recv {
+        let slot = side.ring.complete(&wc);
+        let opcode = wc.opcode();
+        let what = if wc.is_recv() {
             "rdma_get_recv_comp"
         } else {
             "rdma_get_send_comp"
         };
-        if done.status() != WcStatus::Success {
-            return Err(format!("{what}: {} ({opcode:?})", done.status()));
+        if wc.status() != WcStatus::Success {
+            return Err(format!("{what}: {} ({opcode:?})", wc.status()));
         }
         let Some(at) = missing.iter().position(|&w| w == opcode) else {
             return Err(format!("{what}: an unexpected {opcode:?} completion"));
         };
         missing.remove(at);
+        let slot = slot.ok_or_else(|| format!("{what}: a completion of no request of ours"))?;
         if opcode == WcOpcode::Recv {
-            let len = done.wc().byte_len() as usize;
-            let buf = done.take_buf().ok_or("a receive without its buffer")?;
-            message = Some(buf[..len.min(MESSAGE)].to_vec());
+            let bytes = side.ring.bytes(&slot).map_err(|e| e.to_string())?;
+            message = Some(bytes[..bytes.len().min(MESSAGE)].to_vec());
         }
+        side.ring.put(slot).map_err(|e| e.to_string())?;
     }
     Ok(message)
 }

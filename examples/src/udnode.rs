@@ -1,16 +1,16 @@
 //! One UD endpoint of the connection-manager tools (`udaddy`, `mckey`): an identifier, its
-//! queue pair in RTS with receives posted, its queues and buffers, and checked sends and
+//! queue pair in RTS with receives posted, its queues and slot rings, and checked sends and
 //! receives of datagrams.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdma_cm::CmId;
 use rdma_cm::rdma_verbs::{
-    AddressHandle, BufferPool, Completion, CompletionQueue, GRH_LEN, QueuePair, Rts, SendRequest,
-    Ud, WcOpcode, WcStatus,
+    AddressHandle, CompletionQueue, GRH_LEN, QueuePair, RecvRequest, Rts, SendRequest, SlotRing,
+    Ud, WcOpcode, WcStatus, WorkCompletion,
 };
 
-/// One connection: its identifier, UD queue pair (RTS), queues and buffers, and where the
+/// One connection: its identifier, UD queue pair (RTS), queues and slot rings, and where the
 /// peer's datagrams go once known.
 #[derive(Debug)]
 pub struct UdNode {
@@ -22,14 +22,25 @@ pub struct UdNode {
     pub send_cq: CompletionQueue,
     /// The receive queue's completions.
     pub recv_cq: CompletionQueue,
-    /// Buffers of the message size plus the GRH.
-    pub pool: BufferPool,
+    /// The receives' slots: the message size plus the GRH.
+    pub rx: SlotRing,
+    /// The sends' slots: the message size.
+    pub tx: SlotRing,
     /// Where datagrams go: address handle, queue pair number and Q_Key.
     pub peer: Option<(AddressHandle, u32, u32)>,
 }
 
+/// A datagram received: its completion and its bytes, the 40-byte GRH first.
+#[derive(Debug, Clone)]
+pub struct Datagram {
+    /// The receive's completion.
+    pub wc: WorkCompletion,
+    /// What arrived, GRH included.
+    pub bytes: Vec<u8>,
+}
+
 impl UdNode {
-    /// The queue pair and buffers on `id`'s device, receives posted: `count` datagrams of
+    /// The queue pair and slot rings on `id`'s device, receives posted: `count` datagrams of
     /// `size` bytes fit (after checking `size` against the port's active MTU).
     pub fn new(id: CmId, count: usize, size: usize) -> Result<Self, String> {
         let context = id.context().map_err(|e| e.to_string())?;
@@ -45,39 +56,38 @@ impl UdNode {
         let pd = context
             .alloc_pd()
             .map_err(|e| format!("unable to allocate PD: {e}"))?;
-        let depth = count.max(1);
-        let queue = u32::try_from(depth * 2).map_err(|e| e.to_string())?;
+        let depth = u32::try_from(count.max(1)).map_err(|e| e.to_string())?;
+        let queue = depth.checked_mul(2).ok_or("too many messages")?;
         let send_cq = context
             .create_cq(queue)
             .map_err(|e| format!("unable to create CQ: {e}"))?;
         let recv_cq = context
             .create_cq(queue)
             .map_err(|e| format!("unable to create CQ: {e}"))?;
-        let depth_u32 = u32::try_from(depth).map_err(|e| e.to_string())?;
         let qp = pd
             .qp_builder::<Ud>(&send_cq, &recv_cq)
-            .max_send_wr(depth_u32)
-            .max_recv_wr(depth_u32)
+            .max_send_wr(depth)
+            .max_recv_wr(depth)
             .build()
             .map_err(|e| format!("unable to create QP: {e}"))?;
-        let qp = id.ready_ud_qp(qp).map_err(|e| e.to_string())?;
-        let pool = BufferPool::new(&pd, depth * 2, size + GRH_LEN)
-            .map_err(|e| format!("failed message allocation: {e}"))?;
-        let mut node = Self {
+        let mut qp = id.ready_ud_qp(qp).map_err(|e| e.to_string())?;
+        let allocation = |e| format!("failed message allocation: {e}");
+        let mut rx = qp.slot_ring(depth, size + GRH_LEN).map_err(allocation)?;
+        let tx = qp.slot_ring(depth, size.max(1)).map_err(allocation)?;
+        for i in 0..count {
+            let slot = rx.take().ok_or("out of buffers")?;
+            qp.post_recv_slot(&mut rx, RecvRequest::new(slot).tag(i as u64))
+                .map_err(|e| format!("failed to post receives: {}", e.error()))?;
+        }
+        Ok(Self {
             id,
             qp,
             send_cq,
             recv_cq,
-            pool,
+            rx,
+            tx,
             peer: None,
-        };
-        for i in 0..count {
-            let buf = node.pool.take().ok_or("out of buffers")?;
-            node.qp
-                .post_recv_buf(buf, i as u64)
-                .map_err(|e| format!("failed to post receives: {}", e.error()))?;
-        }
-        Ok(node)
+        })
     }
 
     /// Sends `payloads` to the peer, each with this queue pair's number as immediate data,
@@ -85,34 +95,46 @@ impl UdNode {
     pub fn send_all(&mut self, payloads: &[Vec<u8>], timeout: Duration) -> Result<(), String> {
         let (ah, qpn, qkey) = self.peer.as_ref().ok_or("no peer")?;
         let own = self.qp.qp_num();
-        for data in payloads {
-            let mut buf = self.pool.take().ok_or("out of buffers")?;
-            buf.fill_from(data).map_err(|e| e.to_string())?;
+        for (i, data) in payloads.iter().enumerate() {
+            let mut slot = self.tx.take().ok_or("out of buffers")?;
+            self.tx.fill(&mut slot, data).map_err(|e| e.to_string())?;
+            let request = SendRequest::send(slot)
+                .with_imm(own)
+                .tag(i as u64)
+                .to(ah, *qpn, *qkey);
             self.qp
-                .post_send_owned(SendRequest::send(buf).with_imm(own).to(ah, *qpn, *qkey))
+                .post_send_slot(&mut self.tx, request)
                 .map_err(|e| format!("failed to post sends: {}", e.error()))?;
         }
-        for _ in payloads {
-            let done = next(&mut self.send_cq, timeout, "send")?;
-            expect(&done, WcOpcode::Send, "send")?;
+        for i in 0..payloads.len() {
+            let wc = next(&mut self.send_cq, timeout, "send")?;
+            let slot = self.tx.complete(&wc);
+            expect(&wc, WcOpcode::Send, "send")?;
+            let slot = slot.ok_or("a send completion of no request of ours")?;
+            if slot.tag() != i as u64 {
+                return Err(format!("send {i}: the completion of send {}", slot.tag()));
+            }
+            self.tx.put(slot).map_err(|e| e.to_string())?;
         }
         Ok(())
     }
 
     /// Reaps `count` receives of `size` bytes each, checked: a `Recv` whose immediate data is
-    /// its source queue pair (`from`, when known). Returns the completions.
+    /// its source queue pair (`from`, when known), in the order they were posted. Returns
+    /// the datagrams.
     pub fn receive_all(
         &mut self,
         count: usize,
         size: usize,
         from: Option<u32>,
         timeout: Duration,
-    ) -> Result<Vec<Completion>, String> {
+    ) -> Result<Vec<Datagram>, String> {
         let mut got = Vec::with_capacity(count);
         for i in 0..count {
-            let done = next(&mut self.recv_cq, timeout, "receive")?;
-            expect(&done, WcOpcode::Recv, "receive")?;
-            let wc = done.wc();
+            let wc = next(&mut self.recv_cq, timeout, "receive")?;
+            let slot = self.rx.complete(&wc);
+            expect(&wc, WcOpcode::Recv, "receive")?;
+            let slot = slot.ok_or("a receive completion of no request of ours")?;
             let src = from.unwrap_or(wc.src_qp());
             if wc.imm_data() != Some(src) || wc.src_qp() != src {
                 return Err(format!(
@@ -121,39 +143,40 @@ impl UdNode {
                     wc.src_qp()
                 ));
             }
-            if wc.byte_len() as usize != size + GRH_LEN {
+            if slot.len() != size + GRH_LEN || slot.tag() != i as u64 {
                 return Err(format!(
-                    "datagram {i}: {} bytes, expected {} (GRH and {size})",
-                    wc.byte_len(),
+                    "datagram {i}: {} bytes in receive {}, expected {} (GRH and {size})",
+                    slot.len(),
+                    slot.tag(),
                     size + GRH_LEN
                 ));
             }
-            got.push(done);
+            let bytes = self.rx.bytes(&slot).map_err(|e| e.to_string())?.to_vec();
+            self.rx.put(slot).map_err(|e| e.to_string())?;
+            got.push(Datagram { wc, bytes });
         }
         Ok(got)
     }
 }
 
 /// The next completion of `cq` within `timeout`.
-pub fn next(cq: &mut CompletionQueue, timeout: Duration, what: &str) -> Result<Completion, String> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let mut got = None;
-        cq.poll_each(1, |c| got = Some(c))
-            .map_err(|e| format!("failed polling CQ: {e}"))?;
-        if let Some(done) = got {
-            return Ok(done);
-        }
-        if Instant::now() >= deadline {
-            return Err(format!("no {what} completion in {timeout:?}"));
-        }
-        std::thread::yield_now();
+pub fn next(
+    cq: &mut CompletionQueue,
+    timeout: Duration,
+    what: &str,
+) -> Result<WorkCompletion, String> {
+    let mut wcs = [WorkCompletion::default(); 1];
+    match cq
+        .poll_for(&mut wcs, 1, timeout)
+        .map_err(|e| format!("failed polling CQ: {e}"))?
+    {
+        [wc] => Ok(*wc),
+        _ => Err(format!("no {what} completion in {timeout:?}")),
     }
 }
 
-/// Checks that `done` succeeded with `opcode`.
-pub fn expect(done: &Completion, opcode: WcOpcode, what: &str) -> Result<(), String> {
-    let wc = done.wc();
+/// Checks that `wc` succeeded with `opcode`.
+pub fn expect(wc: &WorkCompletion, opcode: WcOpcode, what: &str) -> Result<(), String> {
     if wc.status() != WcStatus::Success || wc.opcode() != opcode {
         return Err(format!(
             "{what} completion: {:?} {:?} (vendor error {:#x})",

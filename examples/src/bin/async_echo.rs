@@ -3,7 +3,7 @@
 //! every echoed byte. Safe code only.
 //!
 //! Each client connection says its message size in the connect request's private data
-//! (4 bytes, big-endian); the server makes that connection's buffers of that size (refusing
+//! (4 bytes, big-endian); the server makes that connection's slot ring of that size (refusing
 //! sizes above 1 MiB with a reject whose private data says why), posts its receives, accepts,
 //! and from then on answers each message with the same bytes until the client disconnects.
 //! Every connection is a task; every wait is bounded; a peer that disconnects or dies ends
@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use rdma_cm::rdma_verbs::{
-    AsyncCompletionChannel, BufferPool, Completion, CompletionQueue, QueuePair, Rc, Reset, Rts,
-    SendRequest, WcOpcode, WcStatus,
+    AsyncCompletionChannel, CompletionQueue, QueuePair, Rc, RecvRequest, Reset, Rts, SendRequest,
+    SlotRing, WcStatus, WorkCompletion,
 };
 use rdma_cm::{
     AsyncCmId, AsyncConnectRequest, AsyncListener, CmId, ConnParam, EventKind, PortSpace,
@@ -83,17 +83,17 @@ async fn main() {
 }
 
 /// One side of a connection: its queue pair (RTS), a completion queue whose events are
-/// awaited, and its buffers.
+/// awaited, and its slots.
 struct Endpoint {
     qp: QueuePair<Rc, Rts>,
     cq: CompletionQueue,
     channel: AsyncCompletionChannel,
-    pool: BufferPool,
+    ring: SlotRing,
     bound: Duration,
 }
 
-/// The queue pair (RESET), completion queue and channel, and buffers of `size` bytes on
-/// `id`'s device.
+/// The queue pair (RESET), completion queue and channel, and a ring of slots of `size` bytes
+/// (receives and sends) on `id`'s device.
 fn resources(
     id: &CmId,
     size: usize,
@@ -102,7 +102,7 @@ fn resources(
         QueuePair<Rc, Reset>,
         CompletionQueue,
         AsyncCompletionChannel,
-        BufferPool,
+        SlotRing,
     ),
     String,
 > {
@@ -115,46 +115,51 @@ fn resources(
         .build()
         .map_err(|e| e.to_string())?;
     let qp = pd.qp_builder(&cq, &cq).build().map_err(|e| e.to_string())?;
-    let pool = BufferPool::new(&pd, RECEIVES + 2, size).map_err(|e| e.to_string())?;
+    let ring = qp
+        .slot_ring(RECEIVES as u32 + 2, size)
+        .map_err(|e| e.to_string())?;
     let channel = AsyncCompletionChannel::new(channel).map_err(|e| e.to_string())?;
-    Ok((qp, cq, channel, pool))
+    Ok((qp, cq, channel, ring))
 }
 
 impl Endpoint {
     fn post_receive(&mut self) -> Result<(), String> {
-        let buf = self.pool.take().ok_or("no receive buffer free")?;
+        let slot = self.ring.take().ok_or("no receive buffer free")?;
         self.qp
-            .post_recv_buf(buf, 0)
+            .post_recv_slot(&mut self.ring, RecvRequest::new(slot))
             .map_err(|e| format!("post a receive: {}", e.error()))
     }
 
     fn send(&mut self, data: &[u8]) -> Result<(), String> {
-        let mut buf = self.pool.take().ok_or("no send buffer free")?;
-        buf.fill_from(data).map_err(|e| e.to_string())?;
+        let mut slot = self.ring.take().ok_or("no send buffer free")?;
+        self.ring.fill(&mut slot, data).map_err(|e| e.to_string())?;
         self.qp
-            .post_send_owned(SendRequest::send(buf))
+            .post_send_slot(&mut self.ring, SendRequest::send(slot))
             .map_err(|e| format!("post a send: {}", e.error()))
     }
 
-    /// The next completion, which must have succeeded. Cancel-safe.
-    async fn next(&mut self) -> Result<Completion, String> {
-        let mut got = None;
-        timeout(
-            self.bound,
-            self.cq.poll_each_async(&self.channel, 1, |c| got = Some(c)),
-        )
-        .await
-        .map_err(|_| format!("no completion in {:?}", self.bound))?
-        .map_err(|e| e.to_string())?;
-        let done = got.ok_or("poll returned nothing")?;
-        if done.status() != WcStatus::Success {
-            return Err(format!(
-                "{:?} completion: {:?}",
-                done.wc().opcode(),
-                done.status()
-            ));
+    /// Awaits the next completion, which must have succeeded, and takes its slot back: a
+    /// receive's bytes are returned (`Some`), a send's slot is simply free again (`None`).
+    /// Cancel-safe: the one await is `poll_async`'s, and nothing is taken before it returns.
+    async fn next(&mut self) -> Result<Option<Vec<u8>>, String> {
+        let mut wcs = [WorkCompletion::default(); 1];
+        let polled = timeout(self.bound, self.cq.poll_async(&self.channel, &mut wcs))
+            .await
+            .map_err(|_| format!("no completion in {:?}", self.bound))?
+            .map_err(|e| e.to_string())?;
+        let wc = *polled.first().ok_or("poll returned nothing")?;
+        let slot = self.ring.complete(&wc);
+        if wc.status() != WcStatus::Success {
+            return Err(format!("{:?} completion: {:?}", wc.opcode(), wc.status()));
         }
-        Ok(done)
+        let slot = slot.ok_or("a completion of no request of ours")?;
+        let message = if wc.is_recv() {
+            Some(self.ring.bytes(&slot).map_err(|e| e.to_string())?.to_vec())
+        } else {
+            None
+        };
+        self.ring.put(slot).map_err(|e| e.to_string())?;
+        Ok(message)
     }
 }
 
@@ -218,13 +223,13 @@ async fn serve(request: AsyncConnectRequest, bound: Duration) -> Result<String, 
 }
 
 async fn echo(id: &AsyncCmId, size: usize, bound: Duration) -> Result<usize, String> {
-    let (qp, cq, channel, pool) = resources(id.id(), size)?;
+    let (qp, cq, channel, ring) = resources(id.id(), size)?;
     let qp = id.id().ready_rc_qp(qp).map_err(|e| e.to_string())?;
     let mut end = Endpoint {
         qp,
         cq,
         channel,
-        pool,
+        ring,
         bound,
     };
     for _ in 0..RECEIVES {
@@ -238,11 +243,7 @@ async fn echo(id: &AsyncCmId, size: usize, bound: Duration) -> Result<usize, Str
     loop {
         tokio::select! {
             done = end.next() => {
-                let mut done = done?;
-                if done.wc().opcode() == WcOpcode::Recv {
-                    let buf = done.take_buf().ok_or("a receive without its buffer")?;
-                    let bytes = buf.to_vec();
-                    drop(buf);
+                if let Some(bytes) = done? {
                     end.post_receive()?;
                     end.send(&bytes)?;
                     echoed += 1;
@@ -315,7 +316,7 @@ async fn run_connection(
     id.resolve(server, Duration::from_secs(2))
         .await
         .map_err(|e| e.to_string())?;
-    let (qp, cq, channel, pool) = resources(id.id(), size)?;
+    let (qp, cq, channel, ring) = resources(id.id(), size)?;
     let size_word = u32::try_from(size)
         .map_err(|e| e.to_string())?
         .to_be_bytes();
@@ -330,7 +331,7 @@ async fn run_connection(
         qp,
         cq,
         channel,
-        pool,
+        ring,
         bound,
     };
     end.post_receive()?;
@@ -342,14 +343,9 @@ async fn run_connection(
         while !sent || echo.is_none() {
             tokio::select! {
                 done = end.next() => {
-                    let mut done = done.map_err(|e| format!("round {round}: {e}"))?;
-                    match done.wc().opcode() {
-                        WcOpcode::Send => sent = true,
-                        WcOpcode::Recv => {
-                            let buf = done.take_buf().ok_or("a receive without its buffer")?;
-                            echo = Some(buf.to_vec());
-                        }
-                        other => return Err(format!("round {round}: a {other:?} completion")),
+                    match done.map_err(|e| format!("round {round}: {e}"))? {
+                        None => sent = true,
+                        Some(bytes) => echo = Some(bytes),
                     }
                 }
                 event = id.next_event() => {

@@ -26,7 +26,7 @@ use clap::Parser;
 use rdma_cm::rdma_verbs::GRH_LEN;
 use rdma_cm::{EventKind, JoinKind, PortSpace};
 use rdma_examples::cmtool::{self, lookup, parse_u32};
-use rdma_examples::udnode::UdNode;
+use rdma_examples::udnode::{Datagram, UdNode};
 
 const PROGRAM: &str = "mckey";
 
@@ -179,7 +179,7 @@ fn run(args: &Args) -> Result<(), String> {
                     param.av.sl
                 );
                 let ah = node
-                    .pool
+                    .qp
                     .pd()
                     .create_ah(&param.av)
                     .map_err(|e| format!("failure creating address handle: {e}"))?;
@@ -228,17 +228,12 @@ fn run(args: &Args) -> Result<(), String> {
 
 /// Compares each datagram with what its sender sent: the `n`th from a queue pair is
 /// `payload(n)`.
-fn validate(
-    connection: usize,
-    datagrams: Vec<rdma_cm::rdma_verbs::Completion>,
-    size: usize,
-) -> Result<(), String> {
+fn validate(connection: usize, datagrams: Vec<Datagram>, size: usize) -> Result<(), String> {
     let mut next: HashMap<u32, usize> = HashMap::new();
-    for mut done in datagrams {
-        let src = done.wc().src_qp();
+    for datagram in datagrams {
+        let src = datagram.wc.src_qp();
         let n = next.entry(src).or_default();
-        let buf = done.take_buf().ok_or("a receive without its buffer")?;
-        if buf[GRH_LEN..] != payload(*n, size)[..] {
+        if datagram.bytes[GRH_LEN..] != payload(*n, size)[..] {
             return Err(format!(
                 "connection {connection}: datagram {n} from queue pair {src:#x} differs from what was sent"
             ));

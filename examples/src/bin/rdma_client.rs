@@ -54,7 +54,7 @@ fn run(args: &Args) -> Result<(), String> {
     let (mut qp, _) = ep
         .connect(qp, &ConnParam::new())
         .map_err(|e| format!("rdma_connect: {e}"))?;
-    send(&mut qp, &side, &message())?;
+    send(&mut qp, &mut side, &message())?;
     let got =
         complete(&mut side, &[WcOpcode::Send, WcOpcode::Recv], timeout)?.ok_or("no message")?;
     if args.verbose {

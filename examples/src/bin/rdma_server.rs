@@ -62,7 +62,7 @@ fn run(args: &Args) -> Result<(), String> {
     if args.verbose {
         println!("{PROGRAM}: received {}", hex(&got));
     }
-    send(&mut qp, &side, &got)?;
+    send(&mut qp, &mut side, &got)?;
     complete(&mut side, &[WcOpcode::Send], timeout)?;
     ep.disconnect()
         .map_err(|e| format!("rdma_disconnect: {e}"))?;

@@ -7,7 +7,8 @@
 //! then disconnects every connection (after moving them all to a new event channel with
 //! `-m`) and waits for each to end; the client answers each `Disconnected` with its own
 //! disconnect. Every completion is checked (status, opcode, length); between two Rust programs
-//! `-V` makes both sides compare every byte.
+//! `-V` makes both sides compare every byte. Each connection posts from two slot rings, one
+//! for its receives and one for its sends.
 //!
 //! ```text
 //! ucmatose [-b bind_address] [-p port] [-c connections] [-C count] [-S size] [-t tos] [-m]
@@ -21,7 +22,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use rdma_cm::rdma_verbs::{
-    BufferPool, CompletionQueue, QueuePair, Rc, Reset, Rts, SendRequest, WcOpcode, WcStatus,
+    CanPostRecv, CompletionQueue, QueuePair, Rc, RecvRequest, Reset, Rts, SendRequest, SlotRing,
+    WcOpcode, WcStatus, WorkCompletion,
 };
 use rdma_cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
 use rdma_examples::cmtool::{self, lookup, parse_u8};
@@ -103,77 +105,90 @@ fn payload(connection: usize, message: usize, reply: bool, size: usize) -> Vec<u
         .collect()
 }
 
-/// One connection: its identifier, queue pair, the two queues (as the C program: sends and
-/// receives apart) and its buffers.
+/// One connection: its identifier, queue pair, and queues.
 struct Node {
     id: CmId,
     qp: QueuePair<Rc, Rts>,
-    send_cq: CompletionQueue,
-    recv_cq: CompletionQueue,
-    pool: BufferPool,
+    queues: Queues,
 }
 
-/// The queue pair (RESET), queues and buffers on `id`'s device, for `count` messages each way.
+/// A connection's two completion queues (as the C program: sends and receives apart) and its
+/// slot rings, one of receives and one of sends.
+struct Queues {
+    send_cq: CompletionQueue,
+    recv_cq: CompletionQueue,
+    rx: SlotRing,
+    tx: SlotRing,
+}
+
+/// The queue pair (RESET), queues and slots on `id`'s device, for `count` messages each way.
 fn resources(
     id: &CmId,
     count: usize,
     size: usize,
-) -> Result<
-    (
-        QueuePair<Rc, Reset>,
-        CompletionQueue,
-        CompletionQueue,
-        BufferPool,
-    ),
-    String,
-> {
+) -> Result<(QueuePair<Rc, Reset>, Queues), String> {
     let context = id.context().map_err(|e| e.to_string())?;
     let pd = context
         .alloc_pd()
         .map_err(|e| format!("unable to allocate PD: {e}"))?;
-    let depth = count.max(1);
-    let cqe = u32::try_from(depth).map_err(|e| e.to_string())?;
+    let depth = u32::try_from(count.max(1)).map_err(|e| e.to_string())?;
     let send_cq = context
-        .create_cq(cqe)
+        .create_cq(depth)
         .map_err(|e| format!("unable to create CQ: {e}"))?;
     let recv_cq = context
-        .create_cq(cqe)
+        .create_cq(depth)
         .map_err(|e| format!("unable to create CQ: {e}"))?;
     let qp = pd
         .qp_builder(&send_cq, &recv_cq)
-        .max_send_wr(cqe)
-        .max_recv_wr(cqe)
+        .max_send_wr(depth)
+        .max_recv_wr(depth)
         .build()
         .map_err(|e| format!("unable to create QP: {e}"))?;
-    let pool = BufferPool::new(&pd, depth * 2, size.max(1))
-        .map_err(|e| format!("failed message allocation: {e}"))?;
-    Ok((qp, send_cq, recv_cq, pool))
+    let ring = || {
+        qp.slot_ring(depth, size.max(1))
+            .map_err(|e| format!("failed message allocation: {e}"))
+    };
+    let (rx, tx) = (ring()?, ring()?);
+    Ok((
+        qp,
+        Queues {
+            send_cq,
+            recv_cq,
+            rx,
+            tx,
+        },
+    ))
+}
+
+/// Posts `count` receives, from the slots of `rx`, each tagged with its number.
+fn post_receives<S: CanPostRecv>(
+    qp: &mut QueuePair<Rc, S>,
+    rx: &mut SlotRing,
+    count: usize,
+) -> Result<(), String> {
+    for i in 0..count {
+        let slot = rx.take().ok_or("out of buffers")?;
+        qp.post_recv_slot(rx, RecvRequest::new(slot).tag(i as u64))
+            .map_err(|e| format!("failed to post receives: {}", e.error()))?;
+    }
+    Ok(())
 }
 
 impl Node {
-    fn post_receives(&mut self, count: usize) -> Result<(), String> {
-        for i in 0..count {
-            let buf = self.pool.take().ok_or("out of buffers")?;
-            self.qp
-                .post_recv_buf(buf, i as u64)
-                .map_err(|e| format!("failed to post receives: {}", e.error()))?;
-        }
-        Ok(())
-    }
-
     fn post_sends(&mut self, payloads: impl Iterator<Item = Vec<u8>>) -> Result<(), String> {
-        for data in payloads {
-            let mut buf = self.pool.take().ok_or("out of buffers")?;
-            buf.fill_from(&data).map_err(|e| e.to_string())?;
+        let tx = &mut self.queues.tx;
+        for (i, data) in payloads.enumerate() {
+            let mut slot = tx.take().ok_or("out of buffers")?;
+            tx.fill(&mut slot, &data).map_err(|e| e.to_string())?;
             self.qp
-                .post_send_owned(SendRequest::send(buf))
+                .post_send_slot(tx, SendRequest::send(slot).tag(i as u64))
                 .map_err(|e| format!("failed to post sends: {}", e.error()))?;
         }
         Ok(())
     }
 
-    /// Reaps `count` completions of `opcode` from the send or receive queue; for receives,
-    /// checks the length and (with `expect`) every byte of message `i`.
+    /// Reaps `count` completions of `opcode` from the send or receive queue, in order; for
+    /// receives, checks the length and (with `expect`) every byte of message `i`.
     fn reap(
         &mut self,
         receives: bool,
@@ -182,15 +197,32 @@ impl Node {
         expect: Option<&dyn Fn(usize) -> Vec<u8>>,
         bound: Duration,
     ) -> Result<(), String> {
-        let (cq, opcode) = if receives {
-            (&mut self.recv_cq, WcOpcode::Recv)
+        let Queues {
+            send_cq,
+            recv_cq,
+            rx,
+            tx,
+        } = &mut self.queues;
+        let (cq, ring, opcode) = if receives {
+            (recv_cq, rx, WcOpcode::Recv)
         } else {
-            (&mut self.send_cq, WcOpcode::Send)
+            (send_cq, tx, WcOpcode::Send)
         };
+        let mut wcs = [WorkCompletion::default(); 1];
         for i in 0..count {
-            let mut done = rdma_examples::connect::next_completion(cq, bound)
-                .map_err(|e| format!("failed polling CQ: {e}"))?;
-            let wc = *done.wc();
+            let wc = match cq
+                .poll_for(&mut wcs, 1, bound)
+                .map_err(|e| format!("failed polling CQ: {e}"))?
+            {
+                [wc] => *wc,
+                _ => {
+                    return Err(format!(
+                        "failed polling CQ: no completion within {} s",
+                        bound.as_secs()
+                    ));
+                }
+            };
+            let slot = ring.complete(&wc);
             if wc.status() != WcStatus::Success || wc.opcode() != opcode {
                 return Err(format!(
                     "{opcode:?} {i}: {:?} {:?} (vendor error {:#x})",
@@ -199,20 +231,27 @@ impl Node {
                     wc.vendor_err()
                 ));
             }
+            let slot = slot.ok_or("a completion of no request of this connection")?;
+            if slot.tag() != i as u64 {
+                return Err(format!(
+                    "{opcode:?} {i}: the completion of request {}",
+                    slot.tag()
+                ));
+            }
             if receives {
-                if wc.byte_len() as usize != size {
+                if slot.len() != size {
                     return Err(format!(
                         "message {i}: {} bytes, expected {size}",
-                        wc.byte_len()
+                        slot.len()
                     ));
                 }
                 if let Some(expect) = expect {
-                    let buf = done.take_buf().ok_or("a receive without its buffer")?;
-                    if buf[..] != expect(i)[..] {
+                    if ring.bytes(&slot).map_err(|e| e.to_string())? != &expect(i)[..] {
                         return Err(format!("message {i} differs from what was sent"));
                     }
                 }
             }
+            ring.put(slot).map_err(|e| e.to_string())?;
         }
         Ok(())
     }
@@ -293,25 +332,15 @@ fn client(args: &Args) -> Result<(), String> {
         id.resolve_route(RESOLVE)
             .map_err(|e| format!("resolve route failed: {e}"))?;
         drop(wait(&id, EventKind::RouteResolved, bound)?);
-        let (qp, send_cq, recv_cq, pool) = resources(&id, args.count, args.size)?;
+        let (qp, mut queues) = resources(&id, args.count, args.size)?;
         // The receives go in at INIT, before the connect: the server sends as soon as every
         // connection is up.
         let mut qp = id.init_rc_qp(qp).map_err(|e| e.to_string())?;
-        for i in 0..args.count {
-            let buf = pool.take().ok_or("out of buffers")?;
-            qp.post_recv_buf(buf, i as u64)
-                .map_err(|e| format!("failed to post receives: {}", e.error()))?;
-        }
+        post_receives(&mut qp, &mut queues.rx, args.count)?;
         let (qp, _) = id
             .connect_init_qp(qp, &param, bound)
             .map_err(|e| cm_error(&e))?;
-        nodes.push(Node {
-            id,
-            qp,
-            send_cq,
-            recv_cq,
-            pool,
-        });
+        nodes.push(Node { id, qp, queues });
     }
     if args.count > 0 && args.size > 0 {
         println!("receiving data transfers");
@@ -398,22 +427,19 @@ fn server(args: &Args) -> Result<(), String> {
             )
         })?;
         let id = request.id;
-        let accepted =
-            resources(&id, args.count, args.size).and_then(|(qp, send_cq, recv_cq, pool)| {
-                let qp = id.ready_rc_qp(qp).map_err(|e| e.to_string())?;
-                let mut node = Node {
-                    id: id.clone(),
-                    qp,
-                    send_cq,
-                    recv_cq,
-                    pool,
-                };
-                node.post_receives(args.count)?;
-                node.id
-                    .accept(&ConnParam::new().qp_num(node.qp.qp_num()))
-                    .map_err(|e| format!("failure accepting: {e}"))?;
-                Ok(node)
-            });
+        let accepted = resources(&id, args.count, args.size).and_then(|(qp, queues)| {
+            let qp = id.ready_rc_qp(qp).map_err(|e| e.to_string())?;
+            let mut node = Node {
+                id: id.clone(),
+                qp,
+                queues,
+            };
+            post_receives(&mut node.qp, &mut node.queues.rx, args.count)?;
+            node.id
+                .accept(&ConnParam::new().qp_num(node.qp.qp_num()))
+                .map_err(|e| format!("failure accepting: {e}"))?;
+            Ok(node)
+        });
         match accepted {
             Ok(node) => nodes.push(node),
             Err(error) => {

@@ -181,7 +181,7 @@ fn client(args: &Args) -> Result<(), String> {
                     .as_mut()
                     .ok_or("Established before the route")?;
                 let ah = node
-                    .pool
+                    .qp
                     .pd()
                     .create_ah(&peer.av)
                     .map_err(|e| format!("failure creating address handle: {e}"))?;
@@ -205,9 +205,8 @@ fn client(args: &Args) -> Result<(), String> {
         let server_qpn = node.peer.as_ref().map(|(_, qpn, _)| *qpn);
         let replies = node.receive_all(args.count, args.size, server_qpn, timeout)?;
         if args.validate {
-            for (m, mut reply) in replies.into_iter().enumerate() {
-                let buf = reply.take_buf().ok_or("a receive without its buffer")?;
-                if buf[GRH_LEN..] != payload(c, m, args.size)[..] {
+            for (m, reply) in replies.iter().enumerate() {
+                if reply.bytes[GRH_LEN..] != payload(c, m, args.size)[..] {
                     return Err(format!(
                         "connection {c}: reply {m} differs from what was sent"
                     ));
@@ -269,28 +268,23 @@ fn server(args: &Args) -> Result<(), String> {
     for (node, datagrams) in nodes.iter_mut().zip(received) {
         let first = datagrams.first().ok_or("no datagram")?;
         let grh: [u8; GRH_LEN] = first
-            .buf()
-            .and_then(|buf| buf.get(..GRH_LEN))
+            .bytes
+            .get(..GRH_LEN)
             .and_then(|grh| grh.try_into().ok())
             .ok_or("a receive without its GRH")?;
-        let client_qpn = first.wc().src_qp();
+        let client_qpn = first.wc.src_qp();
         let ah = node
-            .pool
+            .qp
             .pd()
-            .create_ah_from_wc(node.id.port_num(), first.wc(), &grh)
+            .create_ah_from_wc(node.id.port_num(), &first.wc, &grh)
             .map_err(|e| format!("failure creating address handle: {e}"))?;
         let qkey = node.id.qkey().map_err(|e| e.to_string())?;
         node.peer = Some((ah, client_qpn, qkey));
         // The payload of each datagram back to its sender (the C server sends its buffer).
         let payloads: Vec<Vec<u8>> = datagrams
             .iter()
-            .map(|done| {
-                done.buf()
-                    .map(|buf| buf[GRH_LEN..].to_vec())
-                    .unwrap_or_default()
-            })
+            .map(|datagram| datagram.bytes[GRH_LEN..].to_vec())
             .collect();
-        drop(datagrams);
         node.send_all(&payloads, timeout)?;
     }
     println!("data transfers complete");
