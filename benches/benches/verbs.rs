@@ -24,9 +24,13 @@ use criterion::{
 };
 use rdma_benches::loopback::{self, Loopback, Patience, Shape, spin};
 use rdma_verbs::{
-    AccessFlags, Buf, BufferPool, Completion, CompletionQueue, MemoryRegion, OwnedRecvList,
-    OwnedSendList, Payload, QueuePair, Rc, RecvList, RecvRequest, Rts, SendList, SendRequest, Slot,
-    SlotRing, WcOpcode, WorkCompletion,
+    CompletionQueue, MemoryRegion, QueuePair,
+    cq::{WcOpcode, WorkCompletion},
+    mr::AccessFlags,
+    owned::{Buf, BufferPool, Completion, OwnedRecvList, OwnedSendList},
+    qp::{Rc, Rts},
+    slot::{Slot, SlotRing},
+    wr::{Payload, RecvList, RecvRequest, SendList, SendRequest},
 };
 
 /// Message sizes of the latency benches.

@@ -7,8 +7,11 @@ use std::time::Duration;
 use rdma_examples::connect::{self, PairArgs, QpShape};
 use rdma_examples::exchange::Link;
 use rdma_verbs::{
-    AccessFlags, CompletionQueue, MemoryRegion, Operation, QueuePair, Rc, RecvRequest,
-    RemoteMemory, Rts, SendFlags, SendRequest, WcOpcode, WorkCompletion,
+    CompletionQueue, MemoryRegion, QueuePair,
+    cq::{WcOpcode, WorkCompletion},
+    mr::{AccessFlags, RemoteMemory},
+    qp::{Rc, Rts},
+    wr::{Operation, RecvRequest, SendFlags, SendRequest},
 };
 
 use crate::clock::{self, Deadline};

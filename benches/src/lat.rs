@@ -23,7 +23,12 @@
 //! takes the messages its peer sent before stopping, and the checks use those counts.
 
 use rdma_examples::connect::{PairArgs, QpShape};
-use rdma_verbs::{MemoryRegion, Payload, RemoteMemory, SendRequest, WcOpcode};
+use rdma_verbs::{
+    MemoryRegion,
+    cq::WcOpcode,
+    mr::RemoteMemory,
+    wr::{Payload, SendRequest},
+};
 
 use crate::alloc_count::allocations;
 use crate::clock::{self, Deadline};

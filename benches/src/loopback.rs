@@ -5,9 +5,12 @@
 use std::time::{Duration, Instant};
 
 use rdma_verbs::{
-    AccessFlags, AddressVector, CompletionChannel, CompletionQueue, ConnectedInitAttr, Context,
-    Gid, Init, QueuePair, Rc, RcRtrAttr, RcRtsAttr, Rts, SharedReceiveQueue, WcFields, WcOpcode,
-    WorkCompletion,
+    CompletionChannel, CompletionQueue, Context, QueuePair, SharedReceiveQueue,
+    ah::AddressVector,
+    cq::{WcFields, WcOpcode, WorkCompletion},
+    device::Gid,
+    mr::AccessFlags,
+    qp::{ConnectedInitAttr, Init, Rc, RcRtrAttr, RcRtsAttr, Rts},
 };
 
 /// How long a wait for a completion or an event may take before it fails: generous, the

@@ -5,7 +5,10 @@
 use std::time::Duration;
 
 use rdma_verbs::{
-    AccessFlags, CompletionQueue, ConnectedInitAttr, QueuePair, Rc, Rts, WorkCompletion,
+    CompletionQueue, QueuePair,
+    cq::WorkCompletion,
+    mr::AccessFlags,
+    qp::{ConnectedInitAttr, Rc, Rts},
 };
 
 /// The queue pair [`connect_shaped`] makes: its queue sizes, its inline size, and whether its

@@ -6,8 +6,11 @@ use std::time::{Duration, Instant};
 
 use rdma_cm::Endpoint;
 use rdma_cm::rdma_verbs::{
-    CompletionQueue, Init, QueuePair, Rc, RecvRequest, Rts, SendRequest, SlotRing, WcOpcode,
-    WcStatus, WorkCompletion,
+    CompletionQueue, QueuePair,
+    cq::{WcOpcode, WcStatus, WorkCompletion},
+    qp::{Init, Rc, Rts},
+    slot::SlotRing,
+    wr::{RecvRequest, SendRequest},
 };
 
 /// The size of the one message each way.

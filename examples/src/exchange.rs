@@ -15,7 +15,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use rdma_verbs::{Gid, RemoteMemory};
+use rdma_verbs::{device::Gid, mr::RemoteMemory};
 
 /// Length of one record: 51 characters and the NUL.
 pub const RECORD_LEN: usize = 52;

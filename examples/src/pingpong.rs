@@ -24,7 +24,19 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use rdma_verbs::*;
+use rdma_verbs::ah::AddressVector;
+use rdma_verbs::cq::WorkCompletion;
+use rdma_verbs::device::{Gid, Mtu, PortAttr, PortState};
+use rdma_verbs::qp::{
+    ConnectedInitAttr, Init, Rc, RcRtrAttr, RcRtsAttr, Rts, SendPath, SqPsnRtsAttr, Transport, Uc,
+    UcRtrAttr,
+};
+use rdma_verbs::slot::{Slot, SlotRing};
+use rdma_verbs::wr::SendRequest;
+use rdma_verbs::{
+    AddressHandle, CompletionChannel, CompletionQueue, Context, Error, ProtectionDomain, QueuePair,
+    ffi,
+};
 
 use crate::exchange::{self, Dest, Link, PeerEnd};
 

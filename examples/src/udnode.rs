@@ -6,8 +6,12 @@ use std::time::Duration;
 
 use rdma_cm::CmId;
 use rdma_cm::rdma_verbs::{
-    AddressHandle, CompletionQueue, GRH_LEN, QueuePair, RecvRequest, Rts, SendRequest, SlotRing,
-    Ud, WcOpcode, WcStatus, WorkCompletion,
+    AddressHandle, CompletionQueue, QueuePair,
+    ah::GRH_LEN,
+    cq::{WcOpcode, WcStatus, WorkCompletion},
+    qp::{Rts, Ud},
+    slot::SlotRing,
+    wr::{RecvRequest, SendRequest},
 };
 
 /// One connection: its identifier, UD queue pair (RTS), queues and slot rings, and where the

@@ -12,7 +12,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rdma_test_support::TestDevice;
-use rdma_verbs::{Context, PortState};
+use rdma_verbs::{Context, device::PortState};
 
 /// How long a one-shot tool may run.
 const RUN_DEADLINE: Duration = Duration::from_secs(60);

@@ -4,7 +4,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use rdma_verbs::{Init, QpStateKind, QueuePair, Rc, Reset, Rts};
+use rdma_verbs::{
+    QueuePair,
+    qp::{Init, QpStateKind, Rc, Reset, Rts},
+};
 
 use crate::c_enum::EventKind;
 use crate::error::{Error, Result};

@@ -10,7 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rdma_verbs::qp::QpBuilder;
-use rdma_verbs::{Context, Init, QueuePair, Rc, Rts};
+use rdma_verbs::{
+    Context, QueuePair,
+    qp::{Init, Rc, Rts},
+};
 use rdma_verbs_sys as ffi;
 
 use crate::addr;

@@ -9,7 +9,11 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use rdma_verbs::qp::Ece;
-use rdma_verbs::{AsyncEvent, Context, QpStateKind, RawModifyAttr};
+use rdma_verbs::{
+    Context,
+    async_event::AsyncEvent,
+    qp::{QpStateKind, RawModifyAttr},
+};
 use rdma_verbs_sys as ffi;
 
 use crate::addr;

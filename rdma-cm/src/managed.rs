@@ -7,7 +7,10 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use rdma_verbs::qp::{QpBuilder, QpMaker};
-use rdma_verbs::{Init, QueuePair, Rc};
+use rdma_verbs::{
+    QueuePair,
+    qp::{Init, Rc},
+};
 use rdma_verbs_sys as ffi;
 
 use crate::error::{Error, Result};
@@ -165,7 +168,7 @@ impl CmId {
     /// than the identifier's (the connection manager would announce a queue pair number that
     /// does not exist there), one another identifier made, or any other than the identifier's
     /// own while it has one (librdmacm would connect that one, whatever the parameters say).
-    pub(crate) fn check_qp<S: rdma_verbs::QpState>(&self, qp: &QueuePair<Rc, S>) -> Result<()> {
+    pub(crate) fn check_qp<S: rdma_verbs::qp::QpState>(&self, qp: &QueuePair<Rc, S>) -> Result<()> {
         self.check_device(qp.pd().context())?;
         // SAFETY: a live identifier, read under its channel's lock.
         let own = self.0.with(|raw| unsafe { (*raw).qp });

@@ -5,7 +5,10 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use rdma_verbs::{QpState, QueuePair, Ud};
+use rdma_verbs::{
+    QueuePair,
+    qp::{QpState, Ud},
+};
 use rdma_verbs_sys as ffi;
 
 use crate::addr;
@@ -198,7 +201,7 @@ impl UdParam {
         Ok(qp.detach_mcast(gid, self.av.dlid)?)
     }
 
-    fn group_gid(&self) -> Result<rdma_verbs::Gid> {
+    fn group_gid(&self) -> Result<rdma_verbs::device::Gid> {
         self.av
             .grh
             .map(|grh| grh.dgid)

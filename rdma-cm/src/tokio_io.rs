@@ -17,7 +17,10 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use futures_core::Stream;
-use rdma_verbs::{Errno, Init, QueuePair, Rc, Reset, Rts};
+use rdma_verbs::{
+    Errno, QueuePair,
+    qp::{Init, Rc, Reset, Rts},
+};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 

@@ -4,7 +4,11 @@
 
 use std::time::Duration;
 
-use rdma_verbs::{AddressVector, QpStateKind, QueuePair, Reset, Rts, SqPsnRtsAttr, Ud, UdRtrAttr};
+use rdma_verbs::{
+    QueuePair,
+    ah::AddressVector,
+    qp::{QpStateKind, Reset, Rts, SqPsnRtsAttr, Ud, UdRtrAttr},
+};
 use rdma_verbs_sys as ffi;
 
 use crate::c_enum::EventKind;

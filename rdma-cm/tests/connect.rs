@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 
 use rdma_cm::rdma_verbs::qp::Ece;
 use rdma_cm::rdma_verbs::{
-    BufferPool, CompletionQueue, QpStateKind, QueuePair, Rc, Rts, WcOpcode, WcStatus,
+    CompletionQueue, QueuePair,
+    cq::{WcOpcode, WcStatus},
+    owned::BufferPool,
+    qp::{QpStateKind, Rc, Rts},
 };
 use rdma_cm::{CmId, ConnParam, Error, Event, EventChannel, EventKind, PortSpace};
 use rdma_test_support::cm::*;
@@ -344,9 +347,11 @@ fn queue_pairs_the_connection_manager_makes_are_moved_by_it() {
     assert_private(&accepted, b"made", "the accept, through Established");
     assert_eq!(qp.query_state().unwrap(), QpStateKind::Rts);
     // The queue pair's "communication established" is news to nobody now.
-    match id.notify(&rdma_cm::rdma_verbs::AsyncEvent::CommunicationEstablished {
-        qp_num: qp.qp_num(),
-    }) {
+    match id.notify(
+        &rdma_cm::rdma_verbs::async_event::AsyncEvent::CommunicationEstablished {
+            qp_num: qp.qp_num(),
+        },
+    ) {
         Err(Error::Call { call, errno }) => {
             assert_eq!((call, errno.raw()), ("rdma_notify", libc::EISCONN));
         }
@@ -831,7 +836,7 @@ fn another_devices_queue_pair_and_a_second_accept_are_refused() {
         other => panic!("a foreign queue pair on the active side: {other:?}"),
     }
     let ud = other_pd
-        .qp_builder::<rdma_cm::rdma_verbs::Ud>(&other_cq, &other_cq)
+        .qp_builder::<rdma_cm::rdma_verbs::qp::Ud>(&other_cq, &other_cq)
         .build()
         .unwrap();
     assert!(

@@ -7,7 +7,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use rdma_cm::rdma_verbs::{Gid, QueuePair, Ud};
+use rdma_cm::rdma_verbs::{QueuePair, device::Gid, qp::Ud};
 use rdma_cm::{CmId, Error, EventChannel, EventKind, JoinKind, PortSpace, UdParam};
 use rdma_test_support::cm::ud::*;
 use rdma_test_support::cm::*;
@@ -46,7 +46,7 @@ fn group_id(local: IpAddr, group: IpAddr) -> CmId {
 fn check_group_param(param: &UdParam, id: &CmId, group: Ipv4Addr, what: &str) {
     assert_eq!(
         param.qp_num,
-        QueuePair::<Ud, rdma_cm::rdma_verbs::Rts>::MULTICAST_QPN,
+        QueuePair::<Ud, rdma_cm::rdma_verbs::qp::Rts>::MULTICAST_QPN,
         "{what}: {param:?}"
     );
     assert_eq!(param.qkey, UDP_QKEY, "{what}: the group's Q_Key: {param:?}");

@@ -13,8 +13,11 @@ use std::time::Duration;
 
 use futures_core::Stream;
 use rdma_cm::rdma_verbs::{
-    AsyncCompletionChannel, BufferPool, Completion, CompletionQueue, QueuePair, Rc, Reset, Rts,
-    SendRequest, WcOpcode, WcStatus,
+    AsyncCompletionChannel, CompletionQueue, QueuePair,
+    cq::{WcOpcode, WcStatus},
+    owned::{BufferPool, Completion},
+    qp::{Rc, Reset, Rts},
+    wr::SendRequest,
 };
 use rdma_cm::{AsyncCmId, AsyncListener, CmId, ConnParam, Error, EventKind, PortSpace};
 use rdma_test_support::cm::*;
@@ -376,7 +379,7 @@ async fn tokio_multicast_join_and_leave() {
     use std::net::{IpAddr, Ipv4Addr};
 
     use rdma_cm::JoinKind;
-    use rdma_cm::rdma_verbs::Gid;
+    use rdma_cm::rdma_verbs::device::Gid;
 
     let Some(addr) = device_addr() else { return };
     let before = kernel_cm_ids();

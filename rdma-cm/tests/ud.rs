@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::mpsc;
 use std::thread;
 
-use rdma_cm::rdma_verbs::{Gid, Ud};
+use rdma_cm::rdma_verbs::{device::Gid, qp::Ud};
 use rdma_cm::{CmId, ConnParam, Error, EventChannel, EventKind, PortSpace};
 use rdma_test_support::cm::ud::*;
 use rdma_test_support::cm::*;

@@ -78,7 +78,7 @@ impl ProtectionDomain {
     /// A datagram to a peer known by its GID (RoCE) through the local routable GID:
     ///
     /// ```no_run
-    /// # use rdma_verbs::*;
+    /// # use rdma_verbs::{*, ah::*, async_event::*, channel::*, cq::*, device::*, mr::*, mw::*, owned::*, qp::*, scope::*, slot::*, srq::*, wr::*, xrcd::*, ah::*, async_event::*, channel::*, cq::*, device::*, mr::*, mw::*, owned::*, qp::*, scope::*, slot::*, srq::*, wr::*, xrcd::*};
     /// # fn f(pd: &ProtectionDomain, peer_gid: Gid) -> Result<AddressHandle> {
     /// let local = pd.context().routable_gid(1)?;
     /// let av = AddressVector::new(1).grh(peer_gid, local.index as u8);
@@ -179,7 +179,7 @@ impl Drop for AhInner {
 }
 
 /// Addressing of the remote port (`struct ibv_ah_attr`): for RC and UC the path in
-/// [`RcRtrAttr`](crate::RcRtrAttr)/[`UcRtrAttr`](crate::UcRtrAttr), for UD an
+/// [`RcRtrAttr`](crate::qp::RcRtrAttr)/[`UcRtrAttr`](crate::qp::UcRtrAttr), for UD an
 /// [`AddressHandle`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[must_use = "attributes do nothing until a transition uses them"]

@@ -91,7 +91,7 @@ impl Drop for ChannelInner {
 /// A completion channel (`struct ibv_comp_channel`): a file descriptor that becomes readable
 /// when an armed completion queue attached to it gets a completion.
 ///
-/// Use: create the CQ with [`CqBuilder::channel`](crate::CqBuilder::channel), arm it with
+/// Use: create the CQ with [`CqBuilder::channel`](crate::cq::CqBuilder::channel), arm it with
 /// [`CompletionQueue::req_notify`](crate::CompletionQueue::req_notify), wait with
 /// [`wait`](Self::wait) (or poll the descriptor, for example with tokio's `AsyncFd`), then poll
 /// the CQ and re-arm it. Events are acknowledged in batches, and the rest when the CQ is
@@ -102,7 +102,7 @@ impl Drop for ChannelInner {
 /// # Examples
 ///
 /// ```no_run
-/// # use rdma_verbs::*;
+/// # use rdma_verbs::{*, ah::*, async_event::*, channel::*, cq::*, device::*, mr::*, mw::*, owned::*, qp::*, scope::*, slot::*, srq::*, wr::*, xrcd::*, ah::*, async_event::*, channel::*, cq::*, device::*, mr::*, mw::*, owned::*, qp::*, scope::*, slot::*, srq::*, wr::*, xrcd::*};
 /// # use std::time::Duration;
 /// # let context = Context::open("rxe0")?;
 /// let channel = context.create_comp_channel()?;

@@ -108,7 +108,7 @@ use crate::c_enum::QpStateKind;
 ///
 /// Variants name the verb that failed and carry its [`Errno`]; conditions callers branch on
 /// (`QueueFull`, `Unsupported`, `InvalidArgument`, ...) have variants of their own. A failed work
-/// completion is not an `Error`: it is a [`WcStatus`](crate::WcStatus) on the completion.
+/// completion is not an `Error`: it is a [`WcStatus`](crate::cq::WcStatus) on the completion.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -182,7 +182,7 @@ pub enum Error {
     /// time: it is read and written by copying, never through a Rust reference.
     #[error("the memory region is remotely writable or shared: use its copy methods")]
     RemotelyWritable,
-    /// A [`PostScope`](crate::PostScope) ended with requests whose completions never came: the
+    /// A [`PostScope`](crate::scope::PostScope) ended with requests whose completions never came: the
     /// queue pair was moved to the error state to flush them (and to RESET if even that failed),
     /// so the device no longer uses the scope's memory.
     #[error(

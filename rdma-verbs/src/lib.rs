@@ -3,7 +3,7 @@
 //! # Quick start
 //!
 //! ```no_run
-//! use rdma_verbs::{AccessFlags, ConnectionRecord, Context, Rc, WorkCompletion};
+//! use rdma_verbs::{Context, cq::WorkCompletion, mr::AccessFlags, qp::{ConnectionRecord, Rc}};
 //! # fn exchange(me: [u8; ConnectionRecord::LEN]) -> Vec<u8> { me.to_vec() }
 //!
 //! let context = Context::open("rxe0")?;
@@ -24,34 +24,54 @@
 //! [`QueuePair::connect_loopback`]; to choose each transition's attributes, use
 //! `into_init`, `into_rtr` and `into_rts` one by one.
 //!
+//! # Where things are
+//!
+//! The crate root holds the verbs objects ([`Context`], [`ProtectionDomain`],
+//! [`MemoryRegion`], [`CompletionQueue`], [`QueuePair`], [`SharedReceiveQueue`],
+//! [`AddressHandle`], ...) and the error type. Everything else lives in the module of the
+//! object it belongs to:
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`device`] | device and port attributes, GIDs, MTUs, fork support |
+//! | [`mr`] | [`AccessFlags`](mr::AccessFlags), slices of a region, [`RemoteMemory`](mr::RemoteMemory) |
+//! | [`cq`] | [`WorkCompletion`](cq::WorkCompletion), its status and opcode, the CQ builder, extended polling |
+//! | [`qp`] | transports ([`Rc`](qp::Rc), [`Uc`](qp::Uc), [`Ud`](qp::Ud)), states ([`Rts`](qp::Rts), ...), transition attributes, connection records |
+//! | [`wr`] | the one request vocabulary: [`SendRequest`](wr::SendRequest), [`RecvRequest`](wr::RecvRequest), post lists |
+//! | [`slot`] | slot rings, the default safe data path: [`SlotRing`](slot::SlotRing), [`Slot`](slot::Slot), [`SlotSendList`](slot::SlotSendList) |
+//! | [`owned`] | the pooled-buffer path: [`BufferPool`](owned::BufferPool), [`Buf`](owned::Buf), [`Completion`](owned::Completion) |
+//! | [`scope`] | [`PostScope`](scope::PostScope), posts of borrowed memory |
+//! | [`ah`], [`mw`], [`srq`], [`channel`], [`xrcd`], [`async_event`] | what belongs to those objects |
+//!
 //! # The model
 //!
 //! - Every verbs object is an RAII value that keeps its parents alive through reference counts:
 //!   a queue pair keeps its protection domain, completion queues and SRQ; a CQ its context and
 //!   completion channel. No drop order frees a parent under a child, and no type has a lifetime
 //!   parameter, so context, PD, CQ and QP can sit in one struct.
-//! - A queue pair's transport and state are types: [`QueuePair<Rc, Rts>`]. Transitions consume
-//!   it and hand it back on failure; sends exist only in RTS.
-//! - Work requests are built safely and chained into reusable [`PostList`]s that go to the device
-//!   in one call. Posting them directly is `unsafe`: the device uses the memory after the call
-//!   returns. The safe ways: slot rings, a queue pair's own registered slots
-//!   ([`QueuePair::slot_ring`]) posted as [`Slot`]s ([`QueuePair::post_send_slot`],
-//!   [`QueuePair::post_recv_slot`], [`QueuePair::fill_slot_ring`] for every free slot, 32 per
-//!   doorbell, a [`SlotSendList`] of sends with one doorbell) and handed back by [`SlotRing::complete`] for the completions the caller polled,
-//!   cheapest when they come back in order (an SRQ's too: [`SharedReceiveQueue::slot_ring`],
-//!   [`SrqSlotRing`]); the owned-buffer path, in which posting moves a [`Buf`] of a
-//!   [`BufferPool`] into the queue pair ([`QueuePair::post_send_owned`],
-//!   [`QueuePair::post_recv_owned`]) and [`CompletionQueue::poll_each`] hands it back with its
-//!   completion: buffers that move between queue pairs, many queue pairs on one completion
-//!   queue routed for the caller, doorbell-batched [`OwnedSendList`]s; and
-//!   [`QueuePair::scope`], in which memory stays borrowed until its completion is reaped. Every
-//!   path builds its requests with [`SendRequest`] and [`RecvRequest`]. Which to pick, with a
-//!   complete program: the repository's `docs/start-here.md`. Why each is sound:
-//!   [`docs::safety`]; how the paths work: [`docs::data_path`]; the state types:
-//!   [`docs::typestate`]; where each verb lives: [`docs::modules`].
+//! - A queue pair's transport and state are types: [`QueuePair<Rc, Rts>`](QueuePair). Transitions
+//!   consume it and hand it back on failure; sends exist only in RTS.
+//! - Every path builds its requests with [`SendRequest`](wr::SendRequest) and
+//!   [`RecvRequest`](wr::RecvRequest). The default safe path is slot rings: a queue pair's own
+//!   registered slots ([`QueuePair::slot_ring`]) posted as [`Slot`](slot::Slot)s
+//!   ([`QueuePair::post_send_slot`], [`QueuePair::post_recv_slot`],
+//!   [`QueuePair::fill_slot_ring`] for every free slot, 32 per doorbell, a
+//!   [`SlotSendList`](slot::SlotSendList) of sends with one doorbell) and handed back by
+//!   [`SlotRing::complete`](slot::SlotRing::complete) for the completions the caller polled,
+//!   cheapest when they come back in order (an SRQ's too: [`SharedReceiveQueue::slot_ring`]).
+//!   For what slots cannot serve, the pooled-buffer path moves a [`Buf`](owned::Buf) into the
+//!   queue pair ([`QueuePair::post_send_owned`], [`QueuePair::post_recv_owned`]) and
+//!   [`CompletionQueue::poll_each`] hands it back with its completion: buffers that move
+//!   between queue pairs, many queue pairs on one completion queue routed for the caller. In
+//!   [`QueuePair::scope`], memory stays borrowed until its completion is reaped. Posting
+//!   requests of arbitrary memory ([`PostList`](wr::PostList)) is `unsafe`: the device uses the
+//!   memory after the call returns. Which to pick, with a complete program: the repository's
+//!   `docs/start-here.md`. Why each is sound: [`docs::safety`]; how the paths work:
+//!   [`docs::data_path`]; the state types: [`docs::typestate`]; where each verb lives:
+//!   [`docs::modules`].
 //! - Polling fills a caller's array; nothing allocates on the data path.
 //! - Failed verbs return [`Error`], naming the verb and its errno; failed work requests are
-//!   completions with a [`WcStatus`]. The library does not panic on bad input.
+//!   completions with a [`WcStatus`](cq::WcStatus). The library does not panic on bad input.
 //!
 //! # Features
 //!
@@ -91,69 +111,50 @@ pub use rdma_verbs_sys as ffi;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-mod ah;
-mod async_event;
+pub mod ah;
+pub mod async_event;
 mod buf;
 mod c_enum;
-mod channel;
+pub mod channel;
 #[cfg(doctest)]
 mod compile_fail;
-mod cq;
-mod device;
+pub mod cq;
+pub mod device;
 mod dm;
 pub mod docs;
 mod error;
 mod flags;
 mod inflight;
-mod mr;
-mod mw;
-mod owned;
+pub mod mr;
+pub mod mw;
+pub mod owned;
 mod pd;
 pub mod qp;
-mod scope;
+pub mod scope;
 pub mod shared;
-mod slot;
+pub mod slot;
 mod spin;
-mod srq;
+pub mod srq;
 mod td;
 #[cfg(feature = "tokio")]
 mod tokio_io;
-mod wr;
-mod xrcd;
+pub mod wr;
+pub mod xrcd;
 
-pub use ah::{AddressHandle, GRH_LEN};
-pub use async_event::AsyncEvent;
-pub use buf::{Buf, BufferPool};
-pub use channel::{CompletionChannel, CqEvent};
-pub use cq::{
-    CompletionQueue, CqBuilder, CqPoll, RawClock, WcFields, WcOpcode, WcStatus, WorkCompletion,
-};
-pub use device::{
-    AtomicCap, Context, Device, DeviceAttr, DeviceList, DeviceTransport, ForkStatus, Gid, GidEntry,
-    GidType, LinkLayer, Mtu, NodeType, PortAttr, PortState, devices, fork_init, fork_status,
-};
+// The verbs objects and the errors; everything else is in the module of the object it
+// belongs to (`qp::Rts`, `wr::SendRequest`, `cq::WorkCompletion`, `slot::SlotRing`, ...).
+pub use ah::AddressHandle;
+pub use channel::CompletionChannel;
+pub use cq::CompletionQueue;
+pub use device::{Context, Device, DeviceList, devices};
 pub use dm::DeviceMemory;
 pub use error::{Errno, Error, Result};
-pub use flags::{AccessFlags, SendFlags, WcFlags};
-pub use mr::{Advice, DeviceRegion, MemoryRegion, MrSlice, MrSliceMut, NullRegion, RemoteMemory};
-pub use mw::{MemoryWindow, MwType};
-pub use owned::{Completion, Owned, OwnedRecvList, OwnedSendList, PostRefused, RegionRange};
+pub use mr::{DeviceRegion, MemoryRegion, NullRegion};
+pub use mw::MemoryWindow;
 pub use pd::ProtectionDomain;
-pub use qp::{
-    AddressVector, CanPostRecv, Connected, ConnectedInitAttr, ConnectionRecord, ErrorState,
-    GlobalRoute, Init, QpBuilder, QpCaps, QpState, QpStateKind, QueuePair, RawModifyAttr, Rc,
-    RcRtrAttr, RcRtsAttr, Reset, Rtr, Rts, SendPath, SqPsnRtsAttr, TransitionError, Transport, Uc,
-    UcRtrAttr, Ud, UdInitAttr, UdRtrAttr,
-};
-pub use scope::{PostScope, ScopeCqs};
-pub use slot::{MAX_SLOTS, MAX_SRQ_SLOTS, Slot, SlotRefused, SlotRing, SlotSendList, SrqSlotRing};
-pub use srq::{SharedReceiveQueue, SrqBuilder};
+pub use qp::QueuePair;
+pub use srq::SharedReceiveQueue;
 pub use td::ThreadDomain;
 #[cfg(feature = "tokio")]
 pub use tokio_io::{AsyncCompletionChannel, AsyncContextEvents};
-pub use wr::{
-    AnyOp, AtomicOp, AtomicTarget, BindOp, BindRegion, Borrowed, ImmOp, IntoMemory, InvalidateOp,
-    Memoryless, Operation, Payload, PostList, ReadOp, RecvList, RecvMemory, RecvRequest, SendList,
-    SendOp, SendRequest, Sge, WorkRequest, WriteOp,
-};
-pub use xrcd::{XrcDomain, XrcdFile};
+pub use xrcd::XrcDomain;

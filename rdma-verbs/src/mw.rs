@@ -17,9 +17,9 @@
 //! A device must refuse a peer's access through a window outside the window's range. Soft-RoCE
 //! (rxe, as of Linux 6.1) checks such accesses against the bounds of the region only.
 //!
-//! [`SendRequest::bind_mw`]: crate::SendRequest::bind_mw
-//! [`SendRequest::local_invalidate`]: crate::SendRequest::local_invalidate
-//! [`SendRequest::send_with_invalidate`]: crate::SendRequest::send_with_invalidate
+//! [`SendRequest::bind_mw`]: crate::wr::SendRequest::bind_mw
+//! [`SendRequest::local_invalidate`]: crate::wr::SendRequest::local_invalidate
+//! [`SendRequest::send_with_invalidate`]: crate::wr::SendRequest::send_with_invalidate
 
 use std::fmt;
 use std::ops::RangeBounds;
@@ -39,7 +39,7 @@ pub enum MwType {
     /// (`ibv_bind_mw`); usable through any queue pair of its protection domain.
     Type1,
     /// `IBV_MW_TYPE_2`: bound with a send work request
-    /// ([`SendRequest::bind_mw`](crate::SendRequest::bind_mw)) to the queue pair that posts it;
+    /// ([`SendRequest::bind_mw`](crate::wr::SendRequest::bind_mw)) to the queue pair that posts it;
     /// invalidated by a work request.
     Type2,
 }
@@ -92,7 +92,7 @@ impl MwType {
 /// recorded by the queue pair: invalidate it (or drop it) before its queue pair is destroyed.
 /// Its `unsafe` post requires the window to stay allocated until the post returns, which the
 /// destruction (on any thread, before or during the post) of a queue pair that bound it
-/// through the owned path breaks; a scope's post ([`PostScope::send`](crate::PostScope::send))
+/// through the owned path breaks; a scope's post ([`PostScope::send`](crate::scope::PostScope::send))
 /// holds the window's lock across the verb, as an owned post does.
 ///
 /// # Thread safety
@@ -107,7 +107,7 @@ impl MwType {
 /// or scoped post of a bind holds from its check that the window is allocated until the post verb
 /// returns, and which a bind request's construction holds while it writes `ibv_mw`.
 ///
-/// [`SendRequest::bind_mw`]: crate::SendRequest::bind_mw
+/// [`SendRequest::bind_mw`]: crate::wr::SendRequest::bind_mw
 /// [`QueuePair::close`]: crate::QueuePair::close
 pub struct MemoryWindow {
     shared: Arc<MwShared>,
@@ -251,14 +251,14 @@ impl ProtectionDomain {
     /// # Errors
     ///
     /// - [`Error::Unsupported`] if the device has no memory windows of that type (see
-    ///   [`DeviceAttr::supports_mw_type1`](crate::DeviceAttr::supports_mw_type1) and
-    ///   [`supports_mw_type2`](crate::DeviceAttr::supports_mw_type2));
+    ///   [`DeviceAttr::supports_mw_type1`](crate::device::DeviceAttr::supports_mw_type1) and
+    ///   [`supports_mw_type2`](crate::device::DeviceAttr::supports_mw_type2));
     /// - [`Error::Verb`] with the errno of `ibv_alloc_mw` (`ENOMEM` past `max_mw`).
     ///
     /// # Examples
     ///
     /// ```no_run
-    /// use rdma_verbs::{Context, MwType};
+    /// use rdma_verbs::{Context, mw::MwType};
     ///
     /// let context = Context::open("rxe0")?;
     /// let pd = context.alloc_pd()?;
@@ -384,7 +384,7 @@ impl MemoryWindow {
     /// [`commit_rkey`](Self::commit_rkey) at once, for [`SendRequest::bind_mw`], whose caller
     /// keeps the request and posts it (`unsafe`) when it likes.
     ///
-    /// [`SendRequest::bind_mw`]: crate::SendRequest::bind_mw
+    /// [`SendRequest::bind_mw`]: crate::wr::SendRequest::bind_mw
     pub(crate) fn next_type2_rkey(&mut self) -> Result<u32> {
         let rkey = self.preview_type2_rkey()?;
         self.commit_rkey(rkey);

@@ -139,7 +139,7 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// # Examples
     ///
     /// ```no_run
-    /// # use rdma_verbs::*;
+    /// # use rdma_verbs::{*, ah::*, async_event::*, channel::*, cq::*, device::*, mr::*, mw::*, owned::*, qp::*, scope::*, slot::*, srq::*, wr::*, xrcd::*, ah::*, async_event::*, channel::*, cq::*, device::*, mr::*, mw::*, owned::*, qp::*, scope::*, slot::*, srq::*, wr::*, xrcd::*};
     /// # fn f(qp: &mut QueuePair<Rc, Rts>, cq: &mut CompletionQueue, mr: &mut MemoryRegion,
     /// #      src: &MemoryRegion) -> Result<()> {
     /// let target = mr.slice_mut(..64)?;

@@ -59,7 +59,7 @@ impl Drop for SrqInner {
 /// A shared receive queue (`struct ibv_srq`): one pool of receive requests for many queue
 /// pairs.
 ///
-/// Queue pairs made with [`QpBuilder::srq`](crate::QpBuilder::srq) keep it alive. Not `Clone`
+/// Queue pairs made with [`QpBuilder::srq`](crate::qp::QpBuilder::srq) keep it alive. Not `Clone`
 /// (posting takes `&mut self`); `Send` and `Sync`.
 pub struct SharedReceiveQueue {
     pub(crate) inner: Arc<SrqInner>,
@@ -244,7 +244,7 @@ impl SharedReceiveQueue {
 
     /// `ibv_modify_srq` with `IBV_SRQ_LIMIT`: arms the limit event. When the number of posted
     /// receives drops below `limit`, the context raises one
-    /// [`AsyncEvent::SrqLimitReached`](crate::AsyncEvent::SrqLimitReached) and disarms.
+    /// [`AsyncEvent::SrqLimitReached`](crate::async_event::AsyncEvent::SrqLimitReached) and disarms.
     ///
     /// # Errors
     ///

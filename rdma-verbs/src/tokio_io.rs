@@ -82,7 +82,7 @@ fn io_error(verb: &'static str, error: &io::Error) -> Error {
 ///
 /// ```no_run
 /// # async fn example(context: rdma_verbs::Context) -> rdma_verbs::Result<()> {
-/// use rdma_verbs::{AsyncCompletionChannel, WorkCompletion};
+/// use rdma_verbs::{AsyncCompletionChannel, cq::WorkCompletion};
 ///
 /// let channel = context.create_comp_channel()?;
 /// let mut cq = context.cq_builder(64).channel(&channel).build()?;
@@ -326,7 +326,7 @@ impl CompletionQueue {
 ///
 /// ```no_run
 /// # async fn example(context: rdma_verbs::Context) -> rdma_verbs::Result<()> {
-/// use rdma_verbs::{AsyncContextEvents, AsyncEvent};
+/// use rdma_verbs::{AsyncContextEvents, async_event::AsyncEvent};
 ///
 /// let events = AsyncContextEvents::new(context.clone())?;
 /// loop {

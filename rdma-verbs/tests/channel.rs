@@ -5,7 +5,7 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use rdma_test_support::verbs::*;
-use rdma_verbs::*;
+use rdma_verbs::{channel::*, cq::*, mr::*, owned::*, wr::*, *};
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;
 const TARGET: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);

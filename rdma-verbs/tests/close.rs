@@ -5,7 +5,7 @@
 //! everything closes, and owned buffers still posted are released.
 
 use rdma_test_support::verbs::*;
-use rdma_verbs::*;
+use rdma_verbs::{cq::*, device::*, mr::*, mw::*, owned::*, qp::*, *};
 
 fn assert_busy<T>(result: Result<(), (T, Error)>, verb: &str) -> T {
     match result {

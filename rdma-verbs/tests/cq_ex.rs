@@ -5,7 +5,7 @@
 //! Soft-RoCE lacks are refused with its exact error.
 
 use rdma_test_support::verbs::*;
-use rdma_verbs::*;
+use rdma_verbs::{ah::*, cq::*, mr::*, qp::*, wr::*, *};
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;
 

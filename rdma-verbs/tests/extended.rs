@@ -7,7 +7,7 @@
 //! really be extended there.
 
 use rdma_test_support::verbs::*;
-use rdma_verbs::*;
+use rdma_verbs::{ah::*, cq::*, device::*, mr::*, mw::*, qp::*, wr::*, *};
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;
 const QKEY: u32 = 0x1111_1111;

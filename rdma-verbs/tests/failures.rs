@@ -31,7 +31,7 @@
 use std::os::fd::AsFd;
 
 use rdma_test_support::verbs::*;
-use rdma_verbs::*;
+use rdma_verbs::{ah::*, cq::*, device::*, mr::*, mw::*, qp::*, wr::*, xrcd::*, *};
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;
 const REMOTE_WRITABLE: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);

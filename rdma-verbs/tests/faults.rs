@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use rdma_test_support::verbs::*;
-use rdma_verbs::*;
+use rdma_verbs::{async_event::*, cq::*, mr::*, owned::*, qp::*, wr::*};
 
 /// Ack timeout code 8 (about 1 ms) and two retries: a lost peer is noticed quickly.
 fn quick_retries() -> RcRtsAttr {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use rdma_test_support::Cluster;
 use rdma_test_support::verbs::*;
-use rdma_verbs::*;
+use rdma_verbs::{ah::*, cq::*, device::*, mr::*, owned::*, qp::*, wr::*};
 
 /// The bound of every completion wait here: the link is lossy in some tests, and both VMs run
 /// under emulation on two cores.

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use rdma_test_support::verbs::*;
-use rdma_verbs::*;
+use rdma_verbs::{cq::*, mr::*, mw::*, owned::*, qp::*, scope::*, wr::*, *};
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;
 /// The rights of a region windows are bound to: remotely writable, so the region hands out no

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use rdma_test_support::verbs::*;
-use rdma_verbs::*;
+use rdma_verbs::{ah::*, cq::*, mr::*, owned::*, qp::*, wr::*};
 
 /// The system allocator, counting the allocations of threads that asked to be counted.
 struct Counting;

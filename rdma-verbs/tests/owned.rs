@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rdma_test_support::verbs::*;
-use rdma_verbs::*;
+use rdma_verbs::{ah::*, cq::*, device::*, mr::*, owned::*, scope::*, wr::*, *};
 
 const SIZE: usize = 256;
 

@@ -5,7 +5,7 @@
 //! every buffer still in the list.
 
 use rdma_test_support::verbs::*;
-use rdma_verbs::*;
+use rdma_verbs::{cq::*, mr::*, owned::*, qp::*, wr::*, *};
 
 const SIZE: usize = 128;
 

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use rdma_test_support::verbs::*;
-use rdma_verbs::*;
+use rdma_verbs::{cq::*, mr::*, owned::*, wr::*, *};
 
 const HEADER: usize = 32;
 

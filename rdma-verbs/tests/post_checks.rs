@@ -5,7 +5,7 @@
 //! Each refusal is followed by a control: the same post with the right object works.
 
 use rdma_test_support::verbs::*;
-use rdma_verbs::*;
+use rdma_verbs::{cq::*, device::*, mr::*, mw::*, scope::*, wr::*, *};
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;
 const BINDABLE: AccessFlags = AccessFlags::LOCAL_WRITE

@@ -1,8 +1,8 @@
 //! Reliable-connection data path on the device: every operation, checked by data and completion.
 
 use rdma_test_support::verbs::*;
-use rdma_verbs::qp::StaticRate;
-use rdma_verbs::*;
+use rdma_verbs::ah::StaticRate;
+use rdma_verbs::{ah::*, async_event::*, cq::*, device::*, mr::*, qp::*, wr::*, *};
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;
 

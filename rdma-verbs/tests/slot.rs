@@ -11,7 +11,7 @@
 //! extended send path.
 
 use rdma_test_support::verbs::*;
-use rdma_verbs::*;
+use rdma_verbs::{ah::*, cq::*, device::*, mr::*, owned::*, qp::*, scope::*, slot::*, wr::*, *};
 
 const SIZE: usize = 256;
 

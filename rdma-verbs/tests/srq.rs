@@ -4,7 +4,7 @@
 //! an SRQ destroyed under a ring's posted receives).
 
 use rdma_test_support::verbs::*;
-use rdma_verbs::*;
+use rdma_verbs::{async_event::*, cq::*, mr::*, owned::*, qp::*, slot::*, srq::*, wr::*, *};
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;
 const SLOT: usize = 256;

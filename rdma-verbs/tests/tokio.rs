@@ -13,7 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use rdma_test_support::verbs::*;
-use rdma_verbs::*;
+use rdma_verbs::{async_event::*, cq::*, mr::*, owned::*, qp::*, slot::*, wr::*, *};
 use tokio::time::{sleep, timeout};
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;

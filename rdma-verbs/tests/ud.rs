@@ -3,8 +3,8 @@
 //! queue pair refuses or drops.
 
 use rdma_test_support::verbs::*;
-use rdma_verbs::qp::StaticRate;
-use rdma_verbs::*;
+use rdma_verbs::ah::StaticRate;
+use rdma_verbs::{ah::*, cq::*, device::*, mr::*, wr::*, *};
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;
 const QKEY: u32 = 0x1111_1111;

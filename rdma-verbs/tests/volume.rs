@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use rdma_test_support::verbs::*;
-use rdma_verbs::*;
+use rdma_verbs::{cq::*, mr::*, owned::*, qp::*, wr::*};
 
 const LOCAL: AccessFlags = AccessFlags::LOCAL_WRITE;
 /// What the bytes around a message are set to, to see that nothing was written outside it.

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use crate::TestDevice;
 pub use crate::{note, pattern};
-use rdma_verbs::*;
+use rdma_verbs::{
+    ah::*, cq::*, device::*, mr::*, mw::*, owned::*, qp::*, scope::*, slot::*, wr::*, *,
+};
 
 /// How long a test waits for a completion before failing: rxe under emulation is slow.
 pub const WAIT: Duration = Duration::from_secs(10);

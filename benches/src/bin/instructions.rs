@@ -35,9 +35,13 @@ use std::process::ExitCode;
 
 use rdma_benches::loopback::{Loopback, Shape};
 use rdma_verbs::{
-    AccessFlags, Buf, BufferPool, Completion, CompletionQueue, MemoryRegion, MrSlice, QueuePair,
-    Rc, RecvRequest, Rts, SendRequest, SharedReceiveQueue, Slot, SlotRing, SrqSlotRing, WcFields,
-    WcOpcode, WcStatus, WorkCompletion,
+    CompletionQueue, MemoryRegion, QueuePair, SharedReceiveQueue,
+    cq::{WcFields, WcOpcode, WcStatus, WorkCompletion},
+    mr::{AccessFlags, MrSlice},
+    owned::{Buf, BufferPool, Completion},
+    qp::{Rc, Rts},
+    slot::{Slot, SlotRing, SrqSlotRing},
+    wr::{RecvRequest, SendRequest},
 };
 
 const SIZE: usize = 64;

@@ -27,7 +27,11 @@
 //! and checks that it received as many messages as the client says it sent.
 
 use rdma_examples::connect::{PairArgs, QpShape};
-use rdma_verbs::{SendList, SendRequest, SlotRing, SlotSendList, WcOpcode, WorkCompletion};
+use rdma_verbs::{
+    cq::{WcOpcode, WorkCompletion},
+    slot::{SlotRing, SlotSendList},
+    wr::{SendList, SendRequest},
+};
 
 use crate::alloc_count::allocations;
 use crate::clock;

@@ -29,10 +29,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdma_verbs::{
-    AccessFlags, AddressVector, Buf, BufferPool, CanPostRecv, Completion, CompletionChannel,
-    CompletionQueue, ConnectedInitAttr, Context, Gid, MemoryRegion, Owned, ProtectionDomain,
-    QueuePair, Rc, RcRtrAttr, RcRtsAttr, RecvRequest, RegionRange, RemoteMemory, Rts, SendRequest,
-    WcOpcode, WcStatus,
+    CompletionChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QueuePair,
+    ah::AddressVector,
+    cq::{WcOpcode, WcStatus},
+    device::Gid,
+    mr::{AccessFlags, RemoteMemory},
+    owned::{Buf, BufferPool, Completion, Owned, RegionRange},
+    qp::{CanPostRecv, ConnectedInitAttr, Rc, RcRtrAttr, RcRtsAttr, Rts},
+    wr::{RecvRequest, SendRequest},
 };
 
 use crate::error::{Error, Result};
@@ -318,7 +322,7 @@ pub(crate) fn connect(
 
     let me = usize::from(launch.rank);
     let mtu = port.active_mtu;
-    let connect_qp = |qp: QueuePair<Rc, rdma_verbs::Init>, peer: &Addr, qpn: u32| {
+    let connect_qp = |qp: QueuePair<Rc, rdma_verbs::qp::Init>, peer: &Addr, qpn: u32| {
         let mut av = AddressVector::new(PORT).dlid(peer.lid);
         if Gid(peer.gid).interface_id() != 0 {
             av = av.grh(Gid(peer.gid), config.gid_index);
@@ -626,7 +630,7 @@ fn take(slot: &mut Option<Buf>, what: &str) -> Result<Buf> {
 }
 
 /// Posts `request`; a buffer the post refused goes back to `slot`.
-fn post_send<K: rdma_verbs::Operation>(
+fn post_send<K: rdma_verbs::wr::Operation>(
     qp: &mut QueuePair<Rc, Rts>,
     request: SendRequest<'_, K, Owned<'_>>,
     slot: &mut Option<Buf>,

@@ -21,8 +21,11 @@ use std::time::Duration;
 
 use clap::Parser;
 use rdma_cm::rdma_verbs::{
-    AsyncCompletionChannel, CompletionQueue, QueuePair, Rc, RecvRequest, Reset, Rts, SendRequest,
-    SlotRing, WcStatus, WorkCompletion,
+    AsyncCompletionChannel, CompletionQueue, QueuePair,
+    cq::{WcStatus, WorkCompletion},
+    qp::{Rc, Reset, Rts},
+    slot::SlotRing,
+    wr::{RecvRequest, SendRequest},
 };
 use rdma_cm::{
     AsyncCmId, AsyncConnectRequest, AsyncListener, CmId, ConnParam, EventKind, PortSpace,

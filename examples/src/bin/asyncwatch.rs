@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use rdma_examples::pingpong::fail;
-use rdma_verbs::AsyncEvent;
+use rdma_verbs::async_event::AsyncEvent;
 
 const PROGRAM: &str = "asyncwatch";
 

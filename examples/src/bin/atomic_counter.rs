@@ -23,7 +23,11 @@ use rdma_examples::connect::{self, PairArgs};
 use rdma_examples::exchange::PeerEnd;
 use rdma_examples::pingpong;
 use rdma_verbs::{
-    AccessFlags, AtomicOp, QueuePair, Rc, RemoteMemory, Rts, SendRequest, Slot, SlotRing,
+    QueuePair,
+    mr::{AccessFlags, RemoteMemory},
+    qp::{Rc, Rts},
+    slot::{Slot, SlotRing},
+    wr::{AtomicOp, SendRequest},
 };
 
 const PROGRAM: &str = "atomic_counter";

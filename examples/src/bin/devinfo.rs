@@ -14,8 +14,11 @@ use clap::Parser;
 use rdma_examples::pingpong::fail;
 use rdma_verbs::ffi;
 use rdma_verbs::{
-    AtomicCap, Context, Device, DeviceAttr, DeviceTransport, Gid, GidEntry, GidType, LinkLayer,
-    Mtu, PortAttr, PortState,
+    Context, Device,
+    device::{
+        AtomicCap, DeviceAttr, DeviceTransport, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr,
+        PortState,
+    },
 };
 
 const PROGRAM: &str = "devinfo";

@@ -23,7 +23,7 @@ use std::net::Ipv6Addr;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use rdma_cm::rdma_verbs::GRH_LEN;
+use rdma_cm::rdma_verbs::ah::GRH_LEN;
 use rdma_cm::{EventKind, JoinKind, PortSpace};
 use rdma_examples::cmtool::{self, lookup, parse_u32};
 use rdma_examples::udnode::{Datagram, UdNode};

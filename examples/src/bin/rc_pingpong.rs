@@ -24,7 +24,7 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    if let Err(message) = pingpong::run_connected::<rdma_verbs::Rc>(&args.options, &args.rc) {
+    if let Err(message) = pingpong::run_connected::<rdma_verbs::qp::Rc>(&args.options, &args.rc) {
         pingpong::fail("rc_pingpong", message);
     }
 }

@@ -21,7 +21,7 @@ use clap::Parser;
 use rdma_examples::connect::{self, PairArgs};
 use rdma_examples::exchange::PeerEnd;
 use rdma_examples::pingpong;
-use rdma_verbs::{AccessFlags, MemoryRegion, SendRequest, WcOpcode};
+use rdma_verbs::{MemoryRegion, cq::WcOpcode, mr::AccessFlags, wr::SendRequest};
 
 const PROGRAM: &str = "rdma_rw";
 

@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use clap::Parser;
-use rdma_cm::rdma_verbs::WcOpcode;
+use rdma_cm::rdma_verbs::cq::WcOpcode;
 use rdma_cm::{AddrHints, ConnParam, Endpoint, getaddrinfo};
 use rdma_examples::endpoint::{complete, finish, hex, send, side};
 

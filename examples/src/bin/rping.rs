@@ -26,8 +26,12 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use rdma_cm::rdma_verbs::{
-    AccessFlags, CompletionQueue, QpStateKind, QueuePair, Rc, RemoteMemory, Rts, SendRequest, Slot,
-    SlotRing, WorkCompletion,
+    CompletionQueue, QueuePair,
+    cq::WorkCompletion,
+    mr::{AccessFlags, RemoteMemory},
+    qp::{QpStateKind, Rc, Rts},
+    slot::{Slot, SlotRing},
+    wr::SendRequest,
 };
 use rdma_cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
 use rdma_examples::connect::next_wc;

@@ -27,8 +27,11 @@ use rdma_examples::exchange::PeerEnd;
 use rdma_examples::exchange::{self, Dest};
 use rdma_examples::pingpong::{self, C_PEER_LINGER, Options, RECV_ID, SEND_ID};
 use rdma_verbs::{
-    ConnectedInitAttr, QueuePair, Rc, Rts, SendRequest, SharedReceiveQueue, Slot, SlotRing,
-    SrqSlotRing, WorkCompletion,
+    QueuePair, SharedReceiveQueue,
+    cq::WorkCompletion,
+    qp::{ConnectedInitAttr, Rc, Rts},
+    slot::{Slot, SlotRing, SrqSlotRing},
+    wr::SendRequest,
 };
 
 const PROGRAM: &str = "srq_pingpong";
@@ -140,7 +143,7 @@ fn run(options: &Options, num_qp: u32) -> Result<(), String> {
             lid: 0,
             qpn: 0,
             psn: 0,
-            gid: rdma_verbs::Gid::default()
+            gid: rdma_verbs::device::Gid::default()
         };
         MAX_QP
     ];
@@ -155,18 +158,18 @@ fn run(options: &Options, num_qp: u32) -> Result<(), String> {
     }
 
     // Brings every queue pair to RTS towards its peer (all peers share the first one's GID).
-    let connect = |qps: Vec<QueuePair<Rc, rdma_verbs::Init>>, remote: &[Dest]| {
+    let connect = |qps: Vec<QueuePair<Rc, rdma_verbs::qp::Init>>, remote: &[Dest]| {
         let mut connected = Vec::with_capacity(qps.len());
         for (i, qp) in qps.into_iter().enumerate() {
             let mut dest = remote[i];
             dest.gid = remote[0].gid;
             let av = pingpong::address_vector(options, &dest, 1)?;
-            let mut rtr = rdma_verbs::RcRtrAttr::new(av, dest.qpn, dest.psn);
+            let mut rtr = rdma_verbs::qp::RcRtrAttr::new(av, dest.qpn, dest.psn);
             rtr.path_mtu = mtu;
             let qp = qp
                 .into_rtr(&rtr)
                 .map_err(|e| format!("failed to modify QP[{i}] to RTR: {e}"))?
-                .into_rts(&rdma_verbs::RcRtsAttr::new(mine[i].psn))
+                .into_rts(&rdma_verbs::qp::RcRtsAttr::new(mine[i].psn))
                 .map_err(|e| format!("failed to modify QP[{i}] to RTS: {e}"))?;
             connected.push(qp);
         }

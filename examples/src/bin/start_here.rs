@@ -13,8 +13,12 @@ use std::time::Duration;
 
 use clap::Parser;
 use rdma_verbs::{
-    AccessFlags, CompletionQueue, Context, QueuePair, Rc, RecvRequest, Rts, SendRequest, SlotRing,
-    WorkCompletion,
+    CompletionQueue, Context, QueuePair,
+    cq::WorkCompletion,
+    mr::AccessFlags,
+    qp::{Rc, Rts},
+    slot::SlotRing,
+    wr::{RecvRequest, SendRequest},
 };
 
 /// Messages back and forth between two connected queue pairs of one device.

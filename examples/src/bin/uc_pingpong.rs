@@ -14,7 +14,8 @@ use rdma_examples::pingpong::{self, Options, RcOptions};
 
 fn main() {
     let options = Options::parse();
-    if let Err(message) = pingpong::run_connected::<rdma_verbs::Uc>(&options, &RcOptions::default())
+    if let Err(message) =
+        pingpong::run_connected::<rdma_verbs::qp::Uc>(&options, &RcOptions::default())
     {
         pingpong::fail("uc_pingpong", message);
     }

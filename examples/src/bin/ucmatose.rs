@@ -22,8 +22,11 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use rdma_cm::rdma_verbs::{
-    CanPostRecv, CompletionQueue, QueuePair, Rc, RecvRequest, Reset, Rts, SendRequest, SlotRing,
-    WcOpcode, WcStatus, WorkCompletion,
+    CompletionQueue, QueuePair,
+    cq::{WcOpcode, WcStatus, WorkCompletion},
+    qp::{CanPostRecv, Rc, Reset, Rts},
+    slot::SlotRing,
+    wr::{RecvRequest, SendRequest},
 };
 use rdma_cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
 use rdma_examples::cmtool::{self, lookup, parse_u8};

@@ -20,8 +20,11 @@ use clap::Parser;
 use rdma_examples::connect;
 use rdma_examples::pingpong::{self, Options};
 use rdma_verbs::{
-    AddressVector, GRH_LEN, QueuePair, RecvRequest, SendRequest, SqPsnRtsAttr, Ud, UdInitAttr,
-    UdRtrAttr, WorkCompletion,
+    QueuePair,
+    ah::{AddressVector, GRH_LEN},
+    cq::WorkCompletion,
+    qp::{SqPsnRtsAttr, Ud, UdInitAttr, UdRtrAttr},
+    wr::{RecvRequest, SendRequest},
 };
 
 const PROGRAM: &str = "ud_loopback";
@@ -91,7 +94,7 @@ fn run(args: &Args) -> Result<(), String> {
     let ud_qp = |send: &rdma_verbs::CompletionQueue,
                  recv: &rdma_verbs::CompletionQueue,
                  qkey: u32|
-     -> Result<QueuePair<Ud, rdma_verbs::Rts>, String> {
+     -> Result<QueuePair<Ud, rdma_verbs::qp::Rts>, String> {
         setup
             .pd
             .qp_builder::<Ud>(send, recv)
@@ -127,7 +130,7 @@ fn run(args: &Args) -> Result<(), String> {
 
     // Each queue pair's own slots: the receiver's take the GRH and the datagram, the sender's
     // the datagram.
-    let slots = |qp: &QueuePair<Ud, rdma_verbs::Rts>, size: usize| {
+    let slots = |qp: &QueuePair<Ud, rdma_verbs::qp::Rts>, size: usize| {
         qp.slot_ring(2, size)
             .map_err(|e| format!("couldn't register the slots: {e}"))
     };

@@ -12,7 +12,11 @@
 use clap::Parser;
 use rdma_examples::exchange::{self, Dest};
 use rdma_examples::pingpong::{self, Options, Pingpong, UD_QKEY};
-use rdma_verbs::{GRH_LEN, Init, QueuePair, SqPsnRtsAttr, Ud, UdInitAttr, UdRtrAttr};
+use rdma_verbs::{
+    QueuePair,
+    ah::GRH_LEN,
+    qp::{Init, SqPsnRtsAttr, Ud, UdInitAttr, UdRtrAttr},
+};
 
 const PROGRAM: &str = "ud_pingpong";
 

@@ -22,7 +22,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use rdma_cm::rdma_verbs::GRH_LEN;
+use rdma_cm::rdma_verbs::ah::GRH_LEN;
 use rdma_cm::{CmId, ConnParam, Event, EventChannel, EventKind, PortSpace};
 use rdma_examples::cmtool::{self, lookup, parse_u8, parse_u32};
 use rdma_examples::udnode::UdNode;

@@ -135,7 +135,7 @@ impl CompletionQueue {
     /// also when `f` panics, and consumes every completion `f` was given.
     ///
     /// ```no_run
-    /// # use rdma_verbs::*;
+    /// # use rdma_verbs::{*, ah::*, async_event::*, channel::*, cq::*, device::*, mr::*, mw::*, owned::*, qp::*, scope::*, slot::*, srq::*, wr::*, xrcd::*, ah::*, async_event::*, channel::*, cq::*, device::*, mr::*, mw::*, owned::*, qp::*, scope::*, slot::*, srq::*, wr::*, xrcd::*};
     /// # fn f(context: &Context) -> Result<()> {
     /// let mut cq = context
     ///     .cq_builder(64)

@@ -3,6 +3,7 @@
 
 mod extended;
 
+pub use crate::flags::WcFlags;
 pub use extended::{CqPoll, RawClock, WcFields};
 
 use std::fmt;
@@ -17,7 +18,6 @@ use crate::channel::{ChannelInner, CompletionChannel, CqEvent, EventCounter};
 use crate::device::Context;
 use crate::error::{Errno, Error, Result};
 use crate::ffi;
-use crate::flags::WcFlags;
 use crate::inflight::{RouteCache, Routes};
 use extended::Extended;
 
@@ -46,7 +46,7 @@ impl CqInner {
     /// How many queue-pair uses hold this queue: a queue pair holds one `Arc` for its send CQ
     /// and one for its receive CQ (two for one queue used for both), and the
     /// [`CompletionQueue`] handle holds the only other one. Nothing else may clone the `Arc`:
-    /// [`PostScope`](crate::PostScope) relies on this count to know that no other queue pair
+    /// [`PostScope`](crate::scope::PostScope) relies on this count to know that no other queue pair
     /// completes into the queue. While the caller holds the handle `&mut`, no queue pair can
     /// be created on it, so the count cannot grow.
     pub(crate) fn queue_pair_uses(self: &Arc<Self>) -> usize {
@@ -343,7 +343,7 @@ impl CompletionQueue {
     /// # Examples
     ///
     /// ```no_run
-    /// # use rdma_verbs::{Context, WorkCompletion};
+    /// # use rdma_verbs::{Context, cq::WorkCompletion};
     /// # let context = Context::open("rxe0")?;
     /// let mut cq = context.create_cq(64)?;
     /// let mut completions = [WorkCompletion::default(); 16];
@@ -407,7 +407,7 @@ impl CompletionQueue {
     ///
     /// ```no_run
     /// # use std::time::Duration;
-    /// # use rdma_verbs::{CompletionQueue, WorkCompletion};
+    /// # use rdma_verbs::{CompletionQueue, cq::WorkCompletion};
     /// # fn f(cq: &mut CompletionQueue) -> rdma_verbs::Result<()> {
     /// let mut completions = [WorkCompletion::default(); 2];
     /// let got = cq.poll_for(&mut completions, 2, Duration::from_secs(5))?;

@@ -333,7 +333,7 @@ impl DeviceAttr {
     }
 
     /// Whether the device supports RDMA atomic write (`IB_UVERBS_DEVICE_ATOMIC_WRITE` in
-    /// `device_cap_flags_ex`): [`SendRequest::atomic_write`](crate::SendRequest::atomic_write).
+    /// `device_cap_flags_ex`): [`SendRequest::atomic_write`](crate::wr::SendRequest::atomic_write).
     /// Soft-RoCE has it from Linux 6.2.
     pub fn supports_atomic_write(&self) -> bool {
         /// `IB_UVERBS_DEVICE_ATOMIC_WRITE` of the kernel's `ib_user_verbs.h`.

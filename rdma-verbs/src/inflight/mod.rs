@@ -128,7 +128,7 @@ pub(crate) struct Entry {
     /// What else the device may use while the request is in flight (a UD send's address
     /// handle, the region a bind or a [`RegionRange`] names), kept alive until it is done.
     ///
-    /// [`RegionRange`]: crate::RegionRange
+    /// [`RegionRange`]: crate::owned::RegionRange
     pub(crate) keep: Option<Arc<dyn Send + Sync>>,
 }
 

@@ -222,7 +222,7 @@ impl DeviceRegion {
     ///
     /// # Safety
     ///
-    /// The slice is never sent with [`SendFlags::INLINE`](crate::SendFlags::INLINE): an inline
+    /// The slice is never sent with [`SendFlags::INLINE`](crate::flags::SendFlags::INLINE): an inline
     /// send makes the provider copy the entry's bytes on the CPU, from its address taken as a
     /// host address, and an I/O virtual address is not one. (Every other use has the device
     /// reach the memory through the registration.)

@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Errno, Error, Result};
 use crate::ffi;
-use crate::flags::AccessFlags;
 use crate::pd::ProtectionDomain;
 use crate::shared::{copy_from_shared, copy_to_shared};
 
@@ -24,6 +23,7 @@ mod null;
 mod remote;
 mod slice;
 
+pub use crate::flags::AccessFlags;
 pub use device::DeviceRegion;
 pub use null::NullRegion;
 pub use remote::RemoteMemory;
@@ -101,7 +101,7 @@ impl Registration {
 ///   reference, so it hands none out: [`read_at`](Self::read_at) and
 ///   [`write_at`](Self::write_at) copy through raw pointers instead, with atomic loads and
 ///   stores. So does a region made [`into_shared`](Self::into_shared), which owned receives and
-///   RDMA READs ([`RegionRange`](crate::RegionRange)) may write while Rust holds it shared.
+///   RDMA READs ([`RegionRange`](crate::owned::RegionRange)) may write while Rust holds it shared.
 /// - Memory a posted work request uses must not be touched until the request completes; the
 ///   `unsafe` post functions make that the caller's promise.
 pub struct MemoryRegion {
@@ -138,7 +138,7 @@ impl ProtectionDomain {
     /// # Examples
     ///
     /// ```no_run
-    /// use rdma_verbs::{AccessFlags, Context};
+    /// use rdma_verbs::{Context, mr::AccessFlags};
     ///
     /// let context = Context::open("rxe0")?;
     /// let pd = context.alloc_pd()?;
@@ -292,7 +292,7 @@ impl MemoryRegion {
     /// [`load_u64`](Self::load_u64)); [`as_slice`](Self::as_slice) and
     /// [`as_mut_slice`](Self::as_mut_slice) refuse. That is what lets the device write ranges
     /// of it while Rust still holds it: an owned receive or RDMA READ into a
-    /// [`RegionRange`](crate::RegionRange) needs a shared region (or a remotely writable one,
+    /// [`RegionRange`](crate::owned::RegionRange) needs a shared region (or a remotely writable one,
     /// which is shared already). Taking the region by value, it knows no reference into its
     /// bytes is alive.
     ///
@@ -303,7 +303,7 @@ impl MemoryRegion {
     ///
     /// ```no_run
     /// # use std::sync::Arc;
-    /// # use rdma_verbs::*;
+    /// # use rdma_verbs::{*, ah::*, async_event::*, channel::*, cq::*, device::*, mr::*, mw::*, owned::*, qp::*, scope::*, slot::*, srq::*, wr::*, xrcd::*, ah::*, async_event::*, channel::*, cq::*, device::*, mr::*, mw::*, owned::*, qp::*, scope::*, slot::*, srq::*, wr::*, xrcd::*};
     /// # fn f(pd: &ProtectionDomain) -> Result<()> {
     /// let frames = Arc::new(pd.register(1 << 20, AccessFlags::LOCAL_WRITE)?.into_shared());
     /// assert!(frames.is_shared());
@@ -423,7 +423,7 @@ impl MemoryRegion {
     /// Reads the naturally aligned 8-byte word at `offset` in one atomic load, as a peer's RDMA
     /// atomic leaves it, in host order. That is the order rxe operates on; a device that treats
     /// atomic operands as big-endian leaves the word in that order (see
-    /// [`SendRequest::compare_swap`](crate::SendRequest::compare_swap)).
+    /// [`SendRequest::compare_swap`](crate::wr::SendRequest::compare_swap)).
     ///
     /// An atomic load needs memory that is valid for writes, so the region must have
     /// [`LOCAL_WRITE`](AccessFlags::LOCAL_WRITE) (every region a peer can write has it). A
@@ -473,7 +473,7 @@ impl MemoryRegion {
     /// The bytes `range` of the region, borrowed exclusively: while the returned slice lives,
     /// Rust code cannot read or write the region, so the device may write these bytes (a
     /// receive, an RDMA read result, an atomic's old value) through the safe
-    /// [`PostScope`](crate::PostScope).
+    /// [`PostScope`](crate::scope::PostScope).
     ///
     /// # Errors
     ///

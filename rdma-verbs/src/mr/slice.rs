@@ -42,7 +42,7 @@ impl MrSlice<'_> {
 
 impl MrSlice<'static> {
     /// A slice that borrows nothing: for memory whose registration something other than a
-    /// borrow keeps alive (an owned [`Buf`](crate::Buf) moved into a queue pair's in-flight
+    /// borrow keeps alive (an owned [`Buf`](crate::buf::Buf) moved into a queue pair's in-flight
     /// table before the post). A slice is only numbers; what makes posting it sound is the
     /// post's contract.
     pub(crate) fn from_raw_parts(addr: u64, length: u32, lkey: u32) -> Self {
@@ -87,7 +87,7 @@ impl<'a> MrSlice<'a> {
 
 /// A bounds-checked byte range of a [`MemoryRegion`] borrowed exclusively (see
 /// [`MemoryRegion::slice_mut`]): the target of receives, RDMA reads and atomics posted through
-/// a [`PostScope`](crate::PostScope). Not `Copy`: sharing it (`&MrSliceMut`) lets several
+/// a [`PostScope`](crate::scope::PostScope). Not `Copy`: sharing it (`&MrSliceMut`) lets several
 /// requests target the same bytes, as C programs do, while Rust still cannot touch them.
 #[derive(Debug, PartialEq, Eq)]
 #[must_use = "a slice does nothing until a request carries it"]

@@ -99,7 +99,7 @@ impl CompletionQueue {
     ///
     /// Poll queues that owned requests complete into with this only: a completion that
     /// [`poll`](Self::poll), [`poll_for`](Self::poll_for), the `tokio` feature's
-    /// `poll_async` or a [`PostScope`](crate::PostScope) takes cannot release its buffer,
+    /// `poll_async` or a [`PostScope`](crate::scope::PostScope) takes cannot release its buffer,
     /// which then stays with the queue pair until it is reset or destroyed (an SRQ receive:
     /// until the SRQ is destroyed); a leak, not a hazard.
     ///

@@ -629,7 +629,7 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`], nothing posted: a queue pair on an SRQ, a receive on UD with
-    /// room for fewer than [`GRH_LEN`](crate::GRH_LEN) bytes, a buffer or range of another
+    /// room for fewer than [`GRH_LEN`](crate::ah::GRH_LEN) bytes, a buffer or range of another
     /// protection domain, a range of a region that is not shared; [`Error::QueueFull`]
     /// or [`Error::Post`] with `index`, and [`Error::PostIndeterminate`], as for
     /// [`post_send_list`](QueuePair::post_send_list).

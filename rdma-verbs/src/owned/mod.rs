@@ -20,7 +20,6 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::buf::Buf;
 use crate::error::{Error, Result};
 use crate::inflight::{Entry, Ring, SrqTable};
 use crate::qp::{QpState, QueuePair, Transport, may_have_posted};
@@ -30,6 +29,7 @@ mod list;
 mod range;
 mod recv;
 mod send;
+pub use crate::buf::{Buf, BufferPool};
 pub use completion::Completion;
 pub(crate) use list::{Chain, posted_before, run_after, with_chain};
 pub use list::{OwnedRecvList, OwnedSendList};

@@ -36,7 +36,7 @@ use crate::wr::{Payload, Sge};
 /// Two requests may name overlapping ranges: what the device makes of that (which write lands
 /// last) is the program's affair, not a hazard to Rust.
 ///
-/// [`Buf`]: crate::Buf
+/// [`Buf`]: crate::buf::Buf
 #[derive(Clone)]
 #[must_use = "a range does nothing until a request carries it"]
 pub struct RegionRange {

@@ -151,7 +151,7 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
     ///
     /// [`PostRefused`], with the buffer when the device never saw it:
     /// [`Error::InvalidArgument`] for a queue pair on an SRQ, a receive on UD with room for
-    /// fewer than [`GRH_LEN`](crate::GRH_LEN) bytes, a buffer or range of another protection
+    /// fewer than [`GRH_LEN`](crate::ah::GRH_LEN) bytes, a buffer or range of another protection
     /// domain, or a range of a region that is not shared; [`Error::QueueFull`] when
     /// as many receives are in flight as the receive queue holds; else as
     /// [`post_recv_one`](Self::post_recv_one).
@@ -188,7 +188,7 @@ pub(super) fn room(buf: Option<&Buf>, range: Option<&RegionRange>) -> usize {
 pub(crate) fn check_room<T: Transport>(room: usize) -> crate::error::Result<()> {
     // UD is the only datagram transport (the trait is sealed), and every UD receive starts
     // with the GRH's room; a datagram transport without it would need its own constant.
-    if T::DATAGRAM && room < crate::GRH_LEN {
+    if T::DATAGRAM && room < crate::ah::GRH_LEN {
         return Err(no_room_for_grh(room));
     }
     Ok(())
@@ -199,7 +199,7 @@ fn no_room_for_grh(room: usize) -> Error {
     Error::InvalidArgument(format!(
         "a UD receive needs room for the {}-byte GRH in front of the datagram, \
          and this one has room for {room} bytes",
-        crate::GRH_LEN
+        crate::ah::GRH_LEN
     ))
 }
 
@@ -243,7 +243,7 @@ impl SharedReceiveQueue {
     /// range of a region that is not shared; [`Error::QueueFull`] when as many receives are in
     /// flight as the SRQ holds; else as [`post_recv_one`](Self::post_recv_one). An SRQ cannot
     /// tell which transports it feeds, so it does not refuse a receive with room for fewer than
-    /// [`GRH_LEN`](crate::GRH_LEN) bytes, as a UD queue pair does: one that UD consumes
+    /// [`GRH_LEN`](crate::ah::GRH_LEN) bytes, as a UD queue pair does: one that UD consumes
     /// completes in error.
     #[inline]
     pub fn post_recv_owned(

@@ -21,7 +21,7 @@ use crate::wr::{
 
 /// The memory model of the owned-buffer path: what a [`SendRequest<'_, K, Owned>`](SendRequest)
 /// carries into [`QueuePair::post_send_owned`] (or an
-/// [`OwnedSendList`](crate::OwnedSendList)), moved into the queue pair's in-flight table until
+/// [`OwnedSendList`](crate::owned::OwnedSendList)), moved into the queue pair's in-flight table until
 /// the request's completion hands it back through
 /// [`CompletionQueue::poll_each`](crate::CompletionQueue::poll_each).
 ///
@@ -40,7 +40,7 @@ use crate::wr::{
 /// [`QueuePair::post_send_owned`]).
 ///
 /// ```no_run
-/// # use rdma_verbs::{BufferPool, QueuePair, Rc, Rts, SendRequest};
+/// # use rdma_verbs::{QueuePair, owned::BufferPool, qp::{Rc, Rts}, wr::SendRequest};
 /// # fn f(qp: &mut QueuePair<Rc, Rts>, pool: &BufferPool) -> Result<(), Box<dyn std::error::Error>> {
 /// let mut buf = pool.take().expect("a free buffer");
 /// buf.fill_from(b"hello")?;
@@ -52,8 +52,8 @@ use crate::wr::{
 /// What an operation cannot carry does not compile, as for every model:
 ///
 /// ```compile_fail,E0599
-/// # fn f(buf: rdma_verbs::Buf, remote: rdma_verbs::RemoteMemory) {
-/// let request = rdma_verbs::SendRequest::read(buf, remote).with_imm(7);
+/// # fn f(buf: rdma_verbs::owned::Buf, remote: rdma_verbs::mr::RemoteMemory) {
+/// let request = rdma_verbs::wr::SendRequest::read(buf, remote).with_imm(7);
 /// # }
 /// ```
 pub struct Owned<'a> {

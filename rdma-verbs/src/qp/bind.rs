@@ -18,7 +18,7 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// The bind is a work request on this queue pair's send queue: it executes in order with
     /// the requests posted before it, and the new key works (and the old one stops working)
     /// once it has. With `signaled`, it completes with
-    /// [`WcOpcode::BindMw`](crate::WcOpcode::BindMw) and `wr_id`.
+    /// [`WcOpcode::BindMw`](crate::cq::WcOpcode::BindMw) and `wr_id`.
     ///
     /// An empty `range` unbinds the window: its key then grants nothing. (The region is still
     /// needed: some providers, rxe among them, read it even for an unbind.)
@@ -53,7 +53,7 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// # Examples
     ///
     /// ```no_run
-    /// use rdma_verbs::{AccessFlags, MwType, QueuePair, Rc, Rts};
+    /// use rdma_verbs::{QueuePair, mr::AccessFlags, mw::MwType, qp::{Rc, Rts}};
     ///
     /// # fn f(qp: &mut QueuePair<Rc, Rts>, pd: &rdma_verbs::ProtectionDomain) -> rdma_verbs::Result<()> {
     /// let rights = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;

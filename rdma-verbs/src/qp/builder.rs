@@ -58,7 +58,7 @@ impl ProtectionDomain {
     /// # Examples
     ///
     /// ```no_run
-    /// use rdma_verbs::{Context, Rc};
+    /// use rdma_verbs::{Context, qp::Rc};
     ///
     /// let context = Context::open("rxe0")?;
     /// let pd = context.alloc_pd()?;
@@ -122,7 +122,7 @@ impl<'a, T: Transport> QpBuilder<'a, T> {
     }
 
     /// Every send request generates a completion (`sq_sig_all`), even one marked
-    /// [`SendRequest::unsignaled`](crate::SendRequest::unsignaled).
+    /// [`SendRequest::unsignaled`](crate::wr::SendRequest::unsignaled).
     pub fn sq_sig_all(mut self, all: bool) -> Self {
         self.sq_sig_all = all;
         self
@@ -144,7 +144,7 @@ impl<'a, T: Transport> QpBuilder<'a, T> {
     /// # Examples
     ///
     /// ```no_run
-    /// use rdma_verbs::{Context, Rc, SendPath};
+    /// use rdma_verbs::{Context, qp::{Rc, SendPath}};
     ///
     /// let context = Context::open("rxe0")?;
     /// let pd = context.alloc_pd()?;

@@ -56,7 +56,7 @@ impl Connected for Uc {
 /// fixed [`LEN`](Self::LEN)-byte form), and handed to [`QueuePair::connect`] with the peer's.
 ///
 /// ```no_run
-/// # use rdma_verbs::*;
+/// # use rdma_verbs::{*, ah::*, async_event::*, channel::*, cq::*, device::*, mr::*, mw::*, owned::*, qp::*, scope::*, slot::*, srq::*, wr::*, xrcd::*, ah::*, async_event::*, channel::*, cq::*, device::*, mr::*, mw::*, owned::*, qp::*, scope::*, slot::*, srq::*, wr::*, xrcd::*};
 /// # fn exchange(me: [u8; ConnectionRecord::LEN]) -> Vec<u8> { me.to_vec() }
 /// # fn main() -> Result<()> {
 /// let context = Context::open("rxe0")?;

@@ -6,7 +6,7 @@
 //! inside a [`TransitionError`]. Receives can be posted from INIT on, sends only in RTS:
 //!
 //! ```compile_fail,E0599
-//! # use rdma_verbs::*;
+//! # use rdma_verbs::{*, ah::*, async_event::*, channel::*, cq::*, device::*, mr::*, mw::*, owned::*, qp::*, scope::*, slot::*, srq::*, wr::*, xrcd::*, ah::*, async_event::*, channel::*, cq::*, device::*, mr::*, mw::*, owned::*, qp::*, scope::*, slot::*, srq::*, wr::*, xrcd::*};
 //! # fn f(qp: QueuePair<Rc, Init>, list: &mut SendList<'_>) {
 //! # let mut qp = qp;
 //! unsafe { qp.post_send(list) }; // no `post_send` on a queue pair in INIT
@@ -14,7 +14,7 @@
 //! ```
 //!
 //! ```compile_fail,E0599
-//! # use rdma_verbs::*;
+//! # use rdma_verbs::{*, ah::*, async_event::*, channel::*, cq::*, device::*, mr::*, mw::*, owned::*, qp::*, scope::*, slot::*, srq::*, wr::*, xrcd::*, ah::*, async_event::*, channel::*, cq::*, device::*, mr::*, mw::*, owned::*, qp::*, scope::*, slot::*, srq::*, wr::*, xrcd::*};
 //! # fn f(qp: QueuePair<Rc, Reset>, a: RcRtsAttr) {
 //! let qp = qp.into_rts(&a); // RESET cannot go to RTS directly
 //! # }
@@ -36,7 +36,6 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-pub use crate::ah::{AddressVector, EthL2, GlobalRoute, StaticRate};
 pub use crate::c_enum::SendOpcode;
 pub use attr::{
     ConnectedInitAttr, ModifyAttr, RawModifyAttr, RcRtrAttr, RcRtsAttr, SqPsnRtsAttr, UcRtrAttr,
@@ -84,7 +83,7 @@ pub trait Transport: sealed::Sealed + 'static {
     /// Operations (bits of the crate's op set) the transport allows.
     #[doc(hidden)]
     const OPS: u32;
-    /// Whether sends need a datagram address ([`SendRequest::to`](crate::SendRequest::to)).
+    /// Whether sends need a datagram address ([`SendRequest::to`](crate::wr::SendRequest::to)).
     const DATAGRAM: bool;
     /// Attributes of RESET → INIT.
     type InitAttr: ModifyAttr;
@@ -191,7 +190,7 @@ pub(crate) struct QpInner {
     _send_cq: Arc<CqInner>,
     _recv_cq: Arc<CqInner>,
     _srq: Option<Arc<SrqInner>>,
-    /// Set when a [`PostScope`](crate::PostScope) moved this queue pair to the error state or
+    /// Set when a [`PostScope`](crate::scope::PostScope) moved this queue pair to the error state or
     /// to RESET behind its type: the next scope checks the real state before it posts.
     pub(crate) state_changed: bool,
     /// The owned requests in flight (`docs/data-path.md`), reached by the completion queues
@@ -561,7 +560,7 @@ impl<T: Transport, S: QpState> QueuePair<T, S> {
     }
 
     /// Moves the queue pair to ERR: outstanding and later requests complete with
-    /// [`WcStatus::WrFlushErr`](crate::WcStatus::WrFlushErr).
+    /// [`WcStatus::WrFlushErr`](crate::cq::WcStatus::WrFlushErr).
     ///
     /// # Errors
     ///

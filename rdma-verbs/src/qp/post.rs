@@ -49,7 +49,7 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// drop such a window before the queue pair is destroyed: rxe holds the destruction of a
     /// queue pair with a window bound to it for about 50 s.
     ///
-    /// [`SendRequest::bind_mw`]: crate::SendRequest::bind_mw
+    /// [`SendRequest::bind_mw`]: crate::wr::SendRequest::bind_mw
     /// [`MemoryWindow`]: crate::MemoryWindow
     ///
     /// And when [`scope`](QueuePair::scope) is called on this queue pair, no completion with this
@@ -84,7 +84,7 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// One failure cannot be told apart: a doorbell that fails after the batch was queued (rxe
     /// rings it with a `write` to the device, which the kernel can fail, `ENOMEM` included);
     /// then the requests were posted. Code that must be sound whatever the provider does, as
-    /// [`PostScope`](crate::PostScope) is, treats an `ibv_wr_complete` failure as posted.
+    /// [`PostScope`](crate::scope::PostScope) is, treats an `ibv_wr_complete` failure as posted.
     ///
     /// A list the batch cannot carry goes to `ibv_post_send` instead, with the errors above:
     /// one holding an operation the queue pair was not created for (see [`SendPath::Auto`](super::SendPath::Auto)),
@@ -99,7 +99,7 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// Sixteen sends, one doorbell; the list's storage serves every batch:
     ///
     /// ```no_run
-    /// # use rdma_verbs::*;
+    /// # use rdma_verbs::{*, ah::*, async_event::*, channel::*, cq::*, device::*, mr::*, mw::*, owned::*, qp::*, scope::*, slot::*, srq::*, wr::*, xrcd::*, ah::*, async_event::*, channel::*, cq::*, device::*, mr::*, mw::*, owned::*, qp::*, scope::*, slot::*, srq::*, wr::*, xrcd::*};
     /// # fn f(qp: &mut QueuePair<Rc, Rts>, mr: &MemoryRegion) -> Result<()> {
     /// let mut list = SendList::with_capacity(16);
     /// for i in 0..16 {

@@ -18,7 +18,7 @@ use crate::qp::{QueuePair, Rts, Transport, next_run};
 use crate::wr::{Operation, Payload, SendRequest, SendWr};
 
 /// A list of slot send requests, posted with one doorbell by
-/// [`QueuePair::post_send_slot_list`] (the slot path's [`OwnedSendList`](crate::OwnedSendList)).
+/// [`QueuePair::post_send_slot_list`] (the slot path's [`OwnedSendList`](crate::owned::OwnedSendList)).
 ///
 /// The storage is allocated once, by [`with_capacity`](Self::with_capacity); pushing and
 /// posting allocate nothing. After a post the list holds the requests the queue pair did not
@@ -26,7 +26,7 @@ use crate::wr::{Operation, Payload, SendRequest, SendWr};
 /// back with [`take_slots`](Self::take_slots).
 ///
 /// ```no_run
-/// # use rdma_verbs::{QueuePair, Rc, Rts, SendRequest, SlotRing, SlotSendList};
+/// # use rdma_verbs::{QueuePair, qp::{Rc, Rts}, slot::{SlotRing, SlotSendList}, wr::SendRequest};
 /// # fn demo(qp: &mut QueuePair<Rc, Rts>, ring: &mut SlotRing) -> rdma_verbs::Result<()> {
 /// let mut list = SlotSendList::with_capacity(32);
 /// for n in 0..32 {

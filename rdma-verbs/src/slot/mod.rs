@@ -71,8 +71,8 @@ pub const MAX_SLOTS: u32 = 1 << 20;
 /// from a send.
 ///
 /// ```no_run
-/// # use rdma_verbs::{CompletionQueue, QueuePair, Rc, RecvRequest, Rts, SendRequest};
-/// # use rdma_verbs::WorkCompletion;
+/// # use rdma_verbs::{CompletionQueue, QueuePair, qp::{Rc, Rts}, wr::{RecvRequest, SendRequest}};
+/// # use rdma_verbs::cq::WorkCompletion;
 /// # fn demo(qp: &mut QueuePair<Rc, Rts>, cq: &mut CompletionQueue) -> rdma_verbs::Result<()> {
 /// let mut ring = qp.slot_ring(32, 4096)?;
 /// let mut out = ring.take().expect("a free slot"); // held out for a send
@@ -137,7 +137,7 @@ impl Slot {
     }
 
     /// The tag of the request that carried the slot
-    /// ([`SendRequest::tag`](crate::SendRequest::tag), [`RecvRequest::tag`](crate::RecvRequest::tag)),
+    /// ([`SendRequest::tag`](crate::wr::SendRequest::tag), [`RecvRequest::tag`](crate::wr::RecvRequest::tag)),
     /// once its completion handed the slot back (0 for a receive a fill posted). A slot taken
     /// from its ring has tag 0; one a refused post gives back has 0 or the tag it had.
     #[inline]
@@ -210,7 +210,7 @@ impl SlotRing {
     /// one this ring has already taken): such completions change nothing, so completions may
     /// come from any poll of any completion queue (one that several queue pairs share,
     /// [`CompletionQueue::poll`](crate::CompletionQueue::poll), a [`Completion`]'s
-    /// [`wc`](crate::Completion::wc) from
+    /// [`wc`](crate::owned::Completion::wc) from
     /// [`CompletionQueue::poll_each`](crate::CompletionQueue::poll_each)).
     ///
     /// On UD, the slot of a send comes back with the address handle its request named let go
@@ -221,7 +221,7 @@ impl SlotRing {
     /// it (the device is done with it), and the earlier completion then matches nothing: what
     /// that receive brought is lost (the slot goes back to the ring, for `take`).
     ///
-    /// [`Completion`]: crate::Completion
+    /// [`Completion`]: crate::owned::Completion
     #[inline]
     #[must_use = "the slot a completion hands back is lost to the ring if dropped"]
     pub fn complete(&mut self, wc: &WorkCompletion) -> Option<Slot> {

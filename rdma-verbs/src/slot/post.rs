@@ -17,7 +17,7 @@ use crate::wr::{Payload, RecvRequest, SendRequest, SendWr};
 
 /// A slot post the queue pair did not take: the error, and the slot, which the device never
 /// saw (`None` when the provider did not say whether it took the request: the slot then
-/// stays posted until a completion of its queue, a [`SlotRing::reclaim`](crate::SlotRing::reclaim)
+/// stays posted until a completion of its queue, a [`SlotRing::reclaim`](crate::slot::SlotRing::reclaim)
 /// after a reset, or the queue pair's destruction).
 #[derive(Debug)]
 pub struct SlotRefused {
@@ -168,7 +168,7 @@ impl<T: Transport, S: CanPostRecv> QueuePair<T, S> {
     /// request's [`tag`](RecvRequest::tag) ([`Slot::tag`]). Allocates nothing.
     ///
     /// ```no_run
-    /// # use rdma_verbs::{QueuePair, Rc, RecvRequest, Rts, SlotRing};
+    /// # use rdma_verbs::{QueuePair, qp::{Rc, Rts}, slot::SlotRing, wr::RecvRequest};
     /// # fn demo(qp: &mut QueuePair<Rc, Rts>, ring: &mut SlotRing) -> rdma_verbs::Result<()> {
     /// let slot = ring.take().expect("a free slot");
     /// qp.post_recv_slot(ring, RecvRequest::new(slot).tag(3))?;

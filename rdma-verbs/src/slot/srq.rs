@@ -37,7 +37,7 @@ pub const MAX_SRQ_SLOTS: u32 = BLOCK as u32;
 /// [`docs::data_path`]: crate::docs::data_path
 /// [`docs::safety`]: crate::docs::safety
 ///
-/// Its [`Slot`]s are those of a [`SlotRing`](crate::SlotRing): a slot of one ring is refused
+/// Its [`Slot`]s are those of a [`SlotRing`](crate::slot::SlotRing): a slot of one ring is refused
 /// by every other. `Send` and `Sync`: posting and completing take it `&mut`, reading a slot's
 /// bytes `&`.
 pub struct SrqSlotRing {
@@ -551,7 +551,7 @@ mod tests {
     fn rings_are_send_and_sync() {
         fn send_sync<T: Send + Sync>() {}
         send_sync::<SrqSlotRing>();
-        send_sync::<crate::SlotRing>();
+        send_sync::<crate::slot::SlotRing>();
         send_sync::<Slot>();
     }
 }

@@ -13,6 +13,7 @@ mod list;
 mod recv;
 mod send;
 
+pub use crate::flags::SendFlags;
 pub use list::{PostList, RecvList, SendList, WorkRequest};
 pub use recv::{RecvMemory, RecvRequest};
 pub(crate) use send::SendWr;

@@ -17,19 +17,19 @@ use crate::mr::MrSlice;
 ///   with `LOCAL_WRITE`), posted by the `unsafe` calls
 ///   ([`QueuePair::post_recv_one`](crate::QueuePair::post_recv_one),
 ///   [`SharedReceiveQueue::post_recv_one`](crate::SharedReceiveQueue::post_recv_one), a
-///   [`RecvList`](crate::RecvList));
-/// - [`Owned`](crate::Owned): a [`Buf`](crate::Buf) (its whole capacity) or a
-///   [`RegionRange`](crate::RegionRange) of a shared region, or both
+///   [`RecvList`](crate::wr::RecvList));
+/// - [`Owned`](crate::owned::Owned): a [`Buf`](crate::buf::Buf) (its whole capacity) or a
+///   [`RegionRange`](crate::owned::RegionRange) of a shared region, or both
 ///   ([`and_range`](Self::and_range)), posted safely by
 ///   [`QueuePair::post_recv_owned`](crate::QueuePair::post_recv_owned) (or an SRQ's, or an
-///   [`OwnedRecvList`](crate::OwnedRecvList)), which move the memory into the queue until the
+///   [`OwnedRecvList`](crate::owned::OwnedRecvList)), which move the memory into the queue until the
 ///   completion hands it back;
-/// - [`Slot`](crate::Slot): a slot of a slot ring (all its bytes), posted by
+/// - [`Slot`](crate::slot::Slot): a slot of a slot ring (all its bytes), posted by
 ///   [`QueuePair::post_recv_slot`](crate::QueuePair::post_recv_slot) (or an SRQ's), whose
-///   completion hands the slot back with the request's tag ([`Slot::tag`](crate::Slot::tag)).
+///   completion hands the slot back with the request's tag ([`Slot::tag`](crate::slot::Slot::tag)).
 ///
 /// ```no_run
-/// # use rdma_verbs::{BufferPool, MemoryRegion, QueuePair, Rc, RecvRequest, Rts};
+/// # use rdma_verbs::{MemoryRegion, QueuePair, owned::BufferPool, qp::{Rc, Rts}, wr::RecvRequest};
 /// # fn f(qp: &mut QueuePair<Rc, Rts>, pool: &BufferPool, mr: &MemoryRegion)
 /// #     -> Result<(), Box<dyn std::error::Error>> {
 /// qp.post_recv_owned(RecvRequest::new(pool.take().expect("a free buffer")).tag(1))?;
@@ -72,8 +72,8 @@ impl<M: fmt::Debug> fmt::Debug for RecvRequest<'_, M> {
 
 /// What [`RecvRequest::new`] takes as the memory a message lands in, for a request of memory
 /// model `M`: a [`MrSlice`], a slice of [`Sge`]s or a [`Payload`] for [`Borrowed`]; a
-/// [`Buf`](crate::Buf) or a [`RegionRange`](crate::RegionRange) for
-/// [`Owned`](crate::Owned); a [`Slot`](crate::Slot) for the slot model. Sealed. (Bytes of no
+/// [`Buf`](crate::buf::Buf) or a [`RegionRange`](crate::owned::RegionRange) for
+/// [`Owned`](crate::owned::Owned); a [`Slot`](crate::slot::Slot) for the slot model. Sealed. (Bytes of no
 /// region are no receive's memory.)
 pub trait RecvMemory<'a, M>: memory_sealed::Sealed {
     /// The payload the request names now, and what its model keeps.
@@ -104,7 +104,7 @@ impl<'a> RecvMemory<'a, Borrowed> for Payload<'a> {
 }
 
 impl<'a, M> RecvRequest<'a, M> {
-    /// A receive into `memory` (see [`RecvMemory`]; a [`Buf`](crate::Buf) receives into its
+    /// A receive into `memory` (see [`RecvMemory`]; a [`Buf`](crate::buf::Buf) receives into its
     /// whole capacity), tagged 0.
     #[inline]
     pub fn new<P: RecvMemory<'a, M>>(memory: P) -> Self {
@@ -118,10 +118,10 @@ impl<'a, M> RecvRequest<'a, M> {
     }
 
     /// A tag for the request, which its completion gives back (its `wr_id`,
-    /// [`WorkCompletion::wr_id`](crate::WorkCompletion::wr_id) of a [`Borrowed`] request, whose
+    /// [`WorkCompletion::wr_id`](crate::cq::WorkCompletion::wr_id) of a [`Borrowed`] request, whose
     /// post refuses a tag with the top bit set, which the safe paths' ids use;
-    /// [`Completion::tag`](crate::Completion::tag) of an owned one and
-    /// [`Slot::tag`](crate::Slot::tag) of a slot's, which may be any value).
+    /// [`Completion::tag`](crate::owned::Completion::tag) of an owned one and
+    /// [`Slot::tag`](crate::slot::Slot::tag) of a slot's, which may be any value).
     /// 0 unless set.
     #[inline]
     pub fn tag(mut self, tag: u64) -> Self {
@@ -158,8 +158,8 @@ impl<M: Memoryless> RecvRequest<'_, M> {
     /// A receive with no memory: it takes a message of no bytes (a zero-length SEND, with or
     /// without immediate data) or an RDMA WRITE with immediate data, whose bytes land in the
     /// writer's target, and its completion carries the immediate data. A message with bytes
-    /// ends it in [`WcStatus::LocLenErr`](crate::WcStatus::LocLenErr). A UD queue pair refuses
-    /// an owned one when posted: every datagram needs [`GRH_LEN`](crate::GRH_LEN) bytes (an
+    /// ends it in [`WcStatus::LocLenErr`](crate::cq::WcStatus::LocLenErr). A UD queue pair refuses
+    /// an owned one when posted: every datagram needs [`GRH_LEN`](crate::ah::GRH_LEN) bytes (an
     /// SRQ cannot tell which transports it feeds: receives for UD queue pairs on an SRQ need
     /// that room too, and without it complete in error).
     #[inline]

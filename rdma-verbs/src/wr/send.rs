@@ -24,14 +24,14 @@ use crate::wr::Sge;
 /// - [`Borrowed`] (the default): memory the request borrows, a [`MrSlice`], a list of
 ///   [`Sge`]s or a [`Payload`], for the `unsafe` posts
 ///   ([`QueuePair::post_send_one`](crate::QueuePair::post_send_one), lists) and a
-///   [`PostScope`](crate::PostScope);
-/// - [`Owned`](crate::Owned): a [`Buf`](crate::Buf) or a [`RegionRange`](crate::RegionRange),
+///   [`PostScope`](crate::scope::PostScope);
+/// - [`Owned`](crate::owned::Owned): a [`Buf`](crate::buf::Buf) or a [`RegionRange`](crate::owned::RegionRange),
 ///   which the request carries into
 ///   [`QueuePair::post_send_owned`](crate::QueuePair::post_send_owned), safely;
-/// - [`Slot`](crate::Slot): a slot of a [`SlotRing`](crate::SlotRing), which the request
+/// - [`Slot`](crate::slot::Slot): a slot of a [`SlotRing`](crate::slot::SlotRing), which the request
 ///   carries into [`QueuePair::post_send_slot`](crate::QueuePair::post_send_slot), safely.
 ///
-/// Bytes of no region (inline) make a [`Borrowed`] or an [`Owned`](crate::Owned) request,
+/// Bytes of no region (inline) make a [`Borrowed`] or an [`Owned`](crate::owned::Owned) request,
 /// as its post asks ([`IntoMemory`]).
 ///
 /// The operations, their options and their names are the same for every model.
@@ -42,27 +42,27 @@ use crate::wr::Sge;
 /// [`inline`](Self::inline), only SEND takes a UD destination ([`to`](Self::to)):
 ///
 /// ```no_run
-/// # use rdma_verbs::{SendRequest, MemoryRegion};
+/// # use rdma_verbs::{MemoryRegion, wr::SendRequest};
 /// # fn f(mr: &MemoryRegion) -> rdma_verbs::Result<()> {
 /// let request = SendRequest::send(mr.slice(..64)?).with_imm(0xfeed).tag(1);
 /// # Ok(()) }
 /// ```
 ///
 /// ```compile_fail,E0599
-/// # fn f(mr: &rdma_verbs::MemoryRegion, remote: rdma_verbs::RemoteMemory) {
-/// let request = rdma_verbs::SendRequest::read(mr.slice(..8).unwrap(), remote).with_imm(7);
+/// # fn f(mr: &rdma_verbs::MemoryRegion, remote: rdma_verbs::mr::RemoteMemory) {
+/// let request = rdma_verbs::wr::SendRequest::read(mr.slice(..8).unwrap(), remote).with_imm(7);
 /// # }
 /// ```
 ///
 /// A [`Borrowed`] request borrows the memory it names (`'a`); posting it is the `unsafe` step
 /// ([`QueuePair::post_send_one`](crate::QueuePair::post_send_one),
-/// [`QueuePair::post_send`](crate::QueuePair::post_send) for a [`SendList`](crate::SendList)),
+/// [`QueuePair::post_send`](crate::QueuePair::post_send) for a [`SendList`](crate::wr::SendList)),
 /// because the device uses the memory after the call returns (or, safely, through a
-/// [`PostScope`](crate::PostScope), which outlives the memory's use). A request of a slot is
+/// [`PostScope`](crate::scope::PostScope), which outlives the memory's use). A request of a slot is
 /// posted safely, the slot moving into its ring until the completion hands it back:
 ///
 /// ```no_run
-/// # use rdma_verbs::{QueuePair, Rc, Rts, SendRequest};
+/// # use rdma_verbs::{QueuePair, qp::{Rc, Rts}, wr::SendRequest};
 /// # fn f(qp: &mut QueuePair<Rc, Rts>) -> rdma_verbs::Result<()> {
 /// let mut ring = qp.slot_ring(16, 4096)?;
 /// let mut slot = ring.take().expect("a free slot");
@@ -73,7 +73,7 @@ use crate::wr::Sge;
 #[must_use = "a request does nothing until it is posted"]
 pub struct SendRequest<'a, K: Operation = SendOp, M = Borrowed> {
     wr: SendWr<'a>,
-    /// What the memory model keeps besides `wr`'s payload (a [`Slot`](crate::Slot)), or
+    /// What the memory model keeps besides `wr`'s payload (a [`Slot`](crate::slot::Slot)), or
     /// nothing.
     memory: M,
     _op: PhantomData<fn() -> K>,
@@ -110,9 +110,9 @@ pub struct Borrowed;
 /// | given | model |
 /// |---|---|
 /// | a [`MrSlice`], a slice of [`Sge`]s, a [`Payload`] | [`Borrowed`] |
-/// | a [`Buf`](crate::Buf), a [`RegionRange`](crate::RegionRange) | [`Owned`](crate::Owned) |
-/// | a [`Slot`](crate::Slot) | [`Slot`](crate::Slot) |
-/// | bytes of no region (`&[u8]`, `&[u8; N]`, `&Vec<u8>`), copied into the request when it is posted (`IBV_SEND_INLINE`, up to the queue pair's `max_inline_data`; `b""` sends nothing) | [`Borrowed`] or [`Owned`](crate::Owned), as the post that takes the request says |
+/// | a [`Buf`](crate::buf::Buf), a [`RegionRange`](crate::owned::RegionRange) | [`Owned`](crate::owned::Owned) |
+/// | a [`Slot`](crate::slot::Slot) | [`Slot`](crate::slot::Slot) |
+/// | bytes of no region (`&[u8]`, `&[u8; N]`, `&Vec<u8>`), copied into the request when it is posted (`IBV_SEND_INLINE`, up to the queue pair's `max_inline_data`; `b""` sends nothing) | [`Borrowed`] or [`Owned`](crate::owned::Owned), as the post that takes the request says |
 pub trait IntoMemory<'a, M>: memory_sealed::Sealed {
     /// The payload the request names now, and what its model keeps.
     #[doc(hidden)]
@@ -121,13 +121,13 @@ pub trait IntoMemory<'a, M>: memory_sealed::Sealed {
 
 /// What an atomic's constructor takes for the 8-byte word where the old value lands
 /// ([`SendRequest::fetch_add`], [`compare_swap`](SendRequest::compare_swap)): a [`MrSlice`]
-/// of 8 bytes (checked when posted), a [`Buf`](crate::Buf) or a [`Slot`](crate::Slot) (their
+/// of 8 bytes (checked when posted), a [`Buf`](crate::buf::Buf) or a [`Slot`](crate::slot::Slot) (their
 /// length set to 8 when
 /// posted). Sealed.
 pub trait AtomicTarget<'a, M>: IntoMemory<'a, M> {}
 
 /// The memory models whose requests may name no memory at all
-/// ([`SendRequest::local_invalidate`]): [`Borrowed`] and [`Owned`](crate::Owned). Sealed.
+/// ([`SendRequest::local_invalidate`]): [`Borrowed`] and [`Owned`](crate::owned::Owned). Sealed.
 pub trait Memoryless: memory_sealed::Sealed {
     /// What the model keeps for a request of no memory.
     #[doc(hidden)]
@@ -136,7 +136,7 @@ pub trait Memoryless: memory_sealed::Sealed {
 
 /// The region a type 2 window is bound to ([`SendRequest::bind_mw`]), and the memory model
 /// it gives the request: `&MemoryRegion` for [`Borrowed`] (the `unsafe` post; the window
-/// takes its new key at once), `&Arc<MemoryRegion>` for [`Owned`](crate::Owned) (the request
+/// takes its new key at once), `&Arc<MemoryRegion>` for [`Owned`](crate::owned::Owned) (the request
 /// keeps the region until the bind has executed; the window takes its new key when posted).
 /// Sealed.
 pub trait BindRegion<'a, M>: memory_sealed::Sealed {
@@ -420,8 +420,8 @@ impl<'a, K: Operation, M> SendRequest<'a, K, M> {
     }
 
     /// A tag for the request, which its completion gives back: as its `wr_id`
-    /// ([`WorkCompletion::wr_id`](crate::WorkCompletion::wr_id)) for a [`Borrowed`] request, as
-    /// the slot's [`tag`](crate::Slot::tag) for a slot's. 0 unless set.
+    /// ([`WorkCompletion::wr_id`](crate::cq::WorkCompletion::wr_id)) for a [`Borrowed`] request, as
+    /// the slot's [`tag`](crate::slot::Slot::tag) for a slot's. 0 unless set.
     #[inline]
     pub fn tag(mut self, tag: u64) -> Self {
         self.wr.wr_id = tag;
@@ -431,7 +431,7 @@ impl<'a, K: Operation, M> SendRequest<'a, K, M> {
     /// Asks for no completion (clears `IBV_SEND_SIGNALED`, which every request has unless
     /// this is called): the request's resources are free once a later signaled request of
     /// the queue pair completes. A queue pair built with
-    /// [`QpBuilder::sq_sig_all`](crate::QpBuilder::sq_sig_all) signals every request whatever
+    /// [`QpBuilder::sq_sig_all`](crate::qp::QpBuilder::sq_sig_all) signals every request whatever
     /// this says.
     #[inline]
     pub fn unsignaled(mut self) -> Self {
@@ -533,7 +533,7 @@ impl<K: ImmOp, M> SendRequest<'_, K, M> {
 }
 
 impl<'a, M> SendRequest<'a, SendOp, M> {
-    /// SEND: delivers `memory` (a slot's first [`len`](crate::Slot::len) bytes) to the next
+    /// SEND: delivers `memory` (a slot's first [`len`](crate::slot::Slot::len) bytes) to the next
     /// receive request of the peer.
     #[inline]
     pub fn send<P: IntoMemory<'a, M>>(memory: P) -> Self {
@@ -631,11 +631,11 @@ impl<'a> SendRequest<'a, AtomicOp> {
     ///
     /// Only a reliable connected queue pair that [uses the extended
     /// API](crate::QueuePair::uses_extended_post) on a device that
-    /// [supports it](crate::DeviceAttr::supports_atomic_write) posts it (through
+    /// [supports it](crate::device::DeviceAttr::supports_atomic_write) posts it (through
     /// `ibv_wr_atomic_write`). Another RC queue pair refuses the post with
     /// [`Error::Unsupported`]`("ibv_wr_atomic_write")`, and UC and UD with
     /// [`Error::InvalidArgument`] (they have no atomics), posting nothing of the list.
-    /// Completes with [`WcOpcode::AtomicWrite`](crate::WcOpcode::AtomicWrite).
+    /// Completes with [`WcOpcode::AtomicWrite`](crate::cq::WcOpcode::AtomicWrite).
     ///
     /// # References
     ///
@@ -663,7 +663,7 @@ impl<'a, M> SendRequest<'a, BindOp, M> {
     ///   contract of [`post_send`](crate::QueuePair::post_send), `mr` stays registered (is not
     ///   dropped) until the bind has executed (its completion, or a later signaled one, is
     ///   polled), because the device finds the region by its key when the bind executes.
-    /// - `&Arc<MemoryRegion>`, [`Owned`](crate::Owned): posted safely
+    /// - `&Arc<MemoryRegion>`, [`Owned`](crate::owned::Owned): posted safely
     ///   ([`QueuePair::post_send_owned`](crate::QueuePair::post_send_owned)); the request keeps
     ///   the region (a reference count) until the bind has executed (its completion, a later
     ///   one of the same queue pair, or the queue pair's reset or destruction), so the device
@@ -679,10 +679,10 @@ impl<'a, M> SendRequest<'a, BindOp, M> {
     /// The request (and a list holding it) borrows the window exclusively. The window is bound
     /// to the queue pair the request is posted on, which must belong to the window's
     /// protection domain (else the bind completes with
-    /// [`WcStatus::MwBindErr`](crate::WcStatus::MwBindErr)); peers reach it only through that
+    /// [`WcStatus::MwBindErr`](crate::cq::WcStatus::MwBindErr)); peers reach it only through that
     /// queue pair. It stays bound until invalidated ([`local_invalidate`](Self::local_invalidate),
     /// a peer's [`send_with_invalidate`](Self::send_with_invalidate)) and can then be bound
-    /// again. The completion is [`WcOpcode::BindMw`](crate::WcOpcode::BindMw); hand the key to
+    /// again. The completion is [`WcOpcode::BindMw`](crate::cq::WcOpcode::BindMw); hand the key to
     /// a peer after it.
     ///
     /// `access` may hold [`REMOTE_READ`](AccessFlags::REMOTE_READ),
@@ -706,7 +706,7 @@ impl<'a, M> SendRequest<'a, BindOp, M> {
     /// ```no_run
     /// use std::sync::Arc;
     ///
-    /// use rdma_verbs::{AccessFlags, MwType, ProtectionDomain, QueuePair, Rc, Rts, SendRequest};
+    /// use rdma_verbs::{ProtectionDomain, QueuePair, mr::AccessFlags, mw::MwType, qp::{Rc, Rts}, wr::SendRequest};
     ///
     /// # fn f(qp: &mut QueuePair<Rc, Rts>, pd: &ProtectionDomain) -> rdma_verbs::Result<()> {
     /// let rights = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
@@ -724,7 +724,7 @@ impl<'a, M> SendRequest<'a, BindOp, M> {
     /// With the `unsafe` post, the caller keeping the region:
     ///
     /// ```no_run
-    /// use rdma_verbs::{AccessFlags, MwType, ProtectionDomain, QueuePair, Rc, Rts, SendRequest};
+    /// use rdma_verbs::{ProtectionDomain, QueuePair, mr::AccessFlags, mw::MwType, qp::{Rc, Rts}, wr::SendRequest};
     ///
     /// # fn f(qp: &mut QueuePair<Rc, Rts>, pd: &ProtectionDomain) -> rdma_verbs::Result<()> {
     /// let rights = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
@@ -765,7 +765,7 @@ impl<'a, M: Memoryless> SendRequest<'a, InvalidateOp, M> {
     /// LOCAL_INV (`IBV_WR_LOCAL_INV`): invalidates the type 2 memory window (or the region)
     /// with remote key `rkey`, posted on the queue pair the window is bound to. Once it has
     /// executed the key grants nothing, and the window may be bound again. Carries no memory.
-    /// Completes with [`WcOpcode::LocalInv`](crate::WcOpcode::LocalInv) when signaled.
+    /// Completes with [`WcOpcode::LocalInv`](crate::cq::WcOpcode::LocalInv) when signaled.
     ///
     /// # References
     ///
@@ -783,7 +783,7 @@ impl<'a, M> SendRequest<'a, InvalidateOp, M> {
     /// SEND_WITH_INV (`IBV_WR_SEND_WITH_INV`): a SEND of `memory` that also invalidates the
     /// peer's type 2 memory window with remote key `rkey` before the peer's receive completes;
     /// the receive's completion reports the key
-    /// ([`WorkCompletion::invalidated_rkey`](crate::WorkCompletion::invalidated_rkey)). The
+    /// ([`WorkCompletion::invalidated_rkey`](crate::cq::WorkCompletion::invalidated_rkey)). The
     /// window must be bound to the receiving queue pair.
     ///
     /// # References

@@ -1,7 +1,7 @@
 // The control of `mr_slice_outlives_region` and `send_list_outlives_region`: the same code
 // compiles when the region outlives the slice and the list's last post.
 
-use rdma_verbs::{AccessFlags, ProtectionDomain, QueuePair, Rc, Rts, SendList, SendRequest};
+use rdma_verbs::{ProtectionDomain, QueuePair, mr::AccessFlags, qp::{Rc, Rts}, wr::{SendList, SendRequest}};
 
 fn slice_in_time(pd: &ProtectionDomain) -> u32 {
     let mr = pd.register(64, AccessFlags::LOCAL_WRITE).unwrap();

@@ -1,6 +1,6 @@
 // A slice borrows its memory region: it cannot outlive it.
 
-use rdma_verbs::{AccessFlags, MrSlice, ProtectionDomain};
+use rdma_verbs::{ProtectionDomain, mr::{AccessFlags, MrSlice}};
 
 fn dangling(pd: &ProtectionDomain) -> u32 {
     let slice: MrSlice<'_>;

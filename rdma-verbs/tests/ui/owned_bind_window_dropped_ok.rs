@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use rdma_verbs::{AccessFlags, MemoryRegion, MemoryWindow, QueuePair, Rc, Rts, SendRequest};
+use rdma_verbs::{MemoryRegion, MemoryWindow, QueuePair, mr::AccessFlags, qp::{Rc, Rts}, wr::SendRequest};
 
 fn bind(qp: &mut QueuePair<Rc, Rts>, mut mw: MemoryWindow, mr: Arc<MemoryRegion>) -> u32 {
     let request = SendRequest::bind_mw(&mut mw, &mr, .., AccessFlags::REMOTE_WRITE).unwrap();

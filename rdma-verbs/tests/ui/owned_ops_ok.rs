@@ -4,10 +4,7 @@
 
 use std::sync::Arc;
 
-use rdma_verbs::{
-    AddressHandle, BufferPool, MemoryRegion, OwnedSendList, PostRefused, QueuePair, Rc,
-    RegionRange, RemoteMemory, Rts, SendRequest,
-};
+use rdma_verbs::{AddressHandle, MemoryRegion, QueuePair, mr::RemoteMemory, owned::{BufferPool, OwnedSendList, PostRefused, RegionRange}, qp::{Rc, Rts}, wr::SendRequest};
 
 fn build(pool: &BufferPool, remote: RemoteMemory, ah: &AddressHandle) -> Result<(), PostRefused> {
     let take = || pool.take().expect("a buffer");

@@ -1,7 +1,7 @@
 // An owned receive goes to `post_recv_owned` or an `OwnedRecvList`: a `RecvList` holds
 // borrowed receives only.
 
-use rdma_verbs::{Buf, RecvList, RecvRequest};
+use rdma_verbs::{owned::Buf, wr::{RecvList, RecvRequest}};
 
 fn push(buf: Buf) {
     let mut list = RecvList::with_capacity(1);

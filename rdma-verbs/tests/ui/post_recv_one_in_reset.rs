@@ -1,6 +1,6 @@
 // Receives can be posted from INIT on: a queue pair in RESET has no `post_recv_one`.
 
-use rdma_verbs::{QueuePair, Rc, RecvRequest, Reset};
+use rdma_verbs::{QueuePair, qp::{Rc, Reset}, wr::RecvRequest};
 
 fn post(qp: &mut QueuePair<Rc, Reset>, request: &RecvRequest<'_>) {
     // SAFETY: never runs; the call itself must not compile.

@@ -1,6 +1,6 @@
 // Bytes of no region are a send's inline data, never a receive's memory.
 
-use rdma_verbs::{RecvList, RecvRequest};
+use rdma_verbs::{wr::{RecvList, RecvRequest}};
 
 fn push(bytes: &[u8]) {
     let mut list = RecvList::with_capacity(1);

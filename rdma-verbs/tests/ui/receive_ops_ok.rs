@@ -4,10 +4,7 @@
 
 use std::sync::Arc;
 
-use rdma_verbs::{
-    BufferPool, MemoryRegion, OwnedRecvList, PostRefused, QueuePair, Rc, RecvList, RecvRequest,
-    RegionRange, Result, Rts, SlotRefused, SlotRing,
-};
+use rdma_verbs::{MemoryRegion, QueuePair, Result, owned::{BufferPool, OwnedRecvList, PostRefused, RegionRange}, qp::{Rc, Rts}, slot::{SlotRefused, SlotRing}, wr::{RecvList, RecvRequest}};
 
 fn borrowed(mr: &MemoryRegion) -> Result<()> {
     let mut list = RecvList::with_capacity(2);

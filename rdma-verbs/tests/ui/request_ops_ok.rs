@@ -2,7 +2,7 @@
 // and RDMA WRITE, a UD destination on SEND, and requests of every operation in one list (and,
 // erased, in one variable).
 
-use rdma_verbs::{AddressHandle, MemoryRegion, RemoteMemory, Result, SendList, SendRequest};
+use rdma_verbs::{AddressHandle, MemoryRegion, Result, mr::RemoteMemory, wr::{SendList, SendRequest}};
 
 fn build(mr: &MemoryRegion, remote: RemoteMemory, ah: &AddressHandle, read: bool) -> Result<()> {
     let mut list = SendList::with_capacity(8);

@@ -3,7 +3,7 @@
 
 #![deny(unused_must_use)]
 
-use rdma_verbs::{MemoryRegion, QueuePair, Rc, Rts, SendRequest};
+use rdma_verbs::{MemoryRegion, QueuePair, qp::{Rc, Rts}, wr::SendRequest};
 
 fn post_unsignaled(qp: &mut QueuePair<Rc, Rts>, mr: &MemoryRegion) {
     let request = SendRequest::send(mr.slice(..).unwrap()).tag(1);

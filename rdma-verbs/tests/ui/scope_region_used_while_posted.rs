@@ -5,7 +5,7 @@
 // borrows the region: the only borrow still alive at the read is the one `PostScope::recv`
 // ties to the scope ('scope). Without the read, this compiles (the `_ok` case).
 
-use rdma_verbs::*;
+use rdma_verbs::{*, ah::*, async_event::*, channel::*, cq::*, device::*, mr::*, mw::*, owned::*, qp::*, scope::*, slot::*, srq::*, wr::*, xrcd::*};
 
 fn read_while_posted(
     qp: &mut QueuePair<Rc, Rts>,

@@ -1,6 +1,6 @@
 // The control of `scope_region_used_while_posted`: the same code without the read compiles.
 
-use rdma_verbs::*;
+use rdma_verbs::{*, ah::*, async_event::*, channel::*, cq::*, device::*, mr::*, mw::*, owned::*, qp::*, scope::*, slot::*, srq::*, wr::*, xrcd::*};
 
 fn read_while_posted(
     qp: &mut QueuePair<Rc, Rts>,

@@ -1,4 +1,4 @@
-use rdma_verbs::*;
+use rdma_verbs::{*, ah::*, async_event::*, channel::*, cq::*, device::*, mr::*, mw::*, owned::*, qp::*, scope::*, slot::*, srq::*, wr::*, xrcd::*};
 
 fn main() {}
 

@@ -1,7 +1,7 @@
 // A send list borrows the regions its requests name: the region cannot be dropped while the
 // list may still be posted.
 
-use rdma_verbs::{AccessFlags, ProtectionDomain, QueuePair, Rc, Rts, SendList, SendRequest};
+use rdma_verbs::{ProtectionDomain, QueuePair, mr::AccessFlags, qp::{Rc, Rts}, wr::{SendList, SendRequest}};
 
 fn drop_region_first(pd: &ProtectionDomain, qp: &mut QueuePair<Rc, Rts>) {
     let mut list = SendList::with_capacity(4);

@@ -1,7 +1,7 @@
 // A send list takes requests of any operation, and borrows the regions each names: the target
 // of a READ cannot be dropped while the list may still be posted either.
 
-use rdma_verbs::{AccessFlags, ProtectionDomain, QueuePair, Rc, RemoteMemory, Rts, SendList, SendRequest};
+use rdma_verbs::{ProtectionDomain, QueuePair, mr::{AccessFlags, RemoteMemory}, qp::{Rc, Rts}, wr::{SendList, SendRequest}};
 
 fn drop_target_first(pd: &ProtectionDomain, qp: &mut QueuePair<Rc, Rts>, remote: RemoteMemory) {
     let mut list = SendList::with_capacity(4);

@@ -1,7 +1,7 @@
 // The control of `slot_bytes_while_written`: the same code compiles when the read ends before
 // the write.
 
-use rdma_verbs::SlotRing;
+use rdma_verbs::slot::SlotRing;
 
 fn read_then_write(ring: &mut SlotRing) {
     let mut slot = ring.take().unwrap();

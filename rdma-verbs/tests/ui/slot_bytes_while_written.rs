@@ -1,7 +1,7 @@
 // A slot's bytes read through `SlotRing::bytes` borrow the slot: it cannot be written through
 // `bytes_mut` (or `fill`) while the read lives, on this thread or another.
 
-use rdma_verbs::SlotRing;
+use rdma_verbs::slot::SlotRing;
 
 fn read_then_write(ring: &mut SlotRing) {
     let mut slot = ring.take().unwrap();

@@ -1,7 +1,7 @@
 // A slot's receive goes to `post_recv_slot`: a `RecvList` holds borrowed receives only (the
 // `unsafe` post would let the slot's bytes be reached while the device writes them).
 
-use rdma_verbs::{RecvList, RecvRequest, Slot};
+use rdma_verbs::{slot::Slot, wr::{RecvList, RecvRequest}};
 
 fn push(slot: Slot) {
     let mut list = RecvList::with_capacity(1);

@@ -1,7 +1,7 @@
 // A slot's request is posted by `post_send_slot` only: a list holds borrowed requests, whose
 // memory the request names itself.
 
-use rdma_verbs::{SendList, SendRequest, Slot};
+use rdma_verbs::{slot::Slot, wr::{SendList, SendRequest}};
 
 fn push(slot: Slot) {
     let mut list = SendList::with_capacity(1);

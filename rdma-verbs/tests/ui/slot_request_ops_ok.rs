@@ -2,8 +2,8 @@
 // each, posted safely; a request erased of its operation; a request taken back unposted; a
 // SEND to a UD destination.
 
-use rdma_verbs::{AddressHandle, QueuePair, Rc, RemoteMemory, Rts, SendRequest, SlotRing};
-use rdma_verbs::{SlotRefused, Ud};
+use rdma_verbs::{AddressHandle, QueuePair, mr::RemoteMemory, qp::{Rc, Rts}, slot::SlotRing, wr::SendRequest};
+use rdma_verbs::{qp::Ud, slot::SlotRefused};
 
 fn post(qp: &mut QueuePair<Rc, Rts>, ring: &mut SlotRing, remote: RemoteMemory, read: bool)
     -> Result<(), SlotRefused> {

@@ -1,7 +1,7 @@
 // A slot's request is posted by `post_send_slot` only: the `unsafe` posts take borrowed
 // requests, so a slot cannot leave its ring's record by that door.
 
-use rdma_verbs::{QueuePair, Rc, Rts, SendRequest, Slot};
+use rdma_verbs::{QueuePair, qp::{Rc, Rts}, slot::Slot, wr::SendRequest};
 
 fn post(qp: &mut QueuePair<Rc, Rts>, slot: Slot) {
     // SAFETY: not reached; the call does not compile.

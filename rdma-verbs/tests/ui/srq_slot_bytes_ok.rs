@@ -1,7 +1,7 @@
 // The control of `srq_slot_bytes_while_written`: the same code compiles when the read ends
 // before the write.
 
-use rdma_verbs::SrqSlotRing;
+use rdma_verbs::slot::SrqSlotRing;
 
 fn read_then_write(ring: &mut SrqSlotRing) {
     let mut slot = ring.take().unwrap();

@@ -2,7 +2,7 @@
 // borrow the slot, which cannot be written through `bytes_mut` (or `fill`) while the read
 // lives, on this thread or another.
 
-use rdma_verbs::SrqSlotRing;
+use rdma_verbs::slot::SrqSlotRing;
 
 fn read_then_write(ring: &mut SrqSlotRing) {
     let mut slot = ring.take().unwrap();

@@ -2,7 +2,7 @@
 // them, with the same argument types, so each case fails only because of its state (or its
 // attribute type).
 
-use rdma_verbs::*;
+use rdma_verbs::{*, ah::*, async_event::*, channel::*, cq::*, device::*, mr::*, mw::*, owned::*, qp::*, scope::*, slot::*, srq::*, wr::*, xrcd::*};
 
 fn sends(qp: &mut QueuePair<Rc, Rts>, list: &mut SendList<'_>, request: &SendRequest<'_>) {
     // SAFETY: never runs; only compiled.

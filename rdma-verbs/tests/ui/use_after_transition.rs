@@ -1,6 +1,6 @@
 // A transition consumes the queue pair: the old value cannot be used afterwards.
 
-use rdma_verbs::{ConnectedInitAttr, QueuePair, Rc, Reset};
+use rdma_verbs::{QueuePair, qp::{ConnectedInitAttr, Rc, Reset}};
 
 fn reuse(qp: QueuePair<Rc, Reset>) {
     let _init = qp.into_init(&ConnectedInitAttr::new(1));

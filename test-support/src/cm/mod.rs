@@ -11,8 +11,11 @@ use std::time::{Duration, Instant};
 pub use crate::{note, pattern};
 use rdma_cm::CmId;
 use rdma_cm::rdma_verbs::{
-    BufferPool, Completion, CompletionQueue, QueuePair, Rc, Reset, Rts, SendRequest, WcOpcode,
-    WcStatus,
+    CompletionQueue, QueuePair,
+    cq::{WcOpcode, WcStatus},
+    owned::{BufferPool, Completion},
+    qp::{Rc, Reset, Rts},
+    wr::SendRequest,
 };
 
 /// Bound of every wait for an event or a completion.

@@ -3,8 +3,12 @@
 
 use rdma_cm::CmId;
 use rdma_cm::rdma_verbs::{
-    AddressHandle, BufferPool, CompletionQueue, GRH_LEN, QueuePair, Rts, SendRequest, Ud, WcOpcode,
-    WcStatus, WorkCompletion,
+    AddressHandle, CompletionQueue, QueuePair,
+    ah::GRH_LEN,
+    cq::{WcOpcode, WcStatus, WorkCompletion},
+    owned::BufferPool,
+    qp::{Rts, Ud},
+    wr::SendRequest,
 };
 
 use super::reap;
