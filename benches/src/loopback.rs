@@ -28,6 +28,8 @@ pub struct Shape {
     /// Extended completion queues reporting these fields (`CqBuilder::extended`), or classic
     /// ones.
     pub extended: Option<WcFields>,
+    /// Both queue pairs on one completion queue, `cq_a` (`cq_b` is then made but unused).
+    pub shared_cq: bool,
 }
 
 impl Default for Shape {
@@ -37,6 +39,7 @@ impl Default for Shape {
             depth: 16,
             max_inline_data: 0,
             extended: None,
+            shared_cq: false,
         }
     }
 }
@@ -124,7 +127,7 @@ impl Loopback {
         let a = build(&cq_a, None)?
             .into_init(&init)
             .map_err(|e| e.to_string())?;
-        let b = build(&cq_b, srq.as_ref())?
+        let b = build(if shape.shared_cq { &cq_a } else { &cq_b }, srq.as_ref())?
             .into_init(&init)
             .map_err(|e| e.to_string())?;
         let (a_num, b_num) = (a.qp_num(), b.qp_num());
@@ -152,6 +155,21 @@ impl Loopback {
     pub fn arm(&self) -> Result<(), String> {
         self.cq_a.req_notify(false).map_err(|e| e.to_string())?;
         self.cq_b.req_notify(false).map_err(|e| e.to_string())
+    }
+
+    /// Waits for `cq_a` to signal on the channel (within [`WAIT`]): with
+    /// [`Shape::shared_cq`], the first completion of a round is there.
+    ///
+    /// # Errors
+    ///
+    /// No event within [`WAIT`], or the channel failed.
+    pub fn wait_a(&self) -> Result<(), String> {
+        loop {
+            let event = self.channel.wait(WAIT).map_err(|e| e.to_string())?;
+            if event.is_for(&self.cq_a) {
+                return Ok(());
+            }
+        }
     }
 
     /// Waits until both queues signalled on the channel (each within [`WAIT`]).

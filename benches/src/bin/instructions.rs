@@ -1,7 +1,7 @@
 //! `instructions`: the user-space instructions of one post+poll round, counted by callgrind, on
 //! the `unsafe` post calls and on the safe paths (owned buffers, slot rings).
 //!
-//! `instructions <unsafe|owned|reuse|slot|srq-unsafe|srq-slot|cq-ex> <rounds>` runs `rounds` rounds on an RC queue pair connected
+//! `instructions <unsafe|owned|reuse|slot|srq-unsafe|srq-slot|cq-ex|shared-unsafe|shared-slot> <rounds>` runs `rounds` rounds on an RC queue pair connected
 //! to another on the same device (loopback): post a receive, post a 64-byte send, wait for both
 //! completions, poll each. Only the functions named `measured_*` are meant to be counted: run
 //! it as
@@ -10,8 +10,9 @@
 //! valgrind --tool=callgrind --toggle-collect='measured_*' instructions owned 2000
 //! ```
 //!
-//! and divide the collected instructions by the rounds (`cargo xtask` is not needed: the
-//! benches' device test does it, `tests/instructions.rs`). The waits between post and poll
+//! and divide the collected instructions by the rounds (`cargo xtask instructions` does that on
+//! the device; the benches' device test `tests/instructions.rs` runs every mode without
+//! callgrind). The waits between post and poll
 //! happen outside the measured functions, on a completion channel, so that every measured poll
 //! finds its completion and no empty poll is counted.
 //!
@@ -30,6 +31,15 @@
 //! as in `unsafe` and `slot`). Mode `cq-ex` is `unsafe` with extended completion queues
 //! (reporting the byte count), polled in sessions (`poll_extended`) that read the status,
 //! opcode and byte count inside the measured call, as that API requires.
+//!
+//! Modes `shared-unsafe` and `shared-slot` put both queue pairs on one completion queue and
+//! route each completion in the measured poll: `shared-slot` is the round of
+//! `docs/start-here.md`'s program as it is written there (a receive ring and a send ring, each
+//! completion offered to the receive ring first, the send's slot taken and put back), and
+//! `shared-unsafe` the same round with the `unsafe` calls, completions told apart by request
+//! id. One poll finds both completions: the measured calls run after the queue signalled and a
+//! pause; a round that still needs a second poll is finished outside them and counted, and
+//! more than one such round in fifty fails the count.
 
 use std::process::ExitCode;
 
@@ -64,8 +74,8 @@ fn main() -> ExitCode {
         },
         _ => {
             return fail(
-                "usage: instructions <unsafe|owned|reuse|slot|ring|srq-unsafe|srq-slot|cq-ex> \
-                 <rounds> | instructions device",
+                "usage: instructions <unsafe|owned|reuse|slot|srq-unsafe|srq-slot|cq-ex|\
+                 shared-unsafe|shared-slot> <rounds> | instructions device",
             );
         }
     };
@@ -86,6 +96,7 @@ fn run(mode: &str, rounds: u32) -> Result<(), String> {
     }
     let shape = Shape {
         extended: (mode == "cq-ex").then_some(WcFields::BYTE_LEN),
+        shared_cq: mode.starts_with("shared-"),
         ..Shape::default()
     };
     let mut pair = Loopback::open(shape)?;
@@ -241,10 +252,210 @@ fn run(mode: &str, rounds: u32) -> Result<(), String> {
                 }
             }
         }
+        "shared-unsafe" => {
+            let mut mr = pd
+                .register(2 * SIZE, AccessFlags::LOCAL_WRITE)
+                .map_err(|e| e.to_string())?;
+            let mut wcs = [WorkCompletion::default(); 4];
+            let mut misses = 0;
+            let mut rounds_run = |pair: &mut Loopback| {
+                for round in 0..rounds {
+                    let data = [0x5a ^ round as u8; SIZE];
+                    mr.write_at(0, &data).map_err(|e| e.to_string())?;
+                    pair.arm()?;
+                    measured_post_recv_unsafe(&mut pair.b, &mr).map_err(|e| e.to_string())?;
+                    measured_post_send_unsafe(&mut pair.a, &mr).map_err(|e| e.to_string())?;
+                    settle(pair)?;
+                    let mut seen = Seen::default();
+                    let mut found =
+                        measured_poll_shared_unsafe(&mut pair.cq_a, &mut wcs, &mut seen);
+                    if found < 2 {
+                        misses += 1;
+                        found += finish(
+                            || poll_shared_unsafe(&mut pair.cq_a, &mut wcs, &mut seen),
+                            found,
+                        )?;
+                    }
+                    let mut got = [0u8; SIZE];
+                    mr.read_at(SIZE, &mut got).map_err(|e| e.to_string())?;
+                    if !(found == 2 && seen.sent && seen.received && got == data) {
+                        return Err(format!("round {round}: found {found}, {seen:?}"));
+                    }
+                }
+                Ok::<(), String>(())
+            };
+            let result = rounds_run(&mut pair);
+            drop(pair);
+            result?;
+            drop(mr);
+            report_misses(misses, rounds)?;
+        }
+        "shared-slot" => {
+            // The round of `docs/start-here.md`'s program: a receive ring and a send ring, both
+            // queue pairs on one completion queue, each completion offered to the receive ring
+            // first, then to the send ring.
+            let e = |e: rdma_verbs::Error| e.to_string();
+            let mut tx = pair.a.slot_ring(4, SIZE).map_err(e)?;
+            let mut rx = pair.b.slot_ring(16, SIZE).map_err(e)?;
+            pair.b.fill_slot_ring(&mut rx).map_err(e)?;
+            let mut wcs = [WorkCompletion::default(); 8];
+            let mut misses = 0;
+            for round in 0..rounds {
+                let data = [0x5a ^ round as u8; SIZE];
+                pair.arm()?;
+                let mut slot = measured_take_slot(&mut tx).ok_or("no free slot to send from")?;
+                tx.fill(&mut slot, &data).map_err(e)?;
+                measured_post_send_slot_tagged(&mut pair.a, &mut tx, slot).map_err(e)?;
+                settle(&pair)?;
+                let mut received = None;
+                let mut found =
+                    measured_poll_routed(&mut pair.cq_a, &mut wcs, &mut rx, &mut tx, &mut received);
+                if found < 2 {
+                    misses += 1;
+                    found += finish(
+                        || poll_routed(&mut pair.cq_a, &mut wcs, &mut rx, &mut tx, &mut received),
+                        found,
+                    )?;
+                }
+                let slot = received
+                    .ok_or_else(|| format!("round {round}: nothing received ({found} found)"))?;
+                if rx.bytes(&slot).map_err(e)? != data {
+                    return Err(format!("round {round}: the bytes differ"));
+                }
+                measured_post_recv_slot(&mut pair.b, &mut rx, slot).map_err(e)?;
+            }
+            report_misses(misses, rounds)?;
+        }
         other => return Err(format!("unknown mode {other:?}")),
     }
     println!("{mode}: {rounds} rounds");
     Ok(())
+}
+
+/// What a shared-queue round's `unsafe` poll saw, by request id.
+#[derive(Debug, Default)]
+struct Seen {
+    sent: bool,
+    received: bool,
+}
+
+/// After the first completion of a round on the shared queue signalled, waits (outside the
+/// measured calls) long enough for the second to have come too, so that one measured poll
+/// finds both: on Soft-RoCE the send completes when the receive's ACK comes back, within
+/// microseconds of the receive.
+fn settle(pair: &Loopback) -> Result<(), String> {
+    pair.wait_a()?;
+    std::thread::sleep(std::time::Duration::from_micros(500));
+    Ok(())
+}
+
+/// Polls (outside the measured calls) until the round's two completions are in, after a
+/// measured poll found `found` of them: `poll` finds more.
+fn finish(mut poll: impl FnMut() -> usize, found: usize) -> Result<usize, String> {
+    let deadline = std::time::Instant::now() + rdma_benches::loopback::WAIT;
+    let mut more = 0;
+    while found + more < 2 {
+        more += poll();
+        if std::time::Instant::now() > deadline {
+            return Err("the round's second completion never came".into());
+        }
+    }
+    Ok(more)
+}
+
+/// Fails when more than one round in fifty (one in a run of fewer) needed a second poll (the counts would then leave
+/// out part of those rounds' routing); prints how many did.
+fn report_misses(misses: u32, rounds: u32) -> Result<(), String> {
+    println!("{misses} of {rounds} rounds polled twice");
+    if misses * 50 > rounds.max(50) {
+        return Err(format!("{misses} of {rounds} rounds polled twice"));
+    }
+    Ok(())
+}
+
+/// The shared-queue `unsafe` round's poll: the two completions told apart by request id.
+#[unsafe(no_mangle)]
+#[inline(never)]
+fn measured_poll_shared_unsafe(
+    cq: &mut CompletionQueue,
+    wcs: &mut [WorkCompletion],
+    seen: &mut Seen,
+) -> usize {
+    poll_shared_unsafe(cq, wcs, seen)
+}
+
+#[inline(always)]
+fn poll_shared_unsafe(
+    cq: &mut CompletionQueue,
+    wcs: &mut [WorkCompletion],
+    seen: &mut Seen,
+) -> usize {
+    let Ok(polled) = cq.poll(wcs) else {
+        return 0;
+    };
+    for wc in polled.iter() {
+        match wc.wr_id() {
+            1 => seen.received = wc.is_success() && wc.byte_len() == SIZE as u32,
+            2 => seen.sent = wc.is_success(),
+            _ => {}
+        }
+    }
+    polled.len()
+}
+
+/// The start-here round's poll: each completion offered to the receive ring, then to the send
+/// ring, whose slot goes back for the next send.
+#[unsafe(no_mangle)]
+#[inline(never)]
+fn measured_poll_routed(
+    cq: &mut CompletionQueue,
+    wcs: &mut [WorkCompletion],
+    rx: &mut SlotRing,
+    tx: &mut SlotRing,
+    received: &mut Option<Slot>,
+) -> usize {
+    poll_routed(cq, wcs, rx, tx, received)
+}
+
+#[inline(always)]
+fn poll_routed(
+    cq: &mut CompletionQueue,
+    wcs: &mut [WorkCompletion],
+    rx: &mut SlotRing,
+    tx: &mut SlotRing,
+    received: &mut Option<Slot>,
+) -> usize {
+    let Ok(polled) = cq.poll(wcs) else {
+        return 0;
+    };
+    for wc in polled.iter() {
+        if !wc.is_success() {
+            continue;
+        }
+        if let Some(slot) = rx.complete(wc) {
+            *received = Some(slot);
+        } else if let Some(slot) = tx.complete(wc) {
+            let _ = tx.put(slot);
+        }
+    }
+    polled.len()
+}
+
+#[unsafe(no_mangle)]
+#[inline(never)]
+fn measured_take_slot(ring: &mut SlotRing) -> Option<Slot> {
+    ring.take()
+}
+
+#[unsafe(no_mangle)]
+#[inline(never)]
+fn measured_post_send_slot_tagged(
+    qp: &mut QueuePair<Rc, Rts>,
+    ring: &mut SlotRing,
+    slot: Slot,
+) -> rdma_verbs::Result<()> {
+    qp.post_send_slot(ring, SendRequest::send(slot).tag(1))
+        .map_err(rdma_verbs::Error::from)
 }
 
 /// The SRQ modes: `unsafe` (`mode` without its `srq-`) or `slot`.

@@ -190,6 +190,7 @@ impl SlotRing {
     /// # Errors
     ///
     /// [`SlotRefused`] with the slot and [`Error::InvalidArgument`] for a slot of another ring.
+    #[inline]
     pub fn put(&mut self, slot: Slot) -> std::result::Result<(), SlotRefused> {
         if slot.ring != self.ring {
             return Err(SlotRefused {

@@ -368,7 +368,7 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// ring, a length over the slot size, a READ or WRITE longer than its remote memory; else
     /// as [`post_send_one`](Self::post_send_one) (an operation the transport does not carry, a
     /// UD request with no destination or another transport's with one, a full send queue).
-    #[inline]
+    #[inline(always)]
     pub fn post_send_slot<K: Operation>(
         &mut self,
         ring: &mut SlotRing,

@@ -18,8 +18,10 @@ use super::vm::{self, shell_quote};
 /// region) and slot rings (`slot`: each slot posted again when its completion hands it back);
 /// then the receives through a shared receive queue: with the `unsafe` call (`srq-unsafe`) and
 /// into an SRQ slot ring (`srq-slot`); last the `unsafe` round with extended completion
-/// queues polled in sessions (`cq-ex`).
-const MODES: [&str; 8] = [
+/// queues polled in sessions (`cq-ex`); then both queue pairs on one completion queue, each
+/// completion routed in the measured poll, with the `unsafe` calls (`shared-unsafe`) and as
+/// `docs/start-here.md`'s program is written (`shared-slot`).
+const MODES: [&str; 10] = [
     "c",
     "unsafe",
     "owned",
@@ -28,6 +30,8 @@ const MODES: [&str; 8] = [
     "srq-unsafe",
     "srq-slot",
     "cq-ex",
+    "shared-unsafe",
+    "shared-slot",
 ];
 
 /// `cargo xtask instructions [ROUNDS]` (default 2000).
@@ -60,7 +64,18 @@ pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
             println!("  {function:<28} {cost:>8.1}");
         }
     }
-    let [c, unsafe_, owned, reuse, slot, srq_unsafe, srq_slot, cq_ex] = &counts.modes;
+    let [
+        c,
+        unsafe_,
+        owned,
+        reuse,
+        slot,
+        srq_unsafe,
+        srq_slot,
+        cq_ex,
+        shared_unsafe,
+        shared_slot,
+    ] = &counts.modes;
     println!(
         "unsafe / c: {:.3} (in the program itself: {:.2})",
         unsafe_.total / c.total,
@@ -91,6 +106,11 @@ pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
         cq_ex.total / unsafe_.total,
         cq_ex.own / unsafe_.own
     );
+    println!(
+        "shared-slot / shared-unsafe: {:.3} (in the program itself: {:.2})",
+        shared_slot.total / shared_unsafe.total,
+        shared_slot.own / shared_unsafe.own
+    );
     Ok(())
 }
 
@@ -116,7 +136,7 @@ pub(crate) struct Mode {
 
 /// The modes' counts, in [`MODES`] order.
 pub(crate) struct Counts {
-    pub(crate) modes: [Mode; 8],
+    pub(crate) modes: [Mode; 10],
 }
 
 impl Count {
@@ -189,7 +209,18 @@ impl Count {
                 own: per(own),
             })
         };
-        let [c, unsafe_, owned, reuse, slot, srq_unsafe, srq_slot, cq_ex] = MODES;
+        let [
+            c,
+            unsafe_,
+            owned,
+            reuse,
+            slot,
+            srq_unsafe,
+            srq_slot,
+            cq_ex,
+            shared_unsafe,
+            shared_slot,
+        ] = MODES;
         Ok(Counts {
             modes: [
                 mode(c)?,
@@ -200,6 +231,8 @@ impl Count {
                 mode(srq_unsafe)?,
                 mode(srq_slot)?,
                 mode(cq_ex)?,
+                mode(shared_unsafe)?,
+                mode(shared_slot)?,
             ],
         })
     }
@@ -209,7 +242,18 @@ impl Counts {
     /// The Markdown table of the counts: per round, each mode's total, its part in the
     /// program's own code, and the ratios.
     pub(crate) fn table(&self, rounds: u32) -> String {
-        let [c, unsafe_, owned, reuse, slot, srq_unsafe, srq_slot, cq_ex] = &self.modes;
+        let [
+            c,
+            unsafe_,
+            owned,
+            reuse,
+            slot,
+            srq_unsafe,
+            srq_slot,
+            cq_ex,
+            shared_unsafe,
+            shared_slot,
+        ] = &self.modes;
         let mut out = format!(
             "Instructions per post+poll round (callgrind, {rounds} rounds; post one receive, \
              post one 64-byte signaled SEND, poll both; owned: a buffer taken from the pool for \
@@ -266,6 +310,22 @@ impl Counts {
             unsafe_.own,
             cq_ex.own,
             cq_ex.total / unsafe_.total
+        ));
+        out.push_str(&format!(
+            "\nThe round of `docs/start-here.md`'s program as it is written there: both queue \
+             pairs on one completion queue, one poll finding both completions, each routed \
+             (slot rings: offered to the receive ring, then to the send ring, the send's slot \
+             taken for the send and put back; `unsafe`: told apart by request id):\n\n\
+             | | `unsafe`, one queue | slot rings, one queue |\n\
+             |---|---:|---:|\n\
+             | round | {:.0} | {:.0} |\n\
+             | in the program's own code | {:.0} | {:.0} |\n\
+             | ratio | 1 | {:.3} × `unsafe` |\n",
+            shared_unsafe.total,
+            shared_slot.total,
+            shared_unsafe.own,
+            shared_slot.own,
+            shared_slot.total / shared_unsafe.total
         ));
         out
     }
