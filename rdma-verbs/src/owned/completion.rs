@@ -113,7 +113,7 @@ impl CompletionQueue {
     /// in flight until a later completion of the same queue releases them (queues complete in
     /// order), or the queue pair is reset or destroyed (an SRQ receive: until the SRQ is
     /// destroyed). A leak, not a hazard.
-    // Inlined with the caller's closure (docs/benchmarks.md, "What inlining bought").
+    // Inlined with the caller's closure (docs/benchmarks.md, "What the code is shaped by").
     #[inline(always)]
     pub fn poll_each(&mut self, max: usize, mut f: impl FnMut(Completion)) -> Result<usize> {
         const BATCH: usize = 16;
@@ -129,7 +129,7 @@ impl CompletionQueue {
                 // No lock is held while `f` runs, which may post (taking table locks) or
                 // create queue pairs on this queue (changing the routes). The completion is built
                 // first and the entry copied once, from its table straight into it
-                // (docs/benchmarks.md, "Building the completion in place"); whether one was
+                // (docs/benchmarks.md, "The owned path"); whether one was
                 // found is the entry's `Option`.
                 let mut completion = Completion {
                     wc: *wc,

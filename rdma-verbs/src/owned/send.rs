@@ -455,8 +455,7 @@ impl<T: Transport> QueuePair<T, Rts> {
     /// [`Error::QueueFull`] when as many requests are in flight as the send queue holds; else
     /// as [`post_send_one`](Self::post_send_one).
     // Inlined at every call site, where the kind of request is known, so that the compiler
-    // folds the dispatch on it (docs/benchmarks.md, "What inlining bought": 579 to 445
-    // instructions per post in the benchmark).
+    // folds the dispatch on it (docs/benchmarks.md, "What the code is shaped by").
     #[inline(always)]
     pub fn post_send_owned<K: Operation>(
         &mut self,
