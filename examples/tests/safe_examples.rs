@@ -270,3 +270,45 @@ fn start_here(args: &[&str]) -> Output {
         .expect("spawn start_here");
     finish(child, "start_here")
 }
+
+/// `cm_start_here`, the quick start `rdma-cm`'s README shows: a server and a client of one
+/// process connect through the connection manager on the device's address and the message
+/// crosses from the client's slot ring to the server's, every byte printed as received.
+/// Without an address it says how to call it and exits 1.
+#[test]
+fn cm_start_here_sends_a_message() {
+    let Some(device) = rdma_test_support::device() else {
+        return;
+    };
+    let addr = device.addr.expect("the device's address");
+    let at = std::net::SocketAddr::new(addr, free_port()).to_string();
+    let out = cm_start_here(&[&at]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}\n{stdout}", text(&out.stderr));
+    let mut lines: Vec<&str> = stdout.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(
+        lines,
+        [
+            "client sent its message",
+            "server received \"hello over rdma-cm\""
+        ]
+    );
+    let out = cm_start_here(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "Error: \"usage: cm_start_here ADDRESS:PORT\"\n"
+    );
+}
+
+fn cm_start_here(args: &[&str]) -> Output {
+    let child = Command::new(env!("CARGO_BIN_EXE_cm_start_here"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn cm_start_here");
+    finish(child, "cm_start_here")
+}

@@ -55,6 +55,11 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// The README's code blocks are compiled with the doc tests (its quick start).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 mod addr;
 mod addrinfo;
 mod blocking;
