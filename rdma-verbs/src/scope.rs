@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::ah::AddressHandle;
-use crate::cq::{CompletionQueue, CqInner, WorkCompletion};
+use crate::cq::{CompletionQueue, CqInner, WorkCompletion, poll_until};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::flags::SendFlags;
@@ -478,6 +478,28 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
             self.count_done(&completions[n..total]);
         }
         Ok(&completions[..total])
+    }
+
+    /// [`poll`](Self::poll) until `min` completions have arrived (at most
+    /// `completions.len()`) or `timeout` has passed, and returns every completion it reaped
+    /// (fewer than `min`: the time ran out), each counted as `poll` counts it. Waits as
+    /// [`CompletionQueue::poll_for`] does.
+    ///
+    /// # Errors
+    ///
+    /// As [`poll`](Self::poll); completions reaped before a polling error are counted and
+    /// lost to the caller with it.
+    pub fn poll_for<'a>(
+        &mut self,
+        completions: &'a mut [WorkCompletion],
+        min: usize,
+        timeout: Duration,
+    ) -> Result<&'a [WorkCompletion]> {
+        let min = min.min(completions.len());
+        let n = poll_until(min, timeout, |n| {
+            Ok(self.poll(&mut completions[n..])?.len())
+        })?;
+        Ok(&completions[..n])
     }
 
     /// Counts `reaped` completions of this queue pair as done.

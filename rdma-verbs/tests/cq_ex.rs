@@ -20,34 +20,26 @@ struct Seen {
     qp_num: Option<u32>,
 }
 
-/// Reads completions in sessions until `want` arrived (waiting up to 10 s), checking that the
-/// accessors answer for the queue's fields only.
+/// Reads completions in sessions until `want` arrived (`poll_extended_for`, 10 s at most),
+/// checking that the accessors answer for the queue's fields only.
 fn drain(cq: &mut CompletionQueue, want: usize) -> Vec<Seen> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let reports_slid = cq.fields().is_some_and(|f| f.contains(WcFields::SLID));
     let mut seen = Vec::new();
-    while seen.len() < want {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "only {seen:?} of {want}"
-        );
-        let read = cq
-            .poll_extended(want - seen.len(), |c| {
-                assert_eq!(c.slid().is_some(), reports_slid, "only if asked for");
-                seen.push(Seen {
-                    wr_id: c.wr_id(),
-                    status: c.status(),
-                    opcode: c.opcode(),
-                    byte_len: c.byte_len(),
-                    imm: c.imm_data(),
-                    qp_num: c.qp_num(),
-                });
-            })
-            .expect("ibv_start_poll");
-        if read == 0 {
-            std::thread::yield_now();
-        }
-    }
+    let read = cq
+        .poll_extended_for(want, WAIT, |c| {
+            assert_eq!(c.slid().is_some(), reports_slid, "only if asked for");
+            seen.push(Seen {
+                wr_id: c.wr_id(),
+                status: c.status(),
+                opcode: c.opcode(),
+                byte_len: c.byte_len(),
+                imm: c.imm_data(),
+                qp_num: c.qp_num(),
+            });
+        })
+        .expect("ibv_start_poll");
+    assert_eq!(read, want, "only {seen:?} of {want}");
+    assert_eq!(seen.len(), want);
     seen
 }
 
@@ -318,6 +310,10 @@ fn fields_and_calls_soft_roce_lacks_are_refused() {
         classic.poll_extended(1, |_| {}),
         Err(Error::InvalidArgument(_))
     ));
+    assert!(matches!(
+        classic.poll_extended_for(1, WAIT, |_| {}),
+        Err(Error::InvalidArgument(_))
+    ));
     // An empty extended queue has no session to start.
     let mut cq = f
         .context
@@ -326,6 +322,18 @@ fn fields_and_calls_soft_roce_lacks_are_refused() {
         .build()
         .unwrap();
     assert_eq!(cq.poll_extended(8, |_| panic!("no completion")).unwrap(), 0);
+    // The bounded wait gives up once its time is up, having read nothing; asked for none, it
+    // returns at once.
+    let quiet = std::time::Duration::from_millis(50);
+    let start = std::time::Instant::now();
+    let read = cq.poll_extended_for(1, quiet, |_| panic!("no completion"));
+    assert_eq!(read.unwrap(), 0);
+    assert!(start.elapsed() >= quiet);
+    assert_eq!(
+        cq.poll_extended_for(0, WAIT, |_| panic!("none asked for"))
+            .unwrap(),
+        0
+    );
 }
 
 /// A UD receive read in a session names its sender: source queue pair, LID (the port's, 0 on

@@ -79,6 +79,50 @@ fn scope_send_receive_read_and_atomics() {
     assert_eq!(remote_mr.load_u64(0).unwrap(), 15);
 }
 
+/// `PostScope::poll_for` is bounded: with nothing posted it returns no completion once its
+/// time is up; with a receive and the peer's SEND posted it returns each as it comes, counted
+/// as done, so both scopes end without a flush and the bytes are the sender's.
+#[test]
+fn scope_poll_for_waits_for_min_or_gives_up() {
+    let Some(f) = fixture() else { return };
+    let (mut cq_a, mut cq_b) = (f.cq(16), f.cq(16));
+    let (mut a, mut b) = f.rc_pair(
+        f.pd.qp_builder(&cq_a, &cq_a),
+        f.pd.qp_builder(&cq_b, &cq_b),
+        AccessFlags::empty(),
+    );
+    let mut src = f.pd.register(64, LOCAL).unwrap();
+    src.write_at(0, &pattern(64, 3)).unwrap();
+    let mut inbox = f.pd.register(64, LOCAL).unwrap();
+    {
+        let target = inbox.slice_mut(..).unwrap();
+        b.scope(ScopeCqs::shared(&mut cq_b), |sb| {
+            let mut wcs = [WorkCompletion::default(); 4];
+            let quiet = Duration::from_millis(50);
+            let start = std::time::Instant::now();
+            assert!(sb.poll_for(&mut wcs, 1, quiet).unwrap().is_empty());
+            assert!(start.elapsed() >= quiet);
+            sb.recv(1, &target).unwrap();
+            a.scope(ScopeCqs::shared(&mut cq_a), |sa| {
+                sa.send(SendRequest::send(src.slice(..).unwrap()).tag(2))
+                    .unwrap();
+                let mut sent = [WorkCompletion::default(); 4];
+                let sent = sa.poll_for(&mut sent, 1, WAIT).unwrap();
+                assert_eq!(sent.len(), 1);
+                assert_ok(&sent[0], 2, WcOpcode::Send);
+            })
+            .unwrap();
+            let got = sb.poll_for(&mut wcs, 1, WAIT).unwrap();
+            assert_eq!(got.len(), 1);
+            assert_ok(&got[0], 1, WcOpcode::Recv);
+            assert_eq!(got[0].byte_len(), 64);
+            assert!(sb.poll_for(&mut wcs, 0, WAIT).unwrap().is_empty());
+        })
+        .unwrap();
+    }
+    assert_eq!(inbox.as_slice().unwrap(), &pattern(64, 3)[..]);
+}
+
 #[test]
 fn scope_that_ends_with_outstanding_requests_flushes_them() {
     let Some(f) = fixture() else { return };

@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bitflags::bitflags;
 
-use super::{CompletionQueue, WcOpcode, WcStatus};
+use std::time::Duration;
+
+use super::{CompletionQueue, WcOpcode, WcStatus, poll_until};
 use crate::device::Context;
 use crate::error::{Errno, Error, Result};
 use crate::ffi;
@@ -225,6 +227,25 @@ impl CompletionQueue {
             0 | libc::ENOENT => Ok(read),
             errno => Err(Error::verb(verb, Errno::from_raw(errno))),
         }
+    }
+
+    /// [`poll_extended`](Self::poll_extended) until `min` completions have been handed to `f`
+    /// or `timeout` has passed; returns how many were (fewer than `min`: the time ran out).
+    /// Each session reads at most the completions still wanted. Waits as
+    /// [`poll_for`](Self::poll_for) does: a busy poll that backs off from yielding to 50 µs
+    /// sleeps after a thousand empty polls.
+    ///
+    /// # Errors
+    ///
+    /// As [`poll_extended`](Self::poll_extended); the completions `f` was given before the
+    /// error are consumed.
+    pub fn poll_extended_for(
+        &mut self,
+        min: usize,
+        timeout: Duration,
+        mut f: impl FnMut(&CqPoll<'_>),
+    ) -> Result<usize> {
+        poll_until(min, timeout, |n| self.poll_extended(min - n, &mut f))
     }
 
     /// The fields the queue reports to [`poll_extended`](Self::poll_extended); `None` for a queue

@@ -423,15 +423,9 @@ impl CompletionQueue {
         timeout: Duration,
     ) -> Result<&'a [WorkCompletion]> {
         let min = min.min(completions.len());
-        let mut backoff = Backoff::new(timeout);
-        let mut n = 0;
-        while n < min {
-            let got = self.poll(&mut completions[n..])?.len();
-            n += got;
-            if n >= min || !backoff.again(got) {
-                break;
-            }
-        }
+        let n = poll_until(min, timeout, |n| {
+            Ok(self.poll(&mut completions[n..])?.len())
+        })?;
         Ok(&completions[..n])
     }
 
@@ -769,11 +763,33 @@ impl CqEvent {
     }
 }
 
-/// The wait between polls of a bounded poll ([`CompletionQueue::poll_for`],
-/// [`CompletionQueue::poll_each_for`]): a busy poll that yields, and after a thousand empty
-/// polls in a row sleeps 50 µs between them, until `timeout` has passed since it was made.
+/// The bounded waits' loop (`poll_for`, `poll_each_for`, `poll_extended_for`,
+/// `PostScope::poll_for`): calls `poll` with how many completions are in, which reaps some of
+/// the rest and returns how many, until `min` are in or `timeout` has passed (backing off as
+/// [`Backoff`] says); returns how many are in.
+#[inline]
+pub(crate) fn poll_until(
+    min: usize,
+    timeout: Duration,
+    mut poll: impl FnMut(usize) -> Result<usize>,
+) -> Result<usize> {
+    let mut backoff = Backoff::new(timeout);
+    let mut n = 0;
+    while n < min {
+        let got = poll(n)?;
+        n += got;
+        if n >= min || !backoff.again(got) {
+            break;
+        }
+    }
+    Ok(n)
+}
+
+/// The wait between polls of a bounded poll ([`poll_until`]): a busy poll that yields, and
+/// after a thousand empty polls in a row sleeps 50 µs between them, until `timeout` has passed
+/// since it was made.
 #[derive(Debug)]
-pub(crate) struct Backoff {
+struct Backoff {
     start: Instant,
     timeout: Duration,
     idle: u32,
@@ -783,7 +799,7 @@ impl Backoff {
     const SPIN_ROUNDS: u32 = 1000;
     const IDLE_SLEEP: Duration = Duration::from_micros(50);
 
-    pub(crate) fn new(timeout: Duration) -> Self {
+    fn new(timeout: Duration) -> Self {
         Self {
             start: Instant::now(),
             timeout,
@@ -793,7 +809,7 @@ impl Backoff {
 
     /// After a poll that reaped `got` completions: `false` once the time is up, else waits
     /// as the poll's luck says and returns `true`.
-    pub(crate) fn again(&mut self, got: usize) -> bool {
+    fn again(&mut self, got: usize) -> bool {
         if self.start.elapsed() >= self.timeout {
             return false;
         }

@@ -5,7 +5,7 @@ use std::mem::MaybeUninit;
 use std::time::Duration;
 
 use crate::buf::Buf;
-use crate::cq::{Backoff, CompletionQueue, WcStatus, WorkCompletion};
+use crate::cq::{CompletionQueue, WcStatus, WorkCompletion, poll_until};
 use crate::error::Result;
 use crate::inflight::Entry;
 
@@ -187,15 +187,6 @@ impl CompletionQueue {
         timeout: Duration,
         mut f: impl FnMut(Completion),
     ) -> Result<usize> {
-        let mut backoff = Backoff::new(timeout);
-        let mut done = 0;
-        while done < min {
-            let got = self.poll_each(min - done, &mut f)?;
-            done += got;
-            if done >= min || !backoff.again(got) {
-                break;
-            }
-        }
-        Ok(done)
+        poll_until(min, timeout, |done| self.poll_each(min - done, &mut f))
     }
 }
