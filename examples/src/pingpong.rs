@@ -17,8 +17,8 @@
 //!   (exit 1, one line, after the result lines) on a mismatch; the C programs check one byte
 //!   per page of the last message, on the server, and only print what differs. See
 //!   [`check_message`].
-//! - The receive queue is topped up whenever a send gives its slot back, where the C programs
-//!   post `rx_depth - 1` receives at once when only one is left.
+//! - The receive queue is topped up after every receive and whenever a send gives its slot
+//!   back, where the C programs post `rx_depth - 1` receives at once when only one is left.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -128,7 +128,7 @@ pub fn fail(program: &str, message: impl std::fmt::Display) -> ! {
     std::process::exit(1)
 }
 
-/// The device, protection domain, buffer and completion queue of one pingpong process.
+/// The device, protection domain and completion queue of one pingpong process.
 #[derive(Debug)]
 pub struct Setup {
     /// The device context.
@@ -267,7 +267,7 @@ pub fn print_results(size: usize, iters: u32, elapsed: Duration) {
     );
 }
 
-/// The byte rc, uc and ud pingpong fill their buffer with, as the C programs do (srq_pingpong's
+/// The byte rc, uc and ud pingpong fill their message with, as the C programs fill their buffer (srq_pingpong's
 /// C program fills with 0: see [`client_message`]).
 pub const FILL: u8 = 0x7b;
 
@@ -412,18 +412,22 @@ impl<T: Transport> Pingpong<T> {
             for wc in &completions[..n] {
                 let slot = self.ring.complete(wc);
                 if !wc.is_success() {
-                    return Err(format!(
-                        "Failed status {} for wr_id {}",
-                        wc.status(),
-                        wc.wr_id()
-                    ));
+                    // The C programs' ids: every send is tagged SEND_ID, receives are not.
+                    let wr_id = match &slot {
+                        Some(slot) if slot.tag() == SEND_ID => SEND_ID,
+                        Some(_) => RECV_ID,
+                        None => wc.wr_id(),
+                    };
+                    return Err(format!("Failed status {} for wr_id {wr_id}", wc.status()));
                 }
                 let slot =
                     slot.ok_or_else(|| format!("completion for unknown wr_id {}", wc.wr_id()))?;
                 if wc.is_recv() {
                     self.check_received(&slot)?;
-                    if let Some(earlier) = held.replace(slot) {
-                        self.give_back(earlier)?;
+                    match held.replace(slot) {
+                        Some(earlier) => self.give_back(earlier)?,
+                        // A free slot takes the receive's place before the echo goes.
+                        None => self.repost()?,
                     }
                     rcnt += 1;
                     pending &= !RECV_ID;

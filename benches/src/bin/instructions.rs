@@ -33,11 +33,12 @@
 //! opcode and byte count inside the measured call, as that API requires.
 //!
 //! Modes `shared-unsafe` and `shared-slot` put both queue pairs on one completion queue and
-//! route each completion in the measured poll: `shared-slot` is the round of
-//! `docs/start-here.md`'s program as it is written there (a receive ring and a send ring, each
-//! completion offered to the receive ring first, the send's slot taken and put back), and
-//! `shared-unsafe` the same round with the `unsafe` calls, completions told apart by request
-//! id. One poll finds both completions: the measured calls run after the queue signalled and a
+//! route each completion in the measured poll: `shared-slot` makes the data-path calls of
+//! `docs/start-here.md`'s program (`SlotRing::take`, `post_send_slot` with a tag, a bounded
+//! `poll_for`, each completion offered to the receive ring first, then to the send ring, whose
+//! slot is put back, and the received slot posted again; the program's copies of the bytes in
+//! and out are left out, as in every mode), and `shared-unsafe` the same round with the
+//! `unsafe` calls, completions told apart by request id. One poll finds both completions: the measured calls run after the queue signalled and a
 //! pause; a round that still needs a second poll is finished outside them and counted, and
 //! more than one such round in fifty fails the count.
 
@@ -307,18 +308,22 @@ fn run(mode: &str, rounds: u32) -> Result<(), String> {
                 tx.fill(&mut slot, &data).map_err(e)?;
                 measured_post_send_slot_tagged(&mut pair.a, &mut tx, slot).map_err(e)?;
                 settle(&pair)?;
-                let mut received = None;
+                let mut routed = Routed::default();
                 let mut found =
-                    measured_poll_routed(&mut pair.cq_a, &mut wcs, &mut rx, &mut tx, &mut received);
+                    measured_poll_routed(&mut pair.cq_a, &mut wcs, &mut rx, &mut tx, &mut routed);
                 if found < 2 {
                     misses += 1;
                     found += finish(
-                        || poll_routed(&mut pair.cq_a, &mut wcs, &mut rx, &mut tx, &mut received),
+                        || poll_routed(&mut pair.cq_a, &mut wcs, &mut rx, &mut tx, &mut routed),
                         found,
                     )?;
                 }
-                let slot = received
-                    .ok_or_else(|| format!("round {round}: nothing received ({found} found)"))?;
+                if found != 2 || !routed.sent || routed.failed {
+                    return Err(format!("round {round}: found {found}, {routed:?}"));
+                }
+                let slot = routed
+                    .received
+                    .ok_or_else(|| format!("round {round}: nothing received"))?;
                 if rx.bytes(&slot).map_err(e)? != data {
                     return Err(format!("round {round}: the bytes differ"));
                 }
@@ -330,6 +335,15 @@ fn run(mode: &str, rounds: u32) -> Result<(), String> {
     }
     println!("{mode}: {rounds} rounds");
     Ok(())
+}
+
+/// What a start-here round's poll routed: the received slot, whether the send's slot came
+/// back, whether a completion failed.
+#[derive(Debug, Default)]
+struct Routed {
+    received: Option<Slot>,
+    sent: bool,
+    failed: bool,
 }
 
 /// What a shared-queue round's `unsafe` poll saw, by request id.
@@ -390,7 +404,7 @@ fn poll_shared_unsafe(
     wcs: &mut [WorkCompletion],
     seen: &mut Seen,
 ) -> usize {
-    let Ok(polled) = cq.poll(wcs) else {
+    let Ok(polled) = cq.poll_for(wcs, 1, rdma_benches::loopback::WAIT) else {
         return 0;
     };
     for wc in polled.iter() {
@@ -403,8 +417,9 @@ fn poll_shared_unsafe(
     polled.len()
 }
 
-/// The start-here round's poll: each completion offered to the receive ring, then to the send
-/// ring, whose slot goes back for the next send.
+/// The start-here round's poll, as `start_here` polls: a bounded `poll_for` of at least one
+/// completion, each completion offered to the receive ring, then to the send ring, whose
+/// slot goes back for the next send.
 #[unsafe(no_mangle)]
 #[inline(never)]
 fn measured_poll_routed(
@@ -412,9 +427,9 @@ fn measured_poll_routed(
     wcs: &mut [WorkCompletion],
     rx: &mut SlotRing,
     tx: &mut SlotRing,
-    received: &mut Option<Slot>,
+    routed: &mut Routed,
 ) -> usize {
-    poll_routed(cq, wcs, rx, tx, received)
+    poll_routed(cq, wcs, rx, tx, routed)
 }
 
 #[inline(always)]
@@ -423,19 +438,19 @@ fn poll_routed(
     wcs: &mut [WorkCompletion],
     rx: &mut SlotRing,
     tx: &mut SlotRing,
-    received: &mut Option<Slot>,
+    routed: &mut Routed,
 ) -> usize {
-    let Ok(polled) = cq.poll(wcs) else {
+    let Ok(polled) = cq.poll_for(wcs, 1, rdma_benches::loopback::WAIT) else {
         return 0;
     };
     for wc in polled.iter() {
         if !wc.is_success() {
-            continue;
+            routed.failed = true;
         }
         if let Some(slot) = rx.complete(wc) {
-            *received = Some(slot);
+            routed.received = Some(slot);
         } else if let Some(slot) = tx.complete(wc) {
-            let _ = tx.put(slot);
+            routed.sent = tx.put(slot).is_ok();
         }
     }
     polled.len()

@@ -24,9 +24,15 @@ fn main() -> Result<(), Error> {
     listener.bind_addr(addr)?;
     listener.listen(1)?;
     let client = std::thread::spawn(move || client(addr, wait).map_err(|e| e.to_string()));
+    let served = serve(&listener, wait);
+    // The client's error first: when both sides failed, it is the cause.
+    client.join().map_err(|_| "the client panicked")??;
+    served
+}
 
-    // The server: a queue pair brought to RTS with the connection's attributes, receives
-    // posted into every slot of its ring, then the accept.
+/// The server: a queue pair brought to RTS with the connection's attributes, receives posted
+/// into every slot of its ring, the accept, then the message.
+fn serve(listener: &CmId, wait: Duration) -> Result<(), Error> {
     let request = listener.get_request(wait)?;
     let id = request.id;
     let context = id.context()?;
@@ -51,7 +57,6 @@ fn main() -> Result<(), Error> {
         "server received {:?}",
         String::from_utf8_lossy(rx.bytes(&slot)?)
     );
-    client.join().map_err(|_| "the client panicked")??;
     Ok(())
 }
 

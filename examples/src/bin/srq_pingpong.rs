@@ -68,12 +68,17 @@ struct Side {
 }
 
 impl Side {
-    /// Sends `message` from the queue pair's slot, inline when it fits.
-    fn send(&mut self, message: &[u8], inline: bool) -> Result<(), String> {
+    /// The queue pair's send slot, holding `message`.
+    fn message(&mut self, message: &[u8]) -> Result<Slot, String> {
         let mut slot = self.ring.take().ok_or("the send slot is still in use")?;
         self.ring
             .fill(&mut slot, message)
-            .map_err(|e| format!("couldn't fill the buffer: {e}"))?;
+            .map_err(|e| format!("couldn't fill the send slot: {e}"))?;
+        Ok(slot)
+    }
+
+    /// Sends the message in `slot`, inline when it fits.
+    fn send(&mut self, slot: Slot, inline: bool) -> Result<(), String> {
         let mut request = SendRequest::send(slot).tag(SEND_ID);
         if inline {
             request = request.inline();
@@ -211,7 +216,8 @@ fn run(options: &Options, num_qp: u32) -> Result<(), String> {
 
     if options.servername.is_some() {
         for side in &mut sides {
-            side.send(&message, inline)?;
+            let slot = side.message(&message)?;
+            side.send(slot, inline)?;
         }
     }
     let start = Instant::now();
@@ -235,11 +241,13 @@ fn run(options: &Options, num_qp: u32) -> Result<(), String> {
                 None => side.ring.complete(wc),
             };
             if !wc.is_success() {
-                return Err(format!(
-                    "Failed status {} for wr_id {}",
-                    wc.status(),
-                    wc.wr_id()
-                ));
+                // The C program's ids.
+                let wr_id = match (&received, &sent) {
+                    (Some(_), _) => RECV_ID,
+                    (_, Some(_)) => SEND_ID,
+                    _ => wc.wr_id(),
+                };
+                return Err(format!("Failed status {} for wr_id {wr_id}", wc.status()));
             }
             if let Some(slot) = received {
                 let got = receives.bytes(&slot).map_err(|e| e.to_string())?;
@@ -265,15 +273,16 @@ fn run(options: &Options, num_qp: u32) -> Result<(), String> {
             }
             if scnt < options.iters && side.pending == 0 {
                 let echo = side.held.take().ok_or("nothing received to echo")?;
-                let bytes = receives.bytes(&echo).map_err(|e| e.to_string())?;
-                side.send(bytes, inline)?;
-                side.pending |= RECV_ID;
-                // The SRQ's slot is free again: posted with the others that are.
+                let slot = side.message(receives.bytes(&echo).map_err(|e| e.to_string())?)?;
+                // The SRQ's slot, copied out, is free again: posted with the others that are,
+                // before the echo goes.
                 receives.put(echo).map_err(|e| e.to_string())?;
                 let routs = post_receives(&mut srq, &mut receives)?;
                 if routs < options.rx_depth {
                     return Err(format!("couldn't post receive ({routs})"));
                 }
+                side.send(slot, inline)?;
+                side.pending |= RECV_ID;
             }
         }
     }

@@ -14,7 +14,9 @@
 //!
 //! - `-c` always, on both sides (all four C programs have it);
 //! - receive replenishment: `-r 4` with `-n` [`ITERS`] well above it (each slot is posted
-//!   again as its echo completes, so the receives never run out) — and the default `-r 500`;
+//!   again as its echo completes, so the receives never run out), `-r 1` with `-e` for uc and
+//!   ud (one receive posted: each must be posted again before the echo goes, or a message
+//!   that no receive awaits is dropped) — and the default `-r 500`;
 //! - path MTUs 2048 and 4096 (`-m`; rxe's active MTU is 1024 and, like the C program, the Rust
 //!   one passes `-m` to the queue pair as given: rxe accepts up to its maximum MTU, 4096) for
 //!   rc, uc and srq (`ibv_ud_pingpong` has no `-m`: a UD message fits the active MTU);
@@ -102,13 +104,13 @@ pub(crate) const RC: &[Config] = &[
 pub(crate) const UC: &[Config] = &[
     config(4095, &["-r", "4", "-m", "2048"]),
     config(4096, &["-m", "4096", "-l", "3", "-e"]),
-    config(1, &["-r", "4"]),
+    config(1, &["-r", "1", "-e"]),
 ];
 
 pub(crate) const UD: &[Config] = &[
     config(7, &["-r", "4"]),
     config(1000, &["-l", "3", "-e"]),
-    config(1024, &["-r", "4"]),
+    config(1024, &["-r", "1", "-e"]),
 ];
 
 pub(crate) const SRQ: &[Config] = &[

@@ -63,6 +63,9 @@ pub(crate) fn instructions(root: &Path, args: &[String]) -> Result<(), String> {
         for (function, cost) in &mode.functions {
             println!("  {function:<28} {cost:>8.1}");
         }
+        if let Some(n) = mode.polled_twice {
+            println!("  rounds polled twice: {n}");
+        }
     }
     let [
         c,
@@ -132,6 +135,9 @@ pub(crate) struct Mode {
     pub(crate) total: f64,
     /// The part in the program's own code (not libibverbs, the provider or libc).
     pub(crate) own: f64,
+    /// For the shared-queue modes: how many rounds needed a second poll, finished outside the
+    /// measured calls (the program's `N of M rounds polled twice`).
+    pub(crate) polled_twice: Option<u32>,
 }
 
 /// The modes' counts, in [`MODES`] order.
@@ -202,11 +208,17 @@ impl Count {
                      measurement"
                 ));
             }
+            let polled_twice = if name.starts_with("shared-") {
+                Some(polled_twice(&self.work.join(format!("{name}.log")))?)
+            } else {
+                None
+            };
             Ok(Mode {
                 name,
                 functions: functions.into_iter().map(|(f, n)| (f, per(n))).collect(),
                 total: per(total),
                 own: per(own),
+                polled_twice,
             })
         };
         let [
@@ -320,15 +332,32 @@ impl Counts {
              |---|---:|---:|\n\
              | round | {:.0} | {:.0} |\n\
              | in the program's own code | {:.0} | {:.0} |\n\
-             | ratio | 1 | {:.3} × `unsafe` |\n",
+             | ratio | 1 | {:.3} × `unsafe` |\n\n\
+             Rounds whose second completion one poll did not find (finished outside the \
+             measured calls): {} and {}.\n",
             shared_unsafe.total,
             shared_slot.total,
             shared_unsafe.own,
             shared_slot.own,
-            shared_slot.total / shared_unsafe.total
+            shared_slot.total / shared_unsafe.total,
+            shared_unsafe.polled_twice.unwrap_or_default(),
+            shared_slot.polled_twice.unwrap_or_default(),
         ));
         out
     }
+}
+
+/// The `N` of the `N of M rounds polled twice` line a shared-queue mode's log has.
+fn polled_twice(log: &Path) -> Result<u32, String> {
+    let text = std::fs::read_to_string(log).map_err(|e| format!("{}: {e}", log.display()))?;
+    text.lines()
+        .find_map(|line| {
+            let (n, rest) = line.split_once(" of ")?;
+            rest.ends_with(" rounds polled twice")
+                .then(|| n.parse().ok())
+                .flatten()
+        })
+        .ok_or_else(|| format!("{}: no `rounds polled twice` line", log.display()))
 }
 
 /// The inclusive instruction count of each measured function in callgrind output `file`, as
@@ -409,6 +438,26 @@ fn parse_annotate(text: &str) -> BTreeMap<String, u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_rounds_polled_twice_come_from_the_log() {
+        let dir = std::env::temp_dir().join(format!("polled-twice-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("shared-slot.log");
+        std::fs::write(
+            &log,
+            "3 of 2000 rounds polled twice\nshared-slot: 2000 rounds\n",
+        )
+        .unwrap();
+        assert_eq!(polled_twice(&log), Ok(3));
+        std::fs::write(&log, "shared-slot: 2000 rounds\n").unwrap();
+        assert!(
+            polled_twice(&log)
+                .unwrap_err()
+                .contains("no `rounds polled twice` line")
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn library_cost_sums_the_lines_of_other_objects() {
