@@ -489,6 +489,7 @@ impl<'scope, 'env, T: Transport> PostScope<'scope, 'env, T> {
     ///
     /// As [`poll`](Self::poll); completions reaped before a polling error are counted and
     /// lost to the caller with it.
+    #[inline]
     pub fn poll_for<'a>(
         &mut self,
         completions: &'a mut [WorkCompletion],

@@ -416,6 +416,7 @@ impl CompletionQueue {
     /// }
     /// # Ok(()) }
     /// ```
+    #[inline]
     pub fn poll_for<'a>(
         &mut self,
         completions: &'a mut [WorkCompletion],
@@ -776,12 +777,23 @@ pub(crate) fn poll_until(
     if min == 0 {
         return Ok(0);
     }
-    // The first poll reads no clock: where the completions are already in, the wait costs
-    // the poll alone.
-    let mut n = poll(0)?;
+    // The first poll, inlined, reads no clock: where the completions are already in, the
+    // wait costs the poll alone.
+    let n = poll(0)?;
     if n >= min {
         return Ok(n);
     }
+    poll_more(min, timeout, n, poll)
+}
+
+/// [`poll_until`] after a first poll that found `n` of `min`: the waiting, out of line.
+#[inline(never)]
+fn poll_more(
+    min: usize,
+    timeout: Duration,
+    mut n: usize,
+    mut poll: impl FnMut(usize) -> Result<usize>,
+) -> Result<usize> {
     let mut backoff = Backoff::new(timeout);
     let mut got = n;
     while n < min && backoff.again(got) {
