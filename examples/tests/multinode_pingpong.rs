@@ -12,7 +12,10 @@ use std::io::Write;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{finish_within, free_port, rping_text, safe_example, show, start_cm_server, text};
+use common::{
+    finish_within, free_port, is_c_rping_teardown_race, rping_text, safe_example, show,
+    start_cm_server, text,
+};
 use matrix::{Config, DEADLINE, RC, SRQ, Side, UC, UD, check_results, program, qpn};
 use rdma_test_support::{Cluster, TestDevice};
 
@@ -306,8 +309,10 @@ fn rping_across(server: Side, client: Side) {
             .unwrap_or_else(|e| panic!("{what}: start the client: {e}"));
         finish_within(child, DEADLINE, &format!("{what}: client"))
     };
+    // A C side may exit 255 after a run that succeeded (rdma-core 44's teardown race, see
+    // `is_c_rping_teardown_race`); its data lines are still checked below.
     assert!(
-        out.status.success(),
+        out.status.success() || is_c_rping_teardown_race(&out),
         "{what}: node {} {}",
         c.node(),
         show(&out)

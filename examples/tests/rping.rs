@@ -7,7 +7,10 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Side, assert_refused, rping_text, run_against, shorten, start_cm_server, text};
+use common::{
+    Side, assert_refused, is_c_rping_teardown_race, rping_text, run_against_tolerating, shorten,
+    start_cm_server, text,
+};
 use rdma_test_support::TestDevice;
 
 const BOUND: Duration = Duration::from_secs(90);
@@ -39,13 +42,16 @@ fn pair(device: &TestDevice, server: Side, client: Side, size: usize, count: usi
         &format!("{what}: server"),
     );
     let started = Instant::now();
-    let (server_out, client_out) = run_against(
+    // A C side may exit 255 after a run that succeeded (rdma-core 44's teardown race, see
+    // `is_c_rping_teardown_race`); its data lines are still checked below.
+    let (server_out, client_out) = run_against_tolerating(
         Command::new(program(client))
             .args(["-c", "-v", "-V", "-a", &addr, "-p", &port])
             .args(["-S", &size.to_string(), "-C", &count.to_string()]),
         server_thread,
         BOUND,
         &what,
+        is_c_rping_teardown_race,
     );
     let expected: Vec<String> = (0..count).map(|i| rping_text(i, size)).collect();
     let client_lines: Vec<String> = text(&client_out.stdout)

@@ -220,6 +220,34 @@ pub(crate) fn run_against(
     bound: std::time::Duration,
     what: &str,
 ) -> (std::process::Output, std::process::Output) {
+    run_against_tolerating(client, server, bound, what, |_| false)
+}
+
+/// C `rping` before rdma-core 59 (commit f3ae6534a, "rping: terminate CM event thread before
+/// exiting") can fail after a run that succeeded: its main thread destroys the CM event
+/// channel while the event thread, done with the last event, is about to wait on it again,
+/// and that wait's `EBADF` exits the process with status 255. The installed rdma-core 44
+/// has the race. Whether an output is exactly that: status 255, and standard error ending in
+/// the `DISCONNECT EVENT...` line (the last event, handled) and the failed wait. The caller
+/// still checks every data line the process printed.
+pub(crate) fn is_c_rping_teardown_race(out: &std::process::Output) -> bool {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    out.status.code() == Some(255)
+        && lines.len() >= 2
+        && lines[lines.len() - 2].ends_with("DISCONNECT EVENT...")
+        && lines[lines.len() - 1] == "rdma_get_cm_event: Bad file descriptor"
+}
+
+/// [`run_against`], where an output (the client's or the server's) for which `tolerated` is
+/// true passes as a success (with a note on standard error).
+pub(crate) fn run_against_tolerating(
+    client: &mut std::process::Command,
+    server: std::thread::JoinHandle<std::process::Output>,
+    bound: std::time::Duration,
+    what: &str,
+    tolerated: impl Fn(&std::process::Output) -> bool,
+) -> (std::process::Output, std::process::Output) {
     use std::process::Stdio;
     let client_out = finish_within(
         client
@@ -232,8 +260,15 @@ pub(crate) fn run_against(
         &format!("{what}: client"),
     );
     let server_out = server.join().expect("the server's output");
+    let ok = |out: &std::process::Output, side: &str| {
+        let tolerated = !out.status.success() && tolerated(out);
+        if tolerated {
+            eprintln!("{what}: the {side}'s known teardown failure, tolerated");
+        }
+        out.status.success() || tolerated
+    };
     assert!(
-        client_out.status.success() && server_out.status.success(),
+        ok(&client_out, "client") & ok(&server_out, "server"),
         "{what}\nserver {}\nclient {}",
         show(&server_out),
         show(&client_out)
