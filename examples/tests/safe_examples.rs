@@ -261,14 +261,19 @@ fn start_here_sends_and_echoes_every_message() {
 }
 
 fn start_here(args: &[&str]) -> Output {
-    let child = Command::new(env!("CARGO_BIN_EXE_start_here"))
+    run_one(env!("CARGO_BIN_EXE_start_here"), args, "start_here")
+}
+
+/// Runs the one-process example at `path` with `args`, output piped, within the bound.
+fn run_one(path: &str, args: &[&str], what: &str) -> Output {
+    let child = Command::new(path)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn start_here");
-    finish(child, "start_here")
+        .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
+    finish(child, what)
 }
 
 /// `cm_start_here`, the quick start `rdma-cm`'s README shows: a server and a client of one
@@ -303,12 +308,5 @@ fn cm_start_here_sends_a_message() {
 }
 
 fn cm_start_here(args: &[&str]) -> Output {
-    let child = Command::new(env!("CARGO_BIN_EXE_cm_start_here"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn cm_start_here");
-    finish(child, "cm_start_here")
+    run_one(env!("CARGO_BIN_EXE_cm_start_here"), args, "cm_start_here")
 }
