@@ -6,6 +6,7 @@
 //! - [`sor`]: red-black successive over-relaxation on an `n × n` grid, with barriers.
 //! - [`false_sharing`]: every node writes its own bytes of the same pages.
 //! - [`write_fault`]: a write to an invalid page, counted as one fault.
+//! - [`stride`]: every other page of a large allocation written and read by every node.
 
 use std::time::{Duration, Instant};
 
@@ -251,6 +252,74 @@ pub fn false_sharing(node: &Node, pages: usize) -> Result<()> {
     }
     node.barrier()?;
     Ok(())
+}
+
+/// What [`stride`] did on this node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Strided {
+    /// Pages touched.
+    pub touched: usize,
+    /// Pages of other homes written a second time.
+    pub rewritten: usize,
+}
+
+/// A large window's workout: `pages` pages of `u64`s placed in blocks, of which every
+/// `stride`-th page is written by every node (its word `1 + rank`), and those in the first
+/// eighth of each block written again (after the first pass: with many pages, their copies
+/// were dropped by then and are fetched again). After a barrier each home reads back its
+/// pages among them (no fault: they are its own), every node's last word and the page's
+/// untouched first word checked. With a stride of 2 the pages a node holds copies of
+/// alternate with pages it holds none of, so with `SIGSEGV` faults each copy is a memory
+/// mapping of its own: past the process's share of `vm.max_map_count` the node drops its
+/// copies (the `evictions` counter) instead of failing.
+pub fn stride(node: &Node, pages: usize, stride: usize) -> Result<Strided> {
+    const WORDS: usize = PAGE / 8;
+    let nodes = usize::from(node.nodes());
+    if stride == 0 || nodes >= WORDS {
+        return Err(Error::InvalidArgument(format!(
+            "a stride of {stride} pages on {nodes} nodes (at least 1, at most {} nodes)",
+            WORDS - 1
+        )));
+    }
+    let len = pages.checked_mul(WORDS).ok_or_else(|| {
+        Error::InvalidArgument(format!("{pages} pages overflow the address space"))
+    })?;
+    let words = node.alloc::<u64>(len, Placement::Blocked)?;
+    let home = |page: usize| usize::from(Placement::Blocked.home(page, pages, node.nodes()));
+    // Whether `page` lies in the first eighth of its home's block.
+    let early = |page: usize| page - (home(page) * pages).div_ceil(nodes) < pages / nodes / 8;
+    let value = |page: usize, rank: usize| {
+        let again = if early(page) { 1 << 63 } else { 0 };
+        again | (page as u64) << 16 | (rank as u64 + 1)
+    };
+    let r = usize::from(node.rank());
+    node.barrier()?;
+    let touched = (0..pages).step_by(stride);
+    for page in touched.clone() {
+        words.set(page * WORDS + 1 + r, value(page, r) & !(1 << 63))?;
+    }
+    let again = touched.clone().filter(|&p| early(p));
+    for page in again.clone() {
+        words.set(page * WORDS + 1 + r, value(page, r))?;
+    }
+    node.barrier()?;
+    let mut seen = vec![0u64; 1 + nodes];
+    for page in touched.clone().filter(|&p| home(p) == r) {
+        words.read(page * WORDS, &mut seen)?;
+        let expected = |w: usize| if w == 0 { 0 } else { value(page, w - 1) };
+        if let Some(w) = (0..=nodes).find(|&w| seen[w] != expected(w)) {
+            return Err(Error::Check(format!(
+                "node {r}: word {w} of page {page} is {:#x}, {:#x} expected",
+                seen[w],
+                expected(w)
+            )));
+        }
+    }
+    node.barrier()?;
+    Ok(Strided {
+        touched: touched.count(),
+        rewritten: again.filter(|&p| home(p) != r).count(),
+    })
 }
 
 /// Node 0 writes one byte of a page whose home is node 1 (invalid on node 0), then another

@@ -332,6 +332,14 @@ impl Client {
             ))
         })?;
         let region = &shared.region;
+        // Opening a page adds at most two mappings; where the window has no room for them,
+        // the cached copies go first (this page's too, if it had one: it is fetched again).
+        if region
+            .maps()
+            .is_some_and(|(now, budget, _)| now + 2 > budget)
+        {
+            self.evict(shared)?;
+        }
         match (self.pages[page], write) {
             // With userfaultfd, a page this node keeps mapped faults again when the kernel
             // dropped its mapping (reclaim swapped it out), or when a second fault on it was
@@ -428,19 +436,97 @@ impl Client {
     }
 
     /// Sends the changes of every dirty page home and waits until each home has them. With
-    /// SIGSEGV faults the pages become read-only copies; with userfaultfd they stay mapped
-    /// read-write and dirty, each changed one with a new twin.
+    /// SIGSEGV faults the pages become read-only copies (or, where the window has no room
+    /// for the mappings that would take, every cached copy is dropped: [`Client::evict`]);
+    /// with userfaultfd they stay mapped read-write and dirty, each changed one with a new
+    /// twin.
     pub(crate) fn flush(&mut self, shared: &Shared) -> Result<()> {
         if self.dirty.is_empty() {
             return Ok(());
         }
+        let region = &shared.region;
+        // Each run made read-only adds at most two mappings.
+        if region
+            .maps()
+            .is_some_and(|(now, budget, _)| now + 2 * self.dirty.len() > budget)
+        {
+            return self.evict(shared);
+        }
+        let after = if region.detects_writes() {
+            AfterDiff::ReadOnly
+        } else {
+            AfterDiff::Twinned
+        };
+        self.send_diffs(shared, after)
+    }
+
+    /// Drops every cached copy, the changes of the dirty ones sent home first: used where
+    /// opening a page, or making dirty pages read-only, would split the window into more
+    /// mappings than the kernel allows (`vm.max_map_count`, SIGSEGV faults only). Closing
+    /// them joins every run of non-home pages into one mapping, so the window is left with
+    /// the mappings its home pages take (at most half of its budget: `Node::alloc`). Dropping
+    /// a valid copy and sending changes home early are both allowed between synchronisations.
+    pub(crate) fn evict(&mut self, shared: &Shared) -> Result<()> {
+        if self.cached.is_empty() {
+            return Ok(());
+        }
+        self.close_cached(shared)?;
+        self.send_diffs(shared, AfterDiff::Closed)?;
+        self.drop_cached();
+        self.stats.evictions += 1;
+        Ok(())
+    }
+
+    /// Closes the window pages of every cached copy (their state is left to the caller). With
+    /// SIGSEGV faults closing them one run at a time could split the window further (a copy
+    /// between two home pages is one mapping of three afterwards), so every allocated page is
+    /// closed in one `mprotect` and the home pages are opened again run by run: the window's
+    /// mappings only grow on the way back, to what the home pages take (at most half the
+    /// budget, `Node::alloc`); for pages placed in blocks that is two or three calls. Home
+    /// pages are closed for that moment, which is harmless because the one application thread
+    /// is not touching the window: it is in a synchronisation, or held in a fault.
+    fn close_cached(&mut self, shared: &Shared) -> Result<()> {
+        let region = &shared.region;
+        if self.cached.is_empty() {
+            return Ok(());
+        }
+        if region.maps().is_none() {
+            return for_each_run(&mut self.cached, |f, c| region.protect(f, c, Access::None));
+        }
+        let allocated = shared
+            .layout
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .home
+            .len();
+        region.protect(0, allocated, Access::None)?;
+        let mut homes: Vec<u32> = (0..allocated)
+            .filter(|&p| self.pages[p] == PageState::Home)
+            .map(|p| p as u32)
+            .collect();
+        for_each_run(&mut homes, |f, c| region.protect(f, c, Access::ReadWrite))
+    }
+
+    /// Marks every cached copy invalid (their window pages closed already).
+    fn drop_cached(&mut self) {
+        for &p in &self.cached {
+            self.pages[p as usize] = PageState::Invalid;
+        }
+        // Every dirty page is a cached one (userfaultfd keeps them dirty through `flush`).
+        self.dirty.clear();
+        self.cached.clear();
+    }
+
+    /// Diffs every dirty page with its twin, sends the changes to their homes and waits until
+    /// each has them; `after` says what becomes of the pages.
+    fn send_diffs(&mut self, shared: &Shared, after: AfterDiff) -> Result<()> {
         let mut dirty = std::mem::take(&mut self.dirty);
         let region = &shared.region;
         // Where writes fault, the pages become read-only first (a write after this point is
         // a new change with a new twin); elsewhere they stay writable and are twinned again
         // below, after their diff.
-        let keep = !region.detects_writes();
-        if !keep {
+        let keep = after == AfterDiff::Twinned;
+        if after == AfterDiff::ReadOnly {
             for_each_run(&mut dirty, |f, c| region.protect(f, c, Access::Read))?;
         }
         let layout = shared.layout.read().unwrap_or_else(|p| p.into_inner());
@@ -468,13 +554,13 @@ impl Client {
             }
             let mut runs = Writer::new();
             let n = diff_runs(&now, &twin, &mut runs);
-            if keep {
-                if n > 0 {
+            match after {
+                AfterDiff::Twinned if n > 0 => {
                     // SAFETY: a whole page of the alias (its twin); nothing else writes it.
                     unsafe { copy_to_shared(&now, twin_at) };
                 }
-            } else {
-                self.pages[p] = PageState::ReadOnly;
+                AfterDiff::ReadOnly => self.pages[p] = PageState::ReadOnly,
+                AfterDiff::Twinned | AfterDiff::Closed => {}
             }
             self.stats.diff_pages += 1;
             if n == 0 {
@@ -511,19 +597,22 @@ impl Client {
     /// Drops every cached copy of a non-home page (called after a successful `flush`: their
     /// changes are home).
     pub(crate) fn invalidate(&mut self, shared: &Shared) -> Result<()> {
-        let mut cached = std::mem::take(&mut self.cached);
-        let region = &shared.region;
         // Close the pages first: if that fails, the node is poisoned and no access is made.
-        for_each_run(&mut cached, |f, c| region.protect(f, c, Access::None))?;
-        for &p in &cached {
-            self.pages[p as usize] = PageState::Invalid;
-        }
-        // Every dirty page is a cached one (userfaultfd keeps them dirty through `flush`).
-        self.dirty.clear();
-        cached.clear();
-        self.cached = cached;
+        self.close_cached(shared)?;
+        self.drop_cached();
         Ok(())
     }
+}
+
+/// What becomes of dirty pages once their diffs are home.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AfterDiff {
+    /// Read-only copies (SIGSEGV faults: the next write faults and twins again).
+    ReadOnly,
+    /// Still mapped read-write, each changed one twinned again (userfaultfd).
+    Twinned,
+    /// Closed already; the caller drops them ([`Client::evict`]).
+    Closed,
 }
 
 #[cfg(test)]

@@ -38,6 +38,27 @@ pub enum Error {
         /// The error it returned.
         source: io::Error,
     },
+    /// The window would be split into more memory mappings than the kernel lets a process
+    /// have (`vm.max_map_count`): with `SIGSEGV` faults each run of pages of one protection is
+    /// a mapping. Allocations whose home pages alone would take more than half of what the
+    /// process has left are refused up front, on every node; a node whose cached copies would
+    /// pass it drops them (changes sent home) instead of failing.
+    #[error(
+        "{what}: the shared window would take {needed} memory mappings, more than the {allowed} \
+         this process has for it under vm.max_map_count = {limit}; place allocations in larger \
+         blocks (Placement::Blocked, or Cyclic with more pages per block), use -f userfaultfd, \
+         or raise vm.max_map_count"
+    )]
+    MapLimit {
+        /// What needed them.
+        what: String,
+        /// The mappings it needed.
+        needed: usize,
+        /// The mappings the window may take.
+        allowed: usize,
+        /// `vm.max_map_count`.
+        limit: usize,
+    },
     /// An application's result differs from the single-node computation; the text says where.
     #[error("check failed: {0}")]
     Check(String),

@@ -19,7 +19,7 @@ use crate::region::{Access, PAGE, Region, for_each_run};
 use crate::shared::{Layout, Shared};
 use crate::stats::{Report, Stats, quantile};
 use crate::transport;
-use crate::wire::Op;
+use crate::wire::{Op, Reader, Writer};
 
 /// Whether a node is live in this process (the window is one fixed range, so at most one).
 static LIVE: AtomicBool = AtomicBool::new(false);
@@ -272,26 +272,95 @@ impl Node {
                 }
             }
         }
-        for &p in &home_pages {
-            client.pages[p as usize] = PageState::Home;
-        }
         let region = &self.shared.region;
-        let opened = for_each_run(&mut home_pages, |f, c| {
-            if !region.detects_writes() {
-                // A frame the file does not hold cannot be mapped with userfaultfd.
-                region.populate(f, c)?;
-            }
-            region.protect(f, c, Access::ReadWrite)
+        // With SIGSEGV faults the home pages' runs split the window into mappings: an
+        // allocation after which they would take more than half of the window's budget (the
+        // rest is for cached copies) is refused on every node, each node saying so in its
+        // contribution to the collective call.
+        let room = self.home_maps().and_then(|(needed, budget, limit)| {
+            (needed > budget / 2).then_some((needed, budget / 2, limit))
         });
-        let result =
-            opened.and_then(|()| client.collective(&self.shared, Kind::Alloc, digest, &[]));
-        self.broken(&mut client, result)?;
+        let mut opened = Ok(());
+        if room.is_none() {
+            // Opening adds at most two mappings a run; cached copies may have taken them.
+            let mut runs = 0;
+            for_each_run(&mut home_pages, |_, _| {
+                runs += 1;
+                Ok(())
+            })?;
+            if region
+                .maps()
+                .is_some_and(|(now, budget, _)| now + 2 * runs > budget)
+            {
+                opened = client.evict(&self.shared);
+            }
+        }
+        if room.is_none() && opened.is_ok() {
+            for &p in &home_pages {
+                client.pages[p as usize] = PageState::Home;
+            }
+            opened = for_each_run(&mut home_pages, |f, c| {
+                if !region.detects_writes() {
+                    // A frame the file does not hold cannot be mapped with userfaultfd.
+                    region.populate(f, c)?;
+                }
+                region.protect(f, c, Access::ReadWrite)
+            });
+        }
+        let mut said = Writer::new();
+        match room {
+            None => said.u8(1),
+            Some((needed, allowed, limit)) => said
+                .u8(0)
+                .u64(needed as u64)
+                .u64(allowed as u64)
+                .u64(limit as u64),
+        };
+        let result = opened
+            .and_then(|()| client.collective(&self.shared, Kind::Alloc, digest, &said.done()));
+        let all = self.broken(&mut client, result)?;
+        if let Some(error) = refusal(&all, pages, placement)? {
+            // Every node refuses: the pages are forgotten and this node's homes closed.
+            self.shared
+                .layout
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .home
+                .truncate(first);
+            if room.is_none() {
+                let closed =
+                    for_each_run(&mut home_pages, |f, c| region.protect(f, c, Access::None));
+                self.broken(&mut client, closed)?;
+                for &p in &home_pages {
+                    client.pages[p as usize] = PageState::Invalid;
+                }
+            }
+            return Err(error);
+        }
         Ok(GlobalSlice::new(
             self,
             region.page_addr(first).cast::<T>(),
             len,
             first,
         ))
+    }
+
+    /// With `SIGSEGV` faults, `(needed, budget, vm.max_map_count)`: the mappings the window
+    /// takes when only this node's home pages (of every allocation, in the layout) are open.
+    fn home_maps(&self) -> Option<(usize, usize, usize)> {
+        let (_, budget, limit) = self.shared.region.maps()?;
+        let layout = self.shared.layout.read().unwrap_or_else(|p| p.into_inner());
+        let me = self.rank();
+        let mut boundaries = 0;
+        let mut before = false;
+        for &home in &layout.home {
+            let mine = home == me;
+            boundaries += usize::from(mine != before);
+            before = mine;
+        }
+        // The pages past the allocations are closed.
+        boundaries += usize::from(before);
+        Some((boundaries + 1, budget, limit))
     }
 
     /// The fault-service and page-transfer histograms now (process-wide counts per bucket;
@@ -468,6 +537,32 @@ impl Drop for Node {
         }
         // `LIVE` is cleared by the `_live` field, after `shared` (and its window) is dropped.
     }
+}
+
+/// The error every node returns when a node refused an allocation of `pages` pages placed by
+/// `placement` (its contribution to the collective call: `0`, the mappings needed, allowed
+/// and the limit; `1` where it fits), or `None` when every node took it.
+fn refusal(all: &[Vec<u8>], pages: usize, placement: Placement) -> Result<Option<Error>> {
+    for (rank, said) in all.iter().enumerate() {
+        let mut r = Reader::new(said);
+        if r.u8()? == 1 {
+            r.finish()?;
+            continue;
+        }
+        let (needed, allowed, limit) = (r.u64()?, r.u64()?, r.u64()?);
+        r.finish()?;
+        return Ok(Some(Error::MapLimit {
+            what: format!(
+                "node {rank}: the home pages of an allocation of {pages} pages placed \
+                 {placement:?} (they may take half the window's mappings, the rest is for \
+                 cached copies)"
+            ),
+            needed: needed as usize,
+            allowed: allowed as usize,
+            limit: limit as usize,
+        }));
+    }
+    Ok(None)
 }
 
 /// A held lock; released by [`LockGuard::unlock`] (which reports errors) or on drop (which

@@ -10,8 +10,16 @@
 //! is installed by filling its frame through the alias while the window page is still
 //! inaccessible, and only then opening it: no thread sees a half-written page or writes into
 //! one without faulting. The file is sparse, so untouched pages cost no memory.
+//!
+//! With `SIGSEGV` faults each run of window pages of one protection is one of the kernel's
+//! mappings, and a process may have at most `vm.max_map_count` of them (65,530 by default).
+//! The region counts the window's mappings as it changes protections ([`Maps`]) and refuses a
+//! change that would pass its share of that limit with [`Error::MapLimit`], before the kernel
+//! would refuse it half-way; the node then closes its cached copies, which joins their runs
+//! (`client.rs`, `evict`).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 use crate::launch::FaultMechanism;
@@ -22,6 +30,7 @@ pub const PAGE: usize = 4096;
 
 /// A window page's access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub(crate) enum Access {
     /// No access: the next touch faults.
     None,
@@ -50,6 +59,86 @@ pub(crate) struct Region {
     len: usize,
     /// The descriptor that reports the window's faults, with `userfaultfd` faults.
     userfault: Option<Userfault>,
+    /// The window's mappings, with `SIGSEGV` faults (`userfaultfd` never splits it).
+    maps: Option<Mutex<Maps>>,
+}
+
+/// Mappings the process keeps free for everything but the window: thread stacks, libraries,
+/// the allocator's arenas and the RDMA provider's mappings made after the window.
+const MAPS_HEADROOM: usize = 2048;
+
+/// The window's mappings as the kernel splits them: one per run of pages of one protection.
+#[derive(Debug)]
+pub(crate) struct Maps {
+    /// Each page's access (`Access as u8`).
+    access: Vec<u8>,
+    /// Neighbouring pages of different access: the window is `boundaries + 1` mappings.
+    boundaries: usize,
+    /// How many mappings the window may be split into.
+    pub(crate) budget: usize,
+    /// `vm.max_map_count`, as read when the window was mapped.
+    pub(crate) limit: usize,
+}
+
+impl Maps {
+    /// A window of `pages` pages with no access, with `budget` mappings of `limit`.
+    fn new(pages: usize, budget: usize, limit: usize) -> Maps {
+        Maps {
+            access: vec![Access::None as u8; pages],
+            boundaries: 0,
+            budget,
+            limit,
+        }
+    }
+
+    /// The mappings the window is now.
+    pub(crate) fn count(&self) -> usize {
+        self.boundaries + 1
+    }
+
+    /// The mappings the window would be with pages `first..first + count` (in the window,
+    /// `count > 0`) set to `access`. Only the pairs of pages the run touches change.
+    fn count_after(&self, first: usize, count: usize, access: Access) -> usize {
+        let end = first + count;
+        let lo = first.saturating_sub(1);
+        let hi = (end + 1).min(self.access.len());
+        let now = |i: usize| self.access[i];
+        let after = |i: usize| {
+            if (first..end).contains(&i) {
+                access as u8
+            } else {
+                self.access[i]
+            }
+        };
+        let (mut old, mut new) = (0, 0);
+        for i in lo + 1..hi {
+            old += usize::from(now(i - 1) != now(i));
+            new += usize::from(after(i - 1) != after(i));
+        }
+        self.boundaries - old + new + 1
+    }
+
+    /// Records that pages `first..first + count` are now `access`.
+    fn set(&mut self, first: usize, count: usize, access: Access) {
+        self.boundaries = self.count_after(first, count, access) - 1;
+        self.access[first..first + count].fill(access as u8);
+    }
+}
+
+/// The mapping limit: `DSM_MAX_MAP_COUNT` where set (a lower limit than the kernel's, to leave
+/// room for the rest of a program, or the default on a machine that raised it, as the tests
+/// do), else what `/proc/sys/vm/max_map_count` says (the kernel's default where it cannot be
+/// read); and how many mappings the process has now.
+fn map_limit_and_use() -> (usize, usize) {
+    let limit = std::env::var("DSM_MAX_MAP_COUNT")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/vm/max_map_count").ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(65_530);
+    let used = std::fs::read_to_string("/proc/self/maps")
+        .map(|s| s.lines().count())
+        .unwrap_or(0);
+    (limit, used)
 }
 
 // SAFETY: `Region` holds addresses of mappings it owns; it never makes references into them.
@@ -143,12 +232,18 @@ impl Region {
                 error,
             ));
         }
+        let maps = (faults == FaultMechanism::Sigsegv).then(|| {
+            let (limit, used) = map_limit_and_use();
+            let budget = limit.saturating_sub(used + MAPS_HEADROOM).max(1);
+            Mutex::new(Maps::new(len / PAGE, budget, limit))
+        });
         let mut region = Region {
             fd,
             alias: alias.cast(),
             window: window.cast(),
             len,
             userfault: None,
+            maps,
         };
         if faults == FaultMechanism::Userfaultfd {
             // Registered before any page of the window was touched: every page faults.
@@ -168,6 +263,17 @@ impl Region {
     /// for the first write; with `userfaultfd`, every mapped copy is writable.
     pub(crate) fn detects_writes(&self) -> bool {
         self.userfault.is_none()
+    }
+
+    /// With `SIGSEGV` faults, `(mappings now, budget, vm.max_map_count)`; `None` with
+    /// `userfaultfd`, which never splits the window.
+    pub(crate) fn maps(&self) -> Option<(usize, usize, usize)> {
+        let maps = self
+            .maps
+            .as_ref()?
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        Some((maps.count(), maps.budget, maps.limit))
     }
 
     /// The window's first address.
@@ -244,14 +350,43 @@ impl Region {
                 )),
             };
         }
+        // Held across the call, so the count follows the kernel's; every caller holds the
+        // node's client lock anyway.
+        let mut maps = self
+            .maps
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()));
+        if let Some(maps) = &maps {
+            let needed = maps.count_after(first, count, access);
+            if needed > maps.count() && needed > maps.budget {
+                return Err(Error::MapLimit {
+                    what: format!("setting the access of window pages {first}..+{count}"),
+                    needed,
+                    allowed: maps.budget,
+                    limit: maps.limit,
+                });
+            }
+        }
         // SAFETY: the range lies inside the window mapping this region owns; changing its
         // protection invalidates no reference (none into the window exists).
         let rc =
             unsafe { libc::mprotect(self.page_addr(first).cast(), count * PAGE, access.prot()) };
         if rc != 0 {
-            return Err(Error::last_os(format!(
-                "mprotect of window pages {first}..+{count}"
-            )));
+            let error = std::io::Error::last_os_error();
+            let what = format!("mprotect of window pages {first}..+{count}");
+            return Err(match (error.raw_os_error(), &maps) {
+                // The kernel refuses a split past vm.max_map_count with ENOMEM.
+                (Some(libc::ENOMEM), Some(m)) => Error::MapLimit {
+                    what,
+                    needed: m.count_after(first, count, access),
+                    allowed: m.budget,
+                    limit: m.limit,
+                },
+                _ => Error::os(what, error),
+            });
+        }
+        if let Some(maps) = &mut maps {
+            maps.set(first, count, access);
         }
         Ok(())
     }
@@ -438,6 +573,72 @@ mod tests {
 
     fn at_page(base: usize, page: usize) -> usize {
         base + page * PAGE
+    }
+
+    #[test]
+    fn maps_count_the_runs_of_one_access() {
+        let mut maps = Maps::new(10, 4, 65_530);
+        assert_eq!(maps.count(), 1);
+        assert_eq!(maps.count_after(3, 1, Access::Read), 3);
+        maps.set(3, 1, Access::Read);
+        assert_eq!(
+            maps.count_after(4, 1, Access::Read),
+            3,
+            "joins its left neighbour"
+        );
+        assert_eq!(maps.count_after(5, 1, Access::Read), 5, "a run of its own");
+        maps.set(5, 1, Access::Read);
+        assert_eq!(maps.count(), 5);
+        assert_eq!(maps.count_after(4, 1, Access::Read), 3, "closes the gap");
+        assert_eq!(maps.count_after(3, 3, Access::None), 1);
+        assert_eq!(maps.count_after(0, 10, Access::ReadWrite), 1);
+        assert_eq!(
+            maps.count_after(9, 1, Access::ReadWrite),
+            6,
+            "at the window's end"
+        );
+        assert_eq!(maps.count_after(0, 1, Access::ReadWrite), 6, "at its start");
+        maps.set(0, 10, Access::None);
+        assert_eq!((maps.count(), maps.boundaries), (1, 0));
+    }
+
+    /// The region refuses a protection change past its budget before calling the kernel, and
+    /// counts the window's mappings as the kernel sees them (`/proc/self/maps`).
+    #[test]
+    fn sigsegv_windows_refuse_more_mappings_than_their_budget() {
+        let base = 0x2200_0000_0000 + (std::process::id() as usize % 1024) * (1 << 24);
+        let region = Region::new(base, 16 * PAGE, FaultMechanism::Sigsegv).unwrap();
+        let kernel = || {
+            std::fs::read_to_string("/proc/self/maps")
+                .unwrap()
+                .lines()
+                .filter(|l| {
+                    let range = l.split_whitespace().next().unwrap();
+                    let start = usize::from_str_radix(range.split('-').next().unwrap(), 16);
+                    start.is_ok_and(|s| (base..base + 16 * PAGE).contains(&s))
+                })
+                .count()
+        };
+        region.protect(2, 1, Access::Read).unwrap();
+        region.protect(6, 2, Access::ReadWrite).unwrap();
+        let (now, budget, limit) = region.maps().unwrap();
+        assert_eq!((now, kernel()), (5, 5));
+        assert!(budget > 5 && budget < limit, "{budget} of {limit}");
+        region.maps.as_ref().unwrap().lock().unwrap().budget = 6;
+        match region.protect(10, 1, Access::Read) {
+            Err(Error::MapLimit {
+                needed: 7,
+                allowed: 6,
+                ..
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(kernel(), 5, "nothing changed");
+        // A change that joins runs is always allowed, even at the budget.
+        region.protect(3, 3, Access::Read).unwrap();
+        assert_eq!((region.maps().unwrap().0, kernel()), (4, 4));
+        region.protect(0, 16, Access::None).unwrap();
+        assert_eq!((region.maps().unwrap().0, kernel()), (1, 1));
     }
 
     #[test]

@@ -138,6 +138,9 @@ counters! {
     pages_served,
     /// Diff pages this node applied as a home.
     diffs_applied,
+    /// Times every cached copy was dropped (changes sent home) because the window had no
+    /// room for another memory mapping (`vm.max_map_count`, `SIGSEGV` faults only).
+    evictions,
     /// Faults served: the handler's count with `SIGSEGV` faults, the faults the kernel
     /// reported with `userfaultfd`.
     faults,

@@ -1,16 +1,15 @@
 //! The DSM on the device, through its launcher and by hand: every application on every
 //! transport (2 nodes, and 4 for some), the fault path, prefetch, and the failures (a node
-//! that dies, one that never joins, unequal collective calls, bad configuration, a touch
-//! outside the window). Each run is bounded; results are checked by the applications against
+//! that dies, unequal collective calls). What needs no device runs on the host
+//! (`host.rs`). Each run is bounded; results are checked by the applications against
 //! single-node runs and by the tests against exact output lines.
 
 mod common;
 
-use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{BOUND, DSM, finish, text};
+use common::{BOUND, DSM, finish, ok, stats_row, text};
 use rdma_test_support::TestDevice;
 
 const TRANSPORTS: [&str; 3] = ["tcp", "rdma-send", "rdma-read"];
@@ -32,29 +31,6 @@ fn run(device: &TestDevice, nodes: u16, transport: &str, extra: &[&str], app: &[
         .stderr(Stdio::piped());
     let what = format!("dsm run -n {nodes} -t {transport} {}", app.join(" "));
     finish(command.spawn().expect("spawn dsm"), BOUND, &what)
-}
-
-/// The values of the statistics table's row `name` in `out` (one per node, then the total).
-fn stats_row(out: &str, name: &str) -> Vec<u64> {
-    out.lines()
-        .find(|l| l.split_whitespace().next() == Some(name))
-        .unwrap_or_else(|| panic!("no {name} row:\n{out}"))
-        .split_whitespace()
-        .skip(1)
-        .map(|v| v.parse().expect("a number"))
-        .collect()
-}
-
-/// Fails unless the run succeeded; returns its standard output.
-fn ok(output: Output, what: &str) -> String {
-    assert!(
-        output.status.success(),
-        "{what}: {}\nstdout:\n{}\nstderr:\n{}",
-        output.status,
-        text(&output.stdout),
-        text(&output.stderr)
-    );
-    text(&output.stdout)
 }
 
 #[test]
@@ -282,35 +258,6 @@ fn prefetch_stops_at_home_boundaries_and_the_allocation_end() {
     }
 }
 
-#[test]
-fn a_touch_outside_the_window_dies_of_sigsegv() {
-    let Some(_device) = device() else { return };
-    for faults in ["sigsegv", "userfaultfd"] {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port");
-        let child = Command::new(DSM)
-            .arg("outside")
-            .env("DSM_RANK", "0")
-            .env("DSM_SIZE", "1")
-            .env("DSM_RENDEZVOUS", port.to_string())
-            .env("DSM_WINDOW_MIB", "4")
-            .env("DSM_FAULTS", faults)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn");
-        let out = finish(child, BOUND, "outside");
-        assert_eq!(
-            out.status.signal(),
-            Some(libc::SIGSEGV),
-            "{faults}: {:?}\n{}",
-            out.status,
-            text(&out.stderr)
-        );
-    }
-}
-
 /// A page the node keeps mapped (its home page, a fetched copy) dropped from the page tables
 /// behind the DSM's back, as memory reclaim does: the next touch sees the same bytes without a
 /// fetch; with `userfaultfd` each such touch is a fault that maps the page again (before this
@@ -482,21 +429,6 @@ fn unequal_collective_calls_fail_on_every_node() {
 }
 
 #[test]
-fn an_allocation_larger_than_the_window_is_refused() {
-    let Some(device) = device() else { return };
-    // 8 MiB window: 2048 pages; 2 Mi u64 need 4096.
-    let out = run(&device, 2, "tcp", &[], &["alloc", "--len", "2097152"]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = text(&out.stderr);
-    assert!(
-        err.lines().filter(|l| l.starts_with(
-            "dsm: an allocation of 16777216 bytes (4096 pages) does not fit: 2048 of the window's 2048 pages are left"
-        )).count() == 2,
-        "{err}"
-    );
-}
-
-#[test]
 fn a_dead_node_stops_the_others_with_its_name() {
     let Some(device) = device() else { return };
     for transport in TRANSPORTS {
@@ -523,34 +455,6 @@ fn a_dead_node_stops_the_others_with_its_name() {
         // Well inside the 20-second peer bound: the death is seen, not timed out.
         assert!(took < Duration::from_secs(60), "{transport}: {took:?}");
     }
-}
-
-#[test]
-fn a_node_that_never_joins_is_named_within_the_bound() {
-    let Some(_device) = device() else { return };
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port");
-    let started = Instant::now();
-    let child = Command::new(DSM)
-        .args(["counter", "--increments", "1"])
-        .env("DSM_RANK", "0")
-        .env("DSM_SIZE", "2")
-        .env("DSM_RENDEZVOUS", port.to_string())
-        .env("DSM_TIMEOUT_MS", "2000")
-        .env("DSM_WINDOW_MIB", "4")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let out = finish(child, BOUND, "lonely node 0");
-    assert_eq!(out.status.code(), Some(1));
-    assert_eq!(
-        text(&out.stderr).trim(),
-        "dsm: node 1: never joined (missing: nodes 1; bound DSM_TIMEOUT_MS)"
-    );
-    assert!(started.elapsed() >= Duration::from_secs(2));
-    assert!(started.elapsed() < Duration::from_secs(30));
 }
 
 /// Starts `nodes` processes of `dsm counter` with the variables `vars(rank)` gives, as srun
@@ -637,58 +541,4 @@ fn slurm_and_mpi_variables_launch_it_by_hand() {
             ("DSM_RENDEZVOUS", format!("127.0.0.1:{port}")),
         ]
     });
-}
-
-#[test]
-fn bad_configuration_is_one_line_and_exit_1() {
-    let Some(_device) = device() else { return };
-    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
-    let cases: [Case<'_>; 4] = [
-        (
-            &["counter"],
-            &[],
-            "dsm: configuration: no rank in the environment: start under `dsm run`, srun or mpirun, or set DSM_RANK, DSM_SIZE and DSM_RENDEZVOUS",
-        ),
-        (
-            &["counter"],
-            &[
-                ("DSM_RANK", "2"),
-                ("DSM_SIZE", "2"),
-                ("DSM_RENDEZVOUS", "127.0.0.1:1"),
-            ],
-            "dsm: configuration: rank 2 of 2 nodes (DSM_RANK, DSM_SIZE)",
-        ),
-        (
-            &["counter"],
-            &[
-                ("DSM_RANK", "0"),
-                ("DSM_SIZE", "1"),
-                ("DSM_RENDEZVOUS", "127.0.0.1:1"),
-                ("DSM_TRANSPORT", "udp"),
-            ],
-            "dsm: configuration: transport \"udp\" (tcp, rdma-send or rdma-read)",
-        ),
-        (
-            &["run", "-n", "0", "counter"],
-            &[],
-            "dsm: -n must be at least 1",
-        ),
-    ];
-    for (args, vars, expected) in cases {
-        let mut c = Command::new(DSM);
-        c.args(args)
-            .env_remove("DSM_RANK")
-            .env_remove("SLURM_PROCID")
-            .env_remove("PMI_RANK")
-            .env_remove("OMPI_COMM_WORLD_RANK")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (k, v) in vars {
-            c.env(k, v);
-        }
-        let out = finish(c.spawn().expect("spawn"), BOUND, "bad configuration");
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
-        assert_eq!(text(&out.stderr).trim(), expected, "{args:?}");
-        assert!(out.stdout.is_empty(), "{args:?}");
-    }
 }

@@ -48,9 +48,9 @@ pub(crate) use selftest::run as selftest;
 pub(crate) use vm::{choose_kernel, find_kernel, find_vng, prefix_lines, shell_quote};
 
 /// Test targets whose name ends so run on the host, not on the device: compile-fail tests,
-/// which invoke the compiler (far too slow under the VM's software emulation) and touch no
-/// device.
-const HOST_ONLY_SUFFIX: &str = "compile_fail";
+/// which invoke the compiler (far too slow under the VM's software emulation), and `host`
+/// targets (the DSM's `tcp` runs, which need no RDMA device); neither touches a device.
+const HOST_ONLY_SUFFIXES: &[&str] = &["compile_fail", "/host"];
 
 /// Whether a test binary runs on the host instead of the device: compile-fail targets, and the
 /// unit tests inside `src/` of every library and program, which touch no device (their
@@ -58,7 +58,7 @@ const HOST_ONLY_SUFFIX: &str = "compile_fail";
 /// natively instead of under the VM's emulation. On a host without an RDMA device, a unit test
 /// that tried to use one would fail.
 fn runs_on_host(binary: &TestBinary) -> bool {
-    binary.unit || binary.name.ends_with(HOST_ONLY_SUFFIX)
+    binary.unit || HOST_ONLY_SUFFIXES.iter().any(|s| binary.name.ends_with(s))
 }
 
 /// The options of `cargo xtask test`, for error messages.
@@ -168,7 +168,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
         ));
     }
     println!(
-        "harness: built {} test binaries ({} run on the host: unit and compile-fail tests; {} \
+        "harness: built {} test binaries ({} run on the host: unit, compile-fail and `host` tests; {} \
          multi-node binaries are left for `--nodes N`)",
         device.len() + host.len(),
         host.len(),
@@ -655,6 +655,27 @@ mod tests {
 
     fn strings(args: &[&str]) -> Vec<String> {
         args.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn unit_compile_fail_and_host_targets_run_on_the_host_and_nothing_else() {
+        let binary = |name: &str, unit: bool| TestBinary {
+            name: name.to_string(),
+            path: String::new(),
+            package_dir: String::new(),
+            unit,
+        };
+        assert!(runs_on_host(&binary("dsm/host", false)));
+        assert!(runs_on_host(&binary("rdma-verbs/compile_fail", false)));
+        assert!(runs_on_host(&binary("dsm", true)));
+        for device in [
+            "dsm/nodes",
+            "dsm/multinode",
+            "examples/ghost",
+            "rdma-verbs/slot",
+        ] {
+            assert!(!runs_on_host(&binary(device, false)), "{device}");
+        }
     }
 
     #[test]

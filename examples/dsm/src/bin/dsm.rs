@@ -61,6 +61,17 @@ enum Cmd {
         #[command(flatten)]
         report: ReportArgs,
     },
+    /// Every node writes, then reads, every `--stride`-th page of a large allocation.
+    Stride {
+        /// Pages allocated (placed in blocks).
+        #[arg(long, default_value_t = 1024)]
+        pages: usize,
+        /// Every how many pages one is touched.
+        #[arg(long, default_value_t = 2)]
+        stride: usize,
+        #[command(flatten)]
+        report: ReportArgs,
+    },
     /// Node 0 writes to a page it holds no copy of; prints the faults that took.
     WriteFault,
     /// Reads at the first, last and boundary pages of a block; prints the fetch counts.
@@ -86,6 +97,9 @@ enum Cmd {
         /// Elements on the last node, if different.
         #[arg(long)]
         last_len: Option<usize>,
+        /// Deal the pages to the nodes one by one (`Placement::Interleaved`), not in blocks.
+        #[arg(long)]
+        interleaved: bool,
     },
     /// Node 0 takes lock 0 and holds it for `--ms` while every other node asks for it (each
     /// says so on stderr first); then each takes it in turn, after node 0's release.
@@ -230,6 +244,21 @@ fn node_main(app: Cmd, verbose: bool) -> Result<(), String> {
             }
             Some(report)
         }
+        Cmd::Stride {
+            pages,
+            stride,
+            report,
+        } => {
+            let done = apps::stride(&node, pages, stride).map_err(|e| e.to_string())?;
+            if rank == 0 {
+                println!(
+                    "stride: {pages} pages, every {stride} written by every node ({} on each, \
+                     {} of other homes twice), every word checked at its home",
+                    done.touched, done.rewritten
+                );
+            }
+            Some(report)
+        }
         Cmd::WriteFault => {
             let (faults, writes, reads) = apps::write_fault(&node).map_err(|e| e.to_string())?;
             if rank == 0 {
@@ -274,13 +303,24 @@ fn node_main(app: Cmd, verbose: bool) -> Result<(), String> {
             touch_past_window(end)?;
             return Err("the touch past the window did not fault".into());
         }
-        Cmd::Alloc { len, last_len } => {
+        Cmd::Alloc {
+            len,
+            last_len,
+            interleaved,
+        } => {
             let len = match last_len {
                 Some(l) if rank + 1 == node.nodes() => l,
                 _ => len,
             };
             let _array = node
-                .alloc::<u64>(len, Placement::Blocked)
+                .alloc::<u64>(
+                    len,
+                    if interleaved {
+                        Placement::Interleaved
+                    } else {
+                        Placement::Blocked
+                    },
+                )
                 .map_err(|e| e.to_string())?;
             node.barrier().map_err(|e| e.to_string())?;
             None

@@ -194,6 +194,37 @@ fn threads(pid: u32) -> String {
     lines
 }
 
+/// The values of the statistics table's row `name` in `out` (one per node, then the total).
+#[allow(
+    dead_code,
+    reason = "each test file is a crate of its own; not all use this"
+)]
+pub(crate) fn stats_row(out: &str, name: &str) -> Vec<u64> {
+    out.lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("no {name} row:\n{out}"))
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().expect("a number"))
+        .collect()
+}
+
+/// Fails unless the run succeeded; returns its standard output.
+#[allow(
+    dead_code,
+    reason = "each test file is a crate of its own; not all use this"
+)]
+pub(crate) fn ok(output: Output, what: &str) -> String {
+    assert!(
+        output.status.success(),
+        "{what}: {}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        text(&output.stdout),
+        text(&output.stderr)
+    );
+    text(&output.stdout)
+}
+
 /// Output bytes as text.
 pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
