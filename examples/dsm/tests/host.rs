@@ -1,8 +1,9 @@
 //! The DSM with no RDMA device: the `tcp` transport between processes on the host's loopback.
 //! Every test here runs in a plain `cargo test`, and the harness runs this binary on the host
-//! (its name ends in `host`), not in the device VM: a large window with over 100,000 pages
-//! touched on both fault mechanisms, allocations refused up front, and the failures that need
-//! no peer (a touch outside the window, a node that never joins, bad configuration).
+//! (its name ends in `host`), not in the device VM: the cases `nodes.rs` runs on the RDMA
+//! transports (`common/cases.rs`) over `tcp`, a large window with over 100,000 pages touched
+//! on both fault mechanisms, allocations refused up front, and the failures that need no peer
+//! (a touch outside the window, a node that never joins, bad configuration).
 
 mod common;
 
@@ -10,27 +11,74 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::cases::{self, Runner};
 use common::{BOUND, DSM, finish, ok, stats_row, text};
 
-/// `dsm run -n nodes -t tcp <run options> <app...>`, with an 8 MiB window unless `extra`
-/// names another, and the kernel's default mapping limit (`DSM_MAX_MAP_COUNT`).
+/// The one transport that needs no device.
+const TCP: [&str; 1] = ["tcp"];
+
+/// `dsm run -n nodes -t tcp <run options> <app...>`, as [`Runner::run`] with no device.
 fn run(nodes: u16, extra: &[&str], app: &[&str]) -> Output {
-    let mut command = Command::new(DSM);
-    command
-        // The kernel's default limit, whatever this machine's is (some raise it).
-        .env("DSM_MAX_MAP_COUNT", "65530")
-        .args(["run", "-n", &nodes.to_string(), "-t", "tcp"])
-        .args(["--timeout-ms", "20000"]);
-    if !extra.contains(&"--window-mib") {
-        command.args(["--window-mib", "8"]);
-    }
-    command
-        .args(extra)
-        .args(app)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let what = format!("dsm run -n {nodes} -t tcp {}", app.join(" "));
-    finish(command.spawn().expect("spawn dsm"), BOUND, &what)
+    Runner::host().run(nodes, "tcp", extra, app)
+}
+
+#[test]
+fn the_counter_under_a_lock_counts_every_increment() {
+    cases::counter(&Runner::host(), &TCP, &[]);
+}
+
+#[test]
+fn hold_hands_the_lock_from_node_0_to_every_other_node() {
+    let r = Runner::host();
+    cases::hold(&r, &TCP);
+    let output = r.run(1, "tcp", &[], &["hold", "--ms", "0"]);
+    let err = text(&output.stderr);
+    assert!(!err.contains("joined"), "not verbose, yet: {err}");
+    let out = ok(output, "hold on 1 node");
+    assert_eq!(
+        out.trim(),
+        "hold: lock 0 held 0 ms by node 0 (no other node)"
+    );
+}
+
+#[test]
+fn matmul_and_sor_equal_the_single_node_run_bit_for_bit() {
+    cases::matmul_and_sor(&Runner::host(), &TCP, &TCP);
+}
+
+#[test]
+fn false_sharing_keeps_every_nodes_bytes() {
+    cases::false_sharing(&Runner::host(), &TCP, &TCP);
+}
+
+#[test]
+fn a_write_to_an_invalid_page_takes_one_fault() {
+    cases::write_fault(&Runner::host(), &TCP);
+}
+
+#[test]
+fn prefetch_stops_at_home_boundaries_and_the_allocation_end() {
+    cases::prefetch(&Runner::host(), &TCP);
+}
+
+#[test]
+fn pages_dropped_by_the_kernel_come_back_unchanged() {
+    cases::refault(&Runner::host(), &TCP);
+}
+
+#[test]
+fn userfaultfd_faults_serve_every_application() {
+    cases::userfaultfd_apps(&Runner::host(), &TCP, &[]);
+}
+
+#[test]
+fn unequal_collective_calls_fail_on_every_node() {
+    cases::unequal_calls(&Runner::host(), &TCP);
+}
+
+#[test]
+fn a_dead_node_stops_the_others_with_its_name() {
+    cases::dead_node(&Runner::host(), &TCP);
 }
 
 /// A 1 GiB window, 200,100 pages allocated in two blocks, every other page written by both

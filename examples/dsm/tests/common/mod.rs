@@ -1,4 +1,7 @@
-//! What the DSM's device test files share: bounded runs of the `dsm` binary and their output.
+//! What the DSM's test files share: bounded runs of the `dsm` binary and their output, and the
+//! cases that run the same with a device and without one ([`cases`]).
+
+pub(crate) mod cases;
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Output, Stdio};
