@@ -7,6 +7,7 @@
 //! - [`false_sharing`]: every node writes its own bytes of the same pages.
 //! - [`write_fault`]: a write to an invalid page, counted as one fault.
 //! - [`stride`]: every other page of a large allocation written and read by every node.
+//! - [`stress`]: random locks and barriers, every critical section logged and checked.
 
 use std::time::{Duration, Instant};
 
@@ -320,6 +321,119 @@ pub fn stride(node: &Node, pages: usize, stride: usize) -> Result<Strided> {
         touched: touched.count(),
         rewritten: again.filter(|&p| home(p) != r).count(),
     })
+}
+
+/// What [`stress`] did on this node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stressed {
+    /// Critical sections (a random lock taken, its log appended to).
+    pub sections: u64,
+    /// Barriers.
+    pub barriers: u64,
+}
+
+/// A randomised lock-and-barrier stress with a checker. Each node runs `ops` steps from its
+/// own random sequence (`seed` and its rank): every 8th step is a barrier (all nodes take the
+/// same steps, so they meet), every other takes a random one of `locks` locks and, under it,
+/// checks that the lock's holder word is clear, sets it to itself, appends an entry (its rank
+/// and its own count of sections under that lock) to the lock's log, bumps the log's length,
+/// checks the holder word again and clears it. The lock's word, length and log live on pages
+/// with other homes than the lock's manager, and every lock's header shares its page with the
+/// others' (byte-granular diffs must merge them). At the end each node's counts go into a
+/// shared table, and every node checks every lock's log: its length is the sum of the counts,
+/// and each node's entries appear exactly once each, in the order it made them. A lost or
+/// stale write (an invalidation missed, a diff lost or applied late) breaks one of these.
+pub fn stress(node: &Node, ops: usize, locks: u32, seed: u64) -> Result<Stressed> {
+    if locks == 0 {
+        return Err(Error::InvalidArgument("a stress over 0 locks".into()));
+    }
+    let nodes = usize::from(node.nodes());
+    let r = usize::from(node.rank());
+    let l = locks as usize;
+    // Header of lock i: words 2i (holder, rank + 1 or 0) and 2i + 1 (log length).
+    let heads = node.alloc::<u64>(2 * l, Placement::Home(node.nodes() - 1))?;
+    // Each log can take every section of every node.
+    let cap = ops * nodes;
+    let logs = node.alloc::<u64>(l * cap, Placement::Interleaved)?;
+    let counts = node.alloc::<u64>(nodes * l, Placement::Blocked)?;
+    let mut rng = seed ^ (r as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut next = move || {
+        // xorshift64*
+        rng ^= rng >> 12;
+        rng ^= rng << 25;
+        rng ^= rng >> 27;
+        rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    };
+    let mut mine = vec![0u64; l];
+    let mut done = Stressed {
+        sections: 0,
+        barriers: 0,
+    };
+    node.barrier()?;
+    for step in 0..ops {
+        if step % 8 == 7 {
+            node.barrier()?;
+            done.barriers += 1;
+            continue;
+        }
+        let lock = (next() % u64::from(locks)) as usize;
+        let guard = node.lock(lock as u32)?;
+        let holder = heads.get(2 * lock)?;
+        if holder != 0 {
+            return Err(Error::Check(format!(
+                "node {r}: lock {lock} taken, yet its holder word says node {}",
+                holder - 1
+            )));
+        }
+        heads.set(2 * lock, r as u64 + 1)?;
+        let len = heads.get(2 * lock + 1)? as usize;
+        if len >= cap {
+            return Err(Error::Check(format!(
+                "node {r}: lock {lock}'s log has {len} entries, more than {cap} sections made"
+            )));
+        }
+        logs.set(lock * cap + len, (r as u64 + 1) << 32 | mine[lock])?;
+        heads.set(2 * lock + 1, len as u64 + 1)?;
+        mine[lock] += 1;
+        if heads.get(2 * lock)? != r as u64 + 1 {
+            return Err(Error::Check(format!(
+                "node {r}: lock {lock}'s holder word changed while node {r} held it"
+            )));
+        }
+        heads.set(2 * lock, 0)?;
+        guard.unlock()?;
+        done.sections += 1;
+    }
+    counts.write(r * l, &mine)?;
+    node.barrier()?;
+    let mut all = vec![0u64; nodes * l];
+    counts.read(0, &mut all)?;
+    let mut log = vec![0u64; cap];
+    for lock in 0..l {
+        let len = heads.get(2 * lock + 1)? as usize;
+        let expected: u64 = (0..nodes).map(|n| all[n * l + lock]).sum();
+        if len as u64 != expected || len > cap {
+            return Err(Error::Check(format!(
+                "node {r}: lock {lock}'s log has {len} entries, {expected} sections were made"
+            )));
+        }
+        logs.read(lock * cap, &mut log[..len])?;
+        let mut seen = vec![0u64; nodes];
+        for (at, &entry) in log[..len].iter().enumerate() {
+            let (who, count) = ((entry >> 32) as usize, entry & 0xffff_ffff);
+            if who == 0 || who > nodes || seen[who - 1] != count {
+                return Err(Error::Check(format!(
+                    "node {r}: entry {at} of lock {lock}'s log is {entry:#x} (node {}, section \
+                     {count}); {} expected next from that node",
+                    who.wrapping_sub(1),
+                    seen.get(who.wrapping_sub(1)).copied().unwrap_or(0)
+                )));
+            }
+            seen[who - 1] += 1;
+        }
+    }
+    node.barrier()?;
+    Ok(done)
 }
 
 /// Node 0 writes one byte of a page whose home is node 1 (invalid on node 0), then another

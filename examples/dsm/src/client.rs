@@ -583,13 +583,28 @@ impl Client {
                 ready.push((home as u16, w.done(), count));
             }
         }
+        // Every home's diffs are posted before the node waits, once, for all their
+        // acknowledgements; a home with more than one message of diffs takes them in rounds,
+        // one message to each home in each.
         let bound = shared.config.timeout;
-        for (home, body, count) in ready {
-            let mut payload = Vec::with_capacity(2 + body.len());
-            payload.extend_from_slice(&count.to_le_bytes());
-            payload.extend_from_slice(&body);
-            self.stats.diff_bytes += (HEADER_LEN + payload.len()) as u64;
-            self.call(shared, home, Op::Diff, 0, payload, Op::DiffAck, bound)?;
+        let mut round = Vec::new();
+        while !ready.is_empty() {
+            round.clear();
+            let mut i = 0;
+            while i < ready.len() {
+                if round.iter().any(|m: &Msg| m.to == ready[i].0) {
+                    i += 1;
+                    continue;
+                }
+                let (home, body, count) = ready.remove(i);
+                let mut payload = Vec::with_capacity(2 + body.len());
+                payload.extend_from_slice(&count.to_le_bytes());
+                payload.extend_from_slice(&body);
+                self.stats.diff_bytes += (HEADER_LEN + payload.len()) as u64;
+                round.push(self.message(shared, home, Op::Diff, 0, payload));
+            }
+            self.links.call_all(&round, Op::DiffAck, bound)?;
+            self.stats.diff_waits += 1;
         }
         Ok(())
     }

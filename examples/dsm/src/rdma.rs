@@ -68,6 +68,10 @@ const ID_SEND: u64 = 1;
 const ID_RECV: u64 = 2;
 const ID_READ: u64 = 3;
 const ID_HEAD: u64 = 4;
+/// Tags of [`RdmaLinks::call_all`]'s requests: the kind above bit 32, the peer below.
+const ID_BATCH_SEND: u64 = 1 << 32;
+const ID_BATCH_RECV: u64 = 2 << 32;
+const PEER_MASK: u64 = 0xffff_ffff;
 
 /// The frames' registration, shared with the requests that name ranges of it; holds the
 /// shared state so that the mapping it names outlives it.
@@ -178,6 +182,10 @@ pub(crate) struct RdmaLinks {
     /// The buffer a `Pages` reply's header lands in (`PAGES_HEAD`), the pages going to the
     /// frames.
     head_buf: Option<Buf>,
+    /// Per peer, the send and reply buffers of [`RdmaLinks::call_all`] (one request to each
+    /// peer at a time), each here while no request has it.
+    batch_send: Vec<Option<Buf>>,
+    batch_reply: Vec<Option<Buf>>,
     remote: Vec<RemoteMemory>,
     read: bool,
     inline: u32,
@@ -271,6 +279,7 @@ pub(crate) fn connect(
             .map_err(|e| Error::from(e.into_parts().1))
     };
     let client_bufs = BufferPool::new(&pd, 2, MSG_MAX)?;
+    let batch_bufs = BufferPool::new(&pd, 2 * size, MSG_MAX)?;
     let client_head = BufferPool::new(&pd, 1, PAGES_HEAD)?;
     let server_recv = BufferPool::new(&pd, size * DEPTH, MSG_MAX)?;
     let server_send = BufferPool::new(&pd, size + 1, MSG_MAX)?;
@@ -377,6 +386,8 @@ pub(crate) fn connect(
         send_buf: client_bufs.take(),
         reply_buf: client_bufs.take(),
         head_buf: client_head.take(),
+        batch_send: (0..size).map(|_| batch_bufs.take()).collect(),
+        batch_reply: (0..size).map(|_| batch_bufs.take()).collect(),
         remote: addrs.iter().map(|a| a.frames).collect(),
         read,
         inline,
@@ -421,54 +432,75 @@ impl RdmaLinks {
     /// Waits for the completions `want` (tags) of requests to `peer`; returns the receive's
     /// byte count if one was wanted. On failure the links are marked broken.
     fn wait(&mut self, peer: u16, want: &[u64], bound: Duration) -> Result<u32> {
-        let result = self.wait_inner(peer, want, bound);
+        let want: Vec<(u16, u64)> = want.iter().map(|&tag| (peer, tag)).collect();
+        self.wait_all(&want, bound)
+    }
+
+    /// Waits for the completions `want` (peer, tag) of requests to several peers; as
+    /// [`RdmaLinks::wait`], which waits on one.
+    fn wait_all(&mut self, want: &[(u16, u64)], bound: Duration) -> Result<u32> {
+        let result = self.wait_inner(want, bound);
         if let Err(e) = &result {
             self.broken.get_or_insert_with(|| e.to_string());
         }
         result
     }
 
-    fn wait_inner(&mut self, peer: u16, want: &[u64], bound: Duration) -> Result<u32> {
+    fn wait_inner(&mut self, want: &[(u16, u64)], bound: Duration) -> Result<u32> {
         let started = Instant::now();
-        let mut missing: Vec<u64> = want.to_vec();
+        let mut missing: Vec<(u16, u64)> = want.to_vec();
         let mut received = 0;
         let mut failed = None;
         let mut armed = false;
-        while !missing.is_empty() {
+        while let Some(&(first, _)) = missing.first() {
             let Self {
                 cq,
                 send_buf,
                 reply_buf,
                 head_buf,
+                batch_send,
+                batch_reply,
                 ..
             } = self;
             let done = cq.poll_each(4, |mut c: Completion| {
                 let Some(tag) = c.tag() else { return };
                 // Each buffer goes back to its place, whatever the status.
-                let slot = match tag {
-                    ID_SEND => Some(&mut *send_buf),
-                    ID_RECV => Some(&mut *reply_buf),
-                    ID_HEAD => Some(&mut *head_buf),
+                let peer = (tag & PEER_MASK) as usize;
+                let slot = match tag & !PEER_MASK {
+                    0 => match tag {
+                        ID_SEND => Some(&mut *send_buf),
+                        ID_RECV => Some(&mut *reply_buf),
+                        ID_HEAD => Some(&mut *head_buf),
+                        _ => None,
+                    },
+                    ID_BATCH_SEND => batch_send.get_mut(peer),
+                    ID_BATCH_RECV => batch_reply.get_mut(peer),
                     _ => None,
                 };
                 if let (Some(slot), Some(buf)) = (slot, c.take_buf()) {
                     *slot = Some(buf);
                 }
+                // A completion of a request this wait is not for (a late one) is blamed on
+                // the first peer waited for.
+                let from = missing
+                    .iter()
+                    .find(|(_, t)| *t == tag)
+                    .map_or(first, |(p, _)| *p);
                 if !c.is_success() {
-                    failed.get_or_insert(c.status());
+                    failed.get_or_insert((from, c.status()));
                 } else if tag == ID_RECV || tag == ID_HEAD {
                     received = c.wc().byte_len();
                 }
-                missing.retain(|&id| id != tag);
+                missing.retain(|&(_, t)| t != tag);
             })?;
-            if let Some(status) = failed {
+            if let Some((peer, status)) = failed {
                 return Err(status_error(peer, status));
             }
             if done == 0 {
                 let waited = started.elapsed();
                 if waited >= bound {
                     return Err(Error::peer(
-                        peer,
+                        first,
                         format!("no reply within {:.1} s", bound.as_secs_f64()),
                     ));
                 }
@@ -489,8 +521,10 @@ impl RdmaLinks {
                 match self.channel.wait((bound - waited).min(LIVENESS)) {
                     Ok(_) => {}
                     Err(rdma_verbs::Error::Timeout(_)) => {
-                        if let Some(why) = self.tcp.gone(peer) {
-                            return Err(Error::peer(peer, why));
+                        for &(peer, _) in &missing {
+                            if let Some(why) = self.tcp.gone(peer) {
+                                return Err(Error::peer(peer, why));
+                            }
                         }
                     }
                     Err(e) => return Err(e.into()),
@@ -503,26 +537,8 @@ impl RdmaLinks {
 
     /// Posts a send of `msg` (inline when it fits, else from the send buffer).
     fn post_msg(&mut self, msg: &Msg) -> Result<()> {
-        let header = msg.header().encode();
-        let len = HEADER_LEN + msg.payload.len();
-        if len > MSG_MAX {
-            return Err(Error::protocol(format!(
-                "a {len}-byte message (the RDMA transports carry at most {MSG_MAX})"
-            )));
-        }
         let qp = &mut self.qps[usize::from(msg.to)];
-        if len as u32 <= self.inline.min(INLINE) {
-            let mut bytes = [0u8; INLINE as usize];
-            bytes[..HEADER_LEN].copy_from_slice(&header);
-            bytes[HEADER_LEN..len].copy_from_slice(&msg.payload);
-            let request = SendRequest::send(&bytes[..len]).tag(ID_SEND);
-            return post_send(qp, request, &mut None);
-        }
-        let mut buf = take(&mut self.send_buf, "send")?;
-        buf.set_len(len)?;
-        buf[..HEADER_LEN].copy_from_slice(&header);
-        buf[HEADER_LEN..].copy_from_slice(&msg.payload);
-        post_send(qp, SendRequest::send(buf).tag(ID_SEND), &mut self.send_buf)
+        post_msg(qp, self.inline, msg, ID_SEND, &mut self.send_buf)
     }
 
     /// Marks the links broken after an error: a request may still be posted, and its late
@@ -549,6 +565,43 @@ impl RdmaLinks {
         self.wait(msg.to, &[ID_SEND, ID_RECV], bound)?;
         // The receive's completion set the buffer's length to the bytes received.
         Msg::decode(self.reply_buf.as_deref().unwrap_or_default().to_vec())
+    }
+
+    /// Sends every request of `msgs` (each to another peer) before waiting once for all their
+    /// replies; returns them in `msgs`' order.
+    pub(crate) fn call_all(&mut self, msgs: &[Msg], bound: Duration) -> Result<Vec<Msg>> {
+        self.check()?;
+        let result = self.call_all_inner(msgs, bound);
+        self.retire(result)
+    }
+
+    fn call_all_inner(&mut self, msgs: &[Msg], bound: Duration) -> Result<Vec<Msg>> {
+        let mut want = Vec::with_capacity(2 * msgs.len());
+        for msg in msgs {
+            let to = usize::from(msg.to);
+            let (Some(qp), Some(send), Some(reply)) = (
+                self.qps.get_mut(to),
+                self.batch_send.get_mut(to),
+                self.batch_reply.get_mut(to),
+            ) else {
+                return Err(Error::InvalidArgument(format!("no node {to}")));
+            };
+            let buf = take(reply, "reply")
+                .map_err(|_| Error::protocol(format!("two requests to node {to} at once")))?;
+            let (send_tag, recv_tag) = (ID_BATCH_SEND | to as u64, ID_BATCH_RECV | to as u64);
+            post_recv(qp, RecvRequest::new(buf).tag(recv_tag), reply)?;
+            post_msg(qp, self.inline, msg, send_tag, send)?;
+            want.push((msg.to, send_tag));
+            want.push((msg.to, recv_tag));
+        }
+        self.wait_all(&want, bound)?;
+        msgs.iter()
+            .map(|msg| {
+                // Each receive's completion set its buffer's length to the bytes received.
+                let reply = self.batch_reply[usize::from(msg.to)].as_deref();
+                Msg::decode(reply.unwrap_or_default().to_vec())
+            })
+            .collect()
     }
 
     /// Sends a message that has no reply.
@@ -621,6 +674,36 @@ impl RdmaLinks {
         // The payload without the pages, which are in the frames already.
         Ok(Msg::from_header(h, raw.split_off(HEADER_LEN)))
     }
+}
+
+/// Posts a send of `msg` on `qp` tagged `tag`: inline when it fits `inline` (and [`INLINE`]),
+/// else from the buffer in `slot`, which goes back there with the completion.
+fn post_msg(
+    qp: &mut QueuePair<Rc, Rts>,
+    inline: u32,
+    msg: &Msg,
+    tag: u64,
+    slot: &mut Option<Buf>,
+) -> Result<()> {
+    let header = msg.header().encode();
+    let len = HEADER_LEN + msg.payload.len();
+    if len > MSG_MAX {
+        return Err(Error::protocol(format!(
+            "a {len}-byte message (the RDMA transports carry at most {MSG_MAX})"
+        )));
+    }
+    if len as u32 <= inline.min(INLINE) {
+        let mut bytes = [0u8; INLINE as usize];
+        bytes[..HEADER_LEN].copy_from_slice(&header);
+        bytes[HEADER_LEN..len].copy_from_slice(&msg.payload);
+        let request = SendRequest::send(&bytes[..len]).tag(tag);
+        return post_send(qp, request, &mut None);
+    }
+    let mut buf = take(slot, "send")?;
+    buf.set_len(len)?;
+    buf[..HEADER_LEN].copy_from_slice(&header);
+    buf[HEADER_LEN..].copy_from_slice(&msg.payload);
+    post_send(qp, SendRequest::send(buf).tag(tag), slot)
 }
 
 /// The buffer in `slot`, which a request that never completed may still hold.

@@ -120,6 +120,9 @@ counters! {
     prefetch_hits,
     /// Diff pages sent home.
     diff_pages,
+    /// Waits for homes' acknowledgements of diffs: one per release that sent any, however
+    /// many homes it sent to (more only where one home's diffs took several messages).
+    diff_waits,
     /// Bytes of control messages sent (headers, requests, lock and barrier traffic).
     control_bytes,
     /// Bytes of page data received.

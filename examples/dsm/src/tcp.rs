@@ -113,9 +113,37 @@ impl TcpLinks {
 
     fn call_inner(&mut self, msg: &Msg, bound: Duration) -> Result<Msg> {
         self.send(msg)?;
-        let to = msg.to;
+        self.reply(msg.to, bound, bound)
+    }
+
+    /// Sends every request of `msgs` before waiting for their replies, at most `bound` in
+    /// all; returns them in `msgs`' order (each connection answers in the order it is asked).
+    pub(crate) fn call_all(&mut self, msgs: &[Msg], bound: Duration) -> Result<Vec<Msg>> {
+        let result = self.call_all_inner(msgs, bound);
+        if let Err(e) = &result {
+            self.broken.get_or_insert_with(|| e.to_string());
+        }
+        result
+    }
+
+    fn call_all_inner(&mut self, msgs: &[Msg], bound: Duration) -> Result<Vec<Msg>> {
+        for msg in msgs {
+            self.send(msg)?;
+        }
+        let deadline = Instant::now() + bound;
+        msgs.iter()
+            .map(|msg| {
+                let left = deadline.saturating_duration_since(Instant::now());
+                self.reply(msg.to, left, bound)
+            })
+            .collect()
+    }
+
+    /// Reads the next reply from node `to`, waiting at most `left` (`bound` is the whole
+    /// wait, for the error's text).
+    fn reply(&mut self, to: u16, left: Duration, bound: Duration) -> Result<Msg> {
         let stream = &mut self.conns[usize::from(to)];
-        match read_msg(stream, bound.max(Duration::from_millis(1))) {
+        match read_msg(stream, left.max(Duration::from_millis(1))) {
             Ok(Some(reply)) => Ok(reply),
             Ok(None) => Err(Error::peer(to, CLOSED)),
             Err(e) if read_bound_passed(&e) => Err(Error::peer(

@@ -87,6 +87,24 @@ impl Links {
         check_reply(msg, reply, expected)
     }
 
+    /// Sends every request of `msgs` (at most one to each node) and then waits once for all
+    /// their replies, each checked to be `expected`; returns them in `msgs`' order.
+    pub(crate) fn call_all(
+        &mut self,
+        msgs: &[Msg],
+        expected: Op,
+        bound: Duration,
+    ) -> Result<Vec<Msg>> {
+        let replies = match self {
+            Links::Tcp(l) => l.call_all(msgs, bound)?,
+            Links::Rdma(l) => l.call_all(msgs, bound)?,
+        };
+        msgs.iter()
+            .zip(replies)
+            .map(|(msg, reply)| check_reply(msg, reply, expected))
+            .collect()
+    }
+
     /// Sends a message that has no reply.
     pub(crate) fn send(&mut self, msg: &Msg, bound: Duration) -> Result<()> {
         match self {

@@ -81,6 +81,15 @@ fn a_dead_node_stops_the_others_with_its_name() {
     cases::dead_node(&Runner::host(), &TCP);
 }
 
+#[test]
+fn a_random_stress_of_locks_and_barriers_keeps_every_log_complete() {
+    cases::stress(
+        &Runner::host(),
+        &[("tcp", "sigsegv"), ("tcp", "userfaultfd")],
+        400,
+    );
+}
+
 /// A 1 GiB window, 200,100 pages allocated in two blocks, every other page written by both
 /// nodes: each node touches 100,050 pages, 50,025 of them in the other node's block, each a
 /// write fault and a fetch. With `SIGSEGV` faults those copies alternate with pages the node

@@ -91,6 +91,16 @@ fn a_dead_node_stops_the_others_with_its_name() {
     cases::dead_node(&r, &RDMA);
 }
 
+#[test]
+fn a_random_stress_of_locks_and_barriers_keeps_every_log_complete() {
+    let Some(device) = device() else { return };
+    cases::stress(
+        &Runner::on(&device),
+        &[("rdma-read", "sigsegv"), ("rdma-send", "userfaultfd")],
+        64,
+    );
+}
+
 /// Starts `nodes` processes of `dsm counter` with the variables `vars(rank)` gives, as srun
 /// or mpirun would, and checks node 0's result line.
 fn launch_by_hand(

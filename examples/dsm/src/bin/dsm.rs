@@ -72,6 +72,20 @@ enum Cmd {
         #[command(flatten)]
         report: ReportArgs,
     },
+    /// Random locks and barriers, every critical section logged, the logs checked.
+    Stress {
+        /// Steps per node (every 8th a barrier, the others a critical section).
+        #[arg(long, default_value_t = 200)]
+        ops: usize,
+        /// Locks to choose from.
+        #[arg(long, default_value_t = 4)]
+        locks: u32,
+        /// The random sequence's seed (each node's is derived from it and its rank).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[command(flatten)]
+        report: ReportArgs,
+    },
     /// Node 0 writes to a page it holds no copy of; prints the faults that took.
     WriteFault,
     /// Reads at the first, last and boundary pages of a block; prints the fetch counts.
@@ -255,6 +269,24 @@ fn node_main(app: Cmd, verbose: bool) -> Result<(), String> {
                     "stride: {pages} pages, every {stride} written by every node ({} on each, \
                      {} of other homes twice), every word checked at its home",
                     done.touched, done.rewritten
+                );
+            }
+            Some(report)
+        }
+        Cmd::Stress {
+            ops,
+            locks,
+            seed,
+            report,
+        } => {
+            let done = apps::stress(&node, ops, locks, seed).map_err(|e| e.to_string())?;
+            if rank == 0 {
+                println!(
+                    "stress: {} critical sections and {} barriers on each of {} nodes over \
+                     {locks} locks (seed {seed}), every log complete and in order",
+                    done.sections,
+                    done.barriers,
+                    node.nodes()
                 );
             }
             Some(report)

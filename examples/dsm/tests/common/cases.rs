@@ -175,20 +175,37 @@ pub(crate) fn matmul_and_sor(r: &Runner<'_>, transports: &[&str], four: &[&str])
     }
 }
 
+/// Every node writes its own bytes of 4 pages dealt to the nodes in turn, so each node's
+/// release after the writes sends diffs to every other home (3 of them on 4 nodes): it posts
+/// them all and waits once (`diff_waits`), and every byte survives.
 pub(crate) fn false_sharing(r: &Runner<'_>, transports: &[&str], four: &[&str]) {
     let runs = transports
         .iter()
         .map(|t| (*t, 2u16))
         .chain(four.iter().map(|t| (*t, 4)));
     for (transport, nodes) in runs {
+        let what = format!("false sharing on {nodes} nodes over {transport}");
         let out = ok(
-            r.run(nodes, transport, &[], &["false-sharing", "--pages", "4"]),
-            &format!("false sharing on {nodes} nodes over {transport}"),
+            r.run(
+                nodes,
+                transport,
+                &[],
+                &["false-sharing", "--pages", "4", "--stats"],
+            ),
+            &what,
         );
         assert_eq!(
-            out.trim(),
-            "false-sharing: every node's bytes kept on 4 pages"
+            out.lines().next(),
+            Some("false-sharing: every node's bytes kept on 4 pages"),
+            "{what}"
         );
+        let n = usize::from(nodes);
+        let mut once = vec![1; n];
+        once.push(u64::from(nodes));
+        assert_eq!(stats_row(&out, "diff_waits"), once, "{what}:\n{out}");
+        // Each node wrote 4 - 4 / n pages of other homes: on 4 nodes, one to each other home.
+        let pages = (4 - 4 / n) as u64;
+        assert_eq!(stats_row(&out, "diff_pages")[..n], vec![pages; n], "{what}");
     }
 }
 
@@ -424,5 +441,47 @@ pub(crate) fn dead_node(r: &Runner<'_>, transports: &[&str]) {
         );
         // Well inside the 20-second peer bound: the death is seen, not timed out.
         assert!(took < Duration::from_secs(60), "{transport}: {took:?}");
+    }
+}
+
+/// The randomised lock-and-barrier stress (`dsm stress`) on 3 nodes, for each (transport, fault
+/// mechanism) of `runs`, with two seeds: every critical section's log entry is found, once, in
+/// its lock's log, in the order each node made them (the app checks, on every node), and every
+/// node counts the same steps.
+pub(crate) fn stress(r: &Runner<'_>, runs: &[(&str, &str)], ops: usize) {
+    let sections = ops - ops / 8;
+    for &(transport, faults) in runs {
+        for seed in ["1", "20261129"] {
+            let what = format!("stress over {transport} with {faults}, seed {seed}");
+            let out = ok(
+                r.run(
+                    3,
+                    transport,
+                    &["--faults", faults],
+                    &[
+                        "stress",
+                        "--ops",
+                        &ops.to_string(),
+                        "--locks",
+                        "3",
+                        "--seed",
+                        seed,
+                        "--stats",
+                    ],
+                ),
+                &what,
+            );
+            assert_eq!(
+                out.lines().next().map(str::to_string),
+                Some(format!(
+                    "stress: {sections} critical sections and {} barriers on each of 3 nodes \
+                     over 3 locks (seed {seed}), every log complete and in order",
+                    ops / 8
+                )),
+                "{what}"
+            );
+            let s = sections as u64;
+            assert_eq!(stats_row(&out, "locks"), [s, s, s, 3 * s], "{what}");
+        }
     }
 }
