@@ -4,8 +4,9 @@
 //!   fresh clone).
 //! - `cargo xtask ci --full` runs `.ci/run` and then the second tier, what `.ci/run` leaves
 //!   out: the four-VM DSM job, the criterion benches, the benchmark comparison's smoke, the
-//!   interop pairings repeated 50 times, and the single-node suite on a second kernel
-//!   ([`SECOND_KERNEL`], installed by its first step where missing). Every step runs even when one before it failed; each
+//!   interop pairings repeated 50 times, the DSM's wire decoders fuzzed for five minutes, and
+//!   the single-node suite on a second kernel ([`SECOND_KERNEL`], installed by its first step
+//!   where missing). Every step runs even when one before it failed; each
 //!   step's output goes to the terminal and to its own log under `target/ci-full/`; the last
 //!   line says how many steps passed, in how long.
 
@@ -128,6 +129,13 @@ fn full_steps() -> Vec<Step> {
         Step {
             name: "second-kernel",
             args: second_kernel_args(),
+            binary_timeout: None,
+        },
+        // The DSM's wire decoders under libFuzzer, five minutes (cargo-fuzz installed first
+        // where missing); the corpus it grows stays in examples/dsm/fuzz/corpus/.
+        Step {
+            name: "dsm-fuzz",
+            args: strings(&["fuzz", "--seconds", "300"]),
             binary_timeout: None,
         },
         // The twelve pingpong pairings, 50 runs each: a teardown race shows up as a failure
@@ -273,6 +281,7 @@ mod tests {
                 "bench-compare-smoke",
                 "second-kernel-setup",
                 "second-kernel",
+                "dsm-fuzz",
                 "interop-repeat"
             ]
         );

@@ -15,6 +15,7 @@
 //! - `modules`: prints the module graph of each library crate and fails where one breaks the
 //!   layers `docs/modules.md` declares for it (or has a cycle).
 //! - `bindgen`: regenerates the checked-in raw bindings of `rdma-verbs-sys`.
+//! - `fuzz`: the DSM's wire decoders under libFuzzer for a bounded time.
 
 #[cfg(feature = "bindgen")]
 mod bindgen;
@@ -22,6 +23,7 @@ mod ci;
 mod coverage;
 #[cfg(test)]
 mod docs_pages;
+mod fuzz;
 mod harness;
 mod modules;
 mod setup;
@@ -54,6 +56,7 @@ fn main() -> ExitCode {
         // Internal: the guest scripts' check of the kernel log around each binary.
         Some("kernel-log") => harness::kernel_log(&args[1..]),
         Some("dsm-bench") => harness::dsm_bench(&root, &args[1..]),
+        Some("fuzz") => fuzz::run(&root, &args[1..]),
         Some("-h" | "--help") | None => {
             print!("{USAGE}");
             Ok(())
@@ -84,8 +87,8 @@ tasks:
                     -- <test filter and libtest arguments>
   ci                run .ci/run, the tier of CI every change runs; --full: then the second
                     tier (four-VM DSM job, criterion benches, bench-compare --smoke, the
-                    interop pairings 50 times each, the suite on kernel 6.12), logs in
-                    target/ci-full/
+                    interop pairings 50 times each, the suite on kernel 6.12, the DSM's
+                    wire decoders fuzzed for 300 s), logs in target/ci-full/
   pingpong          run rc_pingpong server and client on the device (Soft-RoCE VM if the host
                     has none); extra arguments go to both, e.g. `cargo xtask pingpong -s 64`
   harness-selftest  prove the test harness fails on planted failures and stops a hung VM
@@ -106,6 +109,8 @@ tasks:
                     perftest's 4 KiB read and send latency, and the applications on 1 and 2
                     nodes (Soft-RoCE VM if no device); options: --rounds N (3), --pages N
                     (200), --write (tables into examples/dsm/README.md, plot beside it)
+  fuzz              the DSM's wire decoders under libFuzzer (cargo fuzz on the pinned
+                    nightly, installed where missing); option: --seconds N (60)
   coverage          how many of the installed rdma-core's public functions the library
                     crates call, by area; --check (against docs/coverage.md), --write (into it)
   modules           print each library crate's module graph; fail if it breaks

@@ -5,8 +5,9 @@ use std::process::Command;
 
 use crate::harness::host_has_active_device;
 
-/// Building the workspace: the rdma-core development packages and pkg-config.
-const BUILD: &[&str] = &["pkg-config", "libibverbs-dev", "librdmacm-dev"];
+/// Building the workspace: the rdma-core development packages and pkg-config; and a C++
+/// compiler for libFuzzer, which `cargo xtask fuzz` builds.
+const BUILD: &[&str] = &["pkg-config", "libibverbs-dev", "librdmacm-dev", "g++"];
 /// Running: the user-space providers (rxe among them).
 const RUNTIME: &[&str] = &["rdma-core", "ibverbs-providers", "librdmacm1"];
 /// The C tools the tests use as independent peers and the benches compare with, and valgrind

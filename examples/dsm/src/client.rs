@@ -212,6 +212,24 @@ fn diff_runs(now: &[u8; PAGE], twin: &[u8; PAGE], w: &mut Writer) -> u16 {
     runs
 }
 
+/// Every node's contribution, by rank, from a `CollectiveDone` payload for `size` nodes.
+pub(crate) fn parse_collective_done(payload: &[u8], size: u16) -> Result<Vec<Vec<u8>>> {
+    let mut r = Reader::new(payload);
+    let count = r.u16()?;
+    if count != size {
+        return Err(Error::protocol(format!(
+            "a collective reply for {count} nodes, not {size}"
+        )));
+    }
+    let mut all = Vec::with_capacity(usize::from(count));
+    for _ in 0..count {
+        let len = r.u32()? as usize;
+        all.push(r.take(len)?.to_vec());
+    }
+    r.finish()?;
+    Ok(all)
+}
+
 impl Client {
     /// A client over `links` for a window of `pages` pages, all invalid.
     pub(crate) fn new(links: Links, pages: usize) -> Client {
@@ -287,21 +305,7 @@ impl Client {
             Op::CollectiveDone,
             bound,
         )?;
-        let mut r = Reader::new(&reply.payload);
-        let count = r.u16()?;
-        if count != shared.size {
-            return Err(Error::protocol(format!(
-                "a collective reply for {count} nodes, not {}",
-                shared.size
-            )));
-        }
-        let mut all = Vec::with_capacity(usize::from(count));
-        for _ in 0..count {
-            let len = r.u32()? as usize;
-            all.push(r.take(len)?.to_vec());
-        }
-        r.finish()?;
-        Ok(all)
+        parse_collective_done(&reply.payload, shared.size)
     }
 
     fn copy_twin(shared: &Shared, page: usize) -> Result<()> {

@@ -137,6 +137,35 @@ impl Out {
     }
 }
 
+/// One run of a `Diff`: its page, its offset in the page and its bytes.
+pub(crate) type DiffRun<'a> = (usize, usize, &'a [u8]);
+
+/// A `Diff` payload's page count and runs, each run checked to lie in its page and each page
+/// by `home_page` (which returns its index).
+pub(crate) fn parse_diff(
+    payload: &[u8],
+    home_page: impl Fn(u32) -> Result<usize>,
+) -> Result<(u16, Vec<DiffRun<'_>>)> {
+    let mut r = Reader::new(payload);
+    let count = r.u16()?;
+    let mut runs = Vec::new();
+    for _ in 0..count {
+        let page = home_page(r.u32()?)?;
+        let n = r.u16()?;
+        for _ in 0..n {
+            let (offset, len) = (usize::from(r.u16()?), usize::from(r.u16()?));
+            if offset + len > PAGE {
+                return Err(Error::protocol(format!(
+                    "a diff run {offset}..+{len} of page {page} passes its end"
+                )));
+            }
+            runs.push((page, offset, r.take(len)?));
+        }
+    }
+    r.finish()?;
+    Ok((count, runs))
+}
+
 /// A node's serving state.
 #[derive(Debug)]
 pub(crate) struct Home {
@@ -256,24 +285,7 @@ impl Home {
 
     /// Applies a `Diff` payload to home frames; checks every page and run before writing.
     pub(crate) fn apply_diff(&self, payload: &[u8]) -> Result<()> {
-        let mut r = Reader::new(payload);
-        let count = r.u16()?;
-        let mut runs = Vec::new();
-        for _ in 0..count {
-            let page = r.u32()?;
-            let page = self.home_page(page)?;
-            let n = r.u16()?;
-            for _ in 0..n {
-                let (offset, len) = (usize::from(r.u16()?), usize::from(r.u16()?));
-                if offset + len > PAGE {
-                    return Err(Error::protocol(format!(
-                        "a diff run {offset}..+{len} of page {page} passes its end"
-                    )));
-                }
-                runs.push((page, offset, r.take(len)?));
-            }
-        }
-        r.finish()?;
+        let (count, runs) = parse_diff(payload, |page| self.home_page(page))?;
         for (page, offset, bytes) in runs {
             let Some(frame) = self.shared.region.frame(page) else {
                 continue; // home_page checked it lies in the window

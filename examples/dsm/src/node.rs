@@ -542,7 +542,11 @@ impl Drop for Node {
 /// The error every node returns when a node refused an allocation of `pages` pages placed by
 /// `placement` (its contribution to the collective call: `0`, the mappings needed, allowed
 /// and the limit; `1` where it fits), or `None` when every node took it.
-fn refusal(all: &[Vec<u8>], pages: usize, placement: Placement) -> Result<Option<Error>> {
+pub(crate) fn refusal(
+    all: &[Vec<u8>],
+    pages: usize,
+    placement: Placement,
+) -> Result<Option<Error>> {
     for (rank, said) in all.iter().enumerate() {
         let mut r = Reader::new(said);
         if r.u8()? == 1 {

@@ -116,7 +116,7 @@ impl Drop for Frames {
 
 /// What a node tells the others about its RDMA side.
 #[derive(Debug)]
-struct Addr {
+pub(crate) struct Addr {
     lid: u16,
     gid: [u8; 16],
     psn: u32,
@@ -167,6 +167,16 @@ impl Addr {
             server_qpn,
         })
     }
+}
+
+/// A node's blob at the rendezvous, for `size` nodes: its TCP mesh address and its RDMA side.
+pub(crate) fn parse_blob(blob: &[u8], size: u16) -> Result<(&[u8], Addr)> {
+    let mut r = Reader::new(blob);
+    let n = usize::from(r.u16()?);
+    let tcp = r.take(n)?;
+    let addr = Addr::decode(&mut r, size)?;
+    r.finish()?;
+    Ok((tcp, addr))
 }
 
 /// The client side.
@@ -320,11 +330,9 @@ pub(crate) fn connect(
     let mut tcp_blobs = Vec::with_capacity(size);
     let mut addrs = Vec::with_capacity(size);
     for blob in &blobs {
-        let mut r = Reader::new(blob);
-        let n = usize::from(r.u16()?);
-        tcp_blobs.push(r.take(n)?.to_vec());
-        addrs.push(Addr::decode(&mut r, launch.size)?);
-        r.finish()?;
+        let (tcp_blob, addr) = parse_blob(blob, launch.size)?;
+        tcp_blobs.push(tcp_blob.to_vec());
+        addrs.push(addr);
     }
     let listener = listener.ok_or_else(|| Error::protocol("no listener was made"))?;
     let (tcp_links, tcp_server) = tcp::mesh(launch, listener, &tcp_blobs, bound)?;

@@ -105,9 +105,8 @@ fn lead(
                 .and_then(|_| stream.set_read_timeout(Some(remaining(deadline))))
                 .map_err(|e| Error::os("rendezvous connection", e))?;
             let join = read_frame(&mut stream)?;
-            let mut r = Reader::new(&join);
-            let (rank, their_size, their_digest) = (r.u16()?, r.u16()?, r.u64()?);
-            let theirs = r.rest().to_vec();
+            let (rank, their_size, their_digest, theirs) = parse_join(&join)?;
+            let theirs = theirs.to_vec();
             if their_size != launch.size {
                 return Err(Error::Config(format!(
                     "node {rank} was started for {their_size} nodes, node 0 for {}",
@@ -189,13 +188,27 @@ fn join(
         }
         other => other,
     })?;
-    let mut r = Reader::new(&reply);
+    parse_join_reply(&reply, launch.size)
+}
+
+/// A join record: the node's rank, the job size it was started for, its settings' digest and
+/// its blob.
+pub(crate) fn parse_join(join: &[u8]) -> Result<(u16, u16, u64, &[u8])> {
+    let mut r = Reader::new(join);
+    let (rank, size, digest) = (r.u16()?, r.u16()?, r.u64()?);
+    Ok((rank, size, digest, r.rest()))
+}
+
+/// Node 0's reply to a join: every node's blob (`size` of them), or the refusal's text as an
+/// error.
+pub(crate) fn parse_join_reply(reply: &[u8], size: u16) -> Result<Vec<Vec<u8>>> {
+    let mut r = Reader::new(reply);
     if r.u8()? != 0 {
         let text = String::from_utf8_lossy(r.rest()).into_owned();
         return Err(Error::Config(format!("node 0 refused the job: {text}")));
     }
-    let mut blobs = Vec::with_capacity(usize::from(launch.size));
-    for _ in 0..launch.size {
+    let mut blobs = Vec::with_capacity(usize::from(size));
+    for _ in 0..size {
         let len = r.u32()? as usize;
         blobs.push(r.take(len)?.to_vec());
     }

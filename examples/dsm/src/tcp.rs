@@ -226,7 +226,7 @@ pub(crate) struct TcpServer {
 /// Reassembles the messages of one connection from what each non-blocking read returned, so
 /// that one peer sending slowly never holds the server (and every other node's requests).
 #[derive(Debug, Default)]
-struct Partial {
+pub(crate) struct Partial {
     bytes: Vec<u8>,
     since: Option<Instant>,
 }
@@ -234,7 +234,7 @@ struct Partial {
 impl Partial {
     /// Adds `data` (read at `now`) and moves every whole message into `out`; an error if the
     /// bytes are not a message (the connection is then closed).
-    fn push(&mut self, data: &[u8], now: Instant, out: &mut Vec<Msg>) -> Result<()> {
+    pub(crate) fn push(&mut self, data: &[u8], now: Instant, out: &mut Vec<Msg>) -> Result<()> {
         self.bytes.extend_from_slice(data);
         let mut at = 0;
         while self.bytes.len() - at >= HEADER_LEN {

@@ -86,6 +86,7 @@ fn a_random_stress_of_locks_and_barriers_keeps_every_log_complete() {
     cases::stress(
         &Runner::host(),
         &[("tcp", "sigsegv"), ("tcp", "userfaultfd")],
+        &["1", "20261129"],
         400,
     );
 }

@@ -97,6 +97,7 @@ fn a_random_stress_of_locks_and_barriers_keeps_every_log_complete() {
     cases::stress(
         &Runner::on(&device),
         &[("rdma-read", "sigsegv"), ("rdma-send", "userfaultfd")],
+        &["20261129"],
         64,
     );
 }

@@ -445,13 +445,13 @@ pub(crate) fn dead_node(r: &Runner<'_>, transports: &[&str]) {
 }
 
 /// The randomised lock-and-barrier stress (`dsm stress`) on 3 nodes, for each (transport, fault
-/// mechanism) of `runs`, with two seeds: every critical section's log entry is found, once, in
-/// its lock's log, in the order each node made them (the app checks, on every node), and every
-/// node counts the same steps.
-pub(crate) fn stress(r: &Runner<'_>, runs: &[(&str, &str)], ops: usize) {
+/// mechanism) of `runs` and each of `seeds`: every critical section's log entry is found, once,
+/// in its lock's log, in the order each node made them (the app checks, on every node), and
+/// every node counts the same steps.
+pub(crate) fn stress(r: &Runner<'_>, runs: &[(&str, &str)], seeds: &[&str], ops: usize) {
     let sections = ops - ops / 8;
     for &(transport, faults) in runs {
-        for seed in ["1", "20261129"] {
+        for &seed in seeds {
             let what = format!("stress over {transport} with {faults}, seed {seed}");
             let out = ok(
                 r.run(
