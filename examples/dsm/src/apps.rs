@@ -332,17 +332,33 @@ pub struct Stressed {
     pub barriers: u64,
 }
 
-/// A randomised lock-and-barrier stress with a checker. Each node runs `ops` steps from its
-/// own random sequence (`seed` and its rank): every 8th step is a barrier (all nodes take the
-/// same steps, so they meet), every other takes a random one of `locks` locks and, under it,
-/// checks that the lock's holder word is clear, sets it to itself, appends an entry (its rank
-/// and its own count of sections under that lock) to the lock's log, bumps the log's length,
-/// checks the holder word again and clears it. The lock's word, length and log live on pages
-/// with other homes than the lock's manager, and every lock's header shares its page with the
-/// others' (byte-granular diffs must merge them). At the end each node's counts go into a
-/// shared table, and every node checks every lock's log: its length is the sum of the counts,
-/// and each node's entries appear exactly once each, in the order it made them. A lost or
-/// stale write (an invalidation missed, a diff lost or applied late) breaks one of these.
+/// Node `rank`'s random lock choices in [`stress`]: the lock of each critical section, in
+/// order (every 8th step is a barrier and takes none). Every node can replay every other's.
+fn stress_choices(seed: u64, rank: usize, ops: usize, locks: u32) -> Vec<usize> {
+    let mut rng = seed ^ (rank as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (0..ops)
+        .filter(|step| step % 8 != 7)
+        .map(|_| {
+            // xorshift64*
+            rng ^= rng >> 12;
+            rng ^= rng << 25;
+            rng ^= rng >> 27;
+            (rng.wrapping_mul(0x2545_f491_4f6c_dd1d) % u64::from(locks)) as usize
+        })
+        .collect()
+}
+
+/// A randomised lock-and-barrier stress with a checker. Each node runs `ops` steps: every 8th
+/// a barrier (all nodes take the same steps, so they meet), every other a critical section
+/// under a random one of `locks` locks, chosen from its own random sequence (`seed` and its
+/// rank). Under the lock it reads the lock's header (the last holder and the log's length, on
+/// the last node) and checks that the log's last entry (on another page, another home) is the
+/// last holder's; then appends its entry (its rank and its count of sections under that
+/// lock), and writes the header. At the end every node checks every lock's log against what
+/// it computes itself by replaying every node's sequence: the length is the number of
+/// sections, and each node's entries are all there, once, in the order it made them. So a
+/// lost, stale or reordered write of any node (an invalidation missed, a diff lost or applied
+/// late) breaks a check, on the node that sees it.
 pub fn stress(node: &Node, ops: usize, locks: u32, seed: u64) -> Result<Stressed> {
     if locks == 0 {
         return Err(Error::InvalidArgument("a stress over 0 locks".into()));
@@ -350,25 +366,24 @@ pub fn stress(node: &Node, ops: usize, locks: u32, seed: u64) -> Result<Stressed
     let nodes = usize::from(node.nodes());
     let r = usize::from(node.rank());
     let l = locks as usize;
-    // Header of lock i: words 2i (holder, rank + 1 or 0) and 2i + 1 (log length).
+    // Every node's sections per lock, replayed here.
+    let mut expected = vec![vec![0u64; l]; nodes];
+    for (n, counts) in expected.iter_mut().enumerate() {
+        for lock in stress_choices(seed, n, ops, locks) {
+            counts[lock] += 1;
+        }
+    }
+    // Header of lock i: words 2i (the last holder, rank + 1, or 0) and 2i + 1 (log length).
     let heads = node.alloc::<u64>(2 * l, Placement::Home(node.nodes() - 1))?;
     // Each log can take every section of every node.
     let cap = ops * nodes;
     let logs = node.alloc::<u64>(l * cap, Placement::Interleaved)?;
-    let counts = node.alloc::<u64>(nodes * l, Placement::Blocked)?;
-    let mut rng = seed ^ (r as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    let mut next = move || {
-        // xorshift64*
-        rng ^= rng >> 12;
-        rng ^= rng << 25;
-        rng ^= rng >> 27;
-        rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    };
     let mut mine = vec![0u64; l];
     let mut done = Stressed {
         sections: 0,
         barriers: 0,
     };
+    let mut choices = stress_choices(seed, r, ops, locks).into_iter();
     node.barrier()?;
     for step in 0..ops {
         if step % 8 == 7 {
@@ -376,45 +391,46 @@ pub fn stress(node: &Node, ops: usize, locks: u32, seed: u64) -> Result<Stressed
             done.barriers += 1;
             continue;
         }
-        let lock = (next() % u64::from(locks)) as usize;
-        let guard = node.lock(lock as u32)?;
-        let holder = heads.get(2 * lock)?;
-        if holder != 0 {
+        let Some(lock) = choices.next() else {
             return Err(Error::Check(format!(
-                "node {r}: lock {lock} taken, yet its holder word says node {}",
-                holder - 1
+                "node {r}: a step with no lock chosen"
             )));
-        }
-        heads.set(2 * lock, r as u64 + 1)?;
+        };
+        let guard = node.lock(lock as u32)?;
+        let last = heads.get(2 * lock)?;
         let len = heads.get(2 * lock + 1)? as usize;
         if len >= cap {
             return Err(Error::Check(format!(
                 "node {r}: lock {lock}'s log has {len} entries, more than {cap} sections made"
             )));
         }
-        logs.set(lock * cap + len, (r as u64 + 1) << 32 | mine[lock])?;
-        heads.set(2 * lock + 1, len as u64 + 1)?;
-        mine[lock] += 1;
-        if heads.get(2 * lock)? != r as u64 + 1 {
+        let previous = match len {
+            0 => 0,
+            n => logs.get(lock * cap + n - 1)? >> 32,
+        };
+        if previous != last {
             return Err(Error::Check(format!(
-                "node {r}: lock {lock}'s holder word changed while node {r} held it"
+                "node {r}: lock {lock}'s header says node {} held it last, its log's last \
+                 entry is node {}'s",
+                last.wrapping_sub(1) as i64,
+                previous.wrapping_sub(1) as i64
             )));
         }
-        heads.set(2 * lock, 0)?;
+        logs.set(lock * cap + len, (r as u64 + 1) << 32 | mine[lock])?;
+        heads.set(2 * lock + 1, len as u64 + 1)?;
+        heads.set(2 * lock, r as u64 + 1)?;
         guard.unlock()?;
+        mine[lock] += 1;
         done.sections += 1;
     }
-    counts.write(r * l, &mine)?;
     node.barrier()?;
-    let mut all = vec![0u64; nodes * l];
-    counts.read(0, &mut all)?;
     let mut log = vec![0u64; cap];
     for lock in 0..l {
         let len = heads.get(2 * lock + 1)? as usize;
-        let expected: u64 = (0..nodes).map(|n| all[n * l + lock]).sum();
-        if len as u64 != expected || len > cap {
+        let sections: u64 = expected.iter().map(|counts| counts[lock]).sum();
+        if len as u64 != sections || len > cap {
             return Err(Error::Check(format!(
-                "node {r}: lock {lock}'s log has {len} entries, {expected} sections were made"
+                "node {r}: lock {lock}'s log has {len} entries, {sections} sections were made"
             )));
         }
         logs.read(lock * cap, &mut log[..len])?;
@@ -425,11 +441,18 @@ pub fn stress(node: &Node, ops: usize, locks: u32, seed: u64) -> Result<Stressed
                 return Err(Error::Check(format!(
                     "node {r}: entry {at} of lock {lock}'s log is {entry:#x} (node {}, section \
                      {count}); {} expected next from that node",
-                    who.wrapping_sub(1),
+                    who.wrapping_sub(1) as i64,
                     seen.get(who.wrapping_sub(1)).copied().unwrap_or(0)
                 )));
             }
             seen[who - 1] += 1;
+        }
+        if let Some(n) = (0..nodes).find(|&n| seen[n] != expected[n][lock]) {
+            return Err(Error::Check(format!(
+                "node {r}: lock {lock}'s log has {} entries of node {n}, which made {} sections \
+                 under it",
+                seen[n], expected[n][lock]
+            )));
         }
     }
     node.barrier()?;

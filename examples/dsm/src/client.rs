@@ -221,7 +221,8 @@ pub(crate) fn parse_collective_done(payload: &[u8], size: u16) -> Result<Vec<Vec
             "a collective reply for {count} nodes, not {size}"
         )));
     }
-    let mut all = Vec::with_capacity(usize::from(count));
+    // Each contribution takes at least its 4-byte length: a forged count reserves no more.
+    let mut all = Vec::with_capacity(usize::from(count).min(payload.len() / 4));
     for _ in 0..count {
         let len = r.u32()? as usize;
         all.push(r.take(len)?.to_vec());

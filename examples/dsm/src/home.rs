@@ -137,6 +137,35 @@ impl Out {
     }
 }
 
+/// A `GetPage` request's first page and count (at least 1).
+pub(crate) fn parse_get_page(payload: &[u8]) -> Result<(u32, u16)> {
+    let mut r = Reader::new(payload);
+    let (first, count) = (r.u32()?, r.u16()?);
+    r.finish()?;
+    if count == 0 {
+        return Err(Error::protocol("a request for 0 pages"));
+    }
+    Ok((first, count))
+}
+
+/// The lock an `Acquire`, `Granted` or `Release` names.
+pub(crate) fn parse_lock(payload: &[u8]) -> Result<u32> {
+    let mut r = Reader::new(payload);
+    let id = r.u32()?;
+    r.finish()?;
+    Ok(id)
+}
+
+/// A `Collective` call's kind, call number, digest and contribution.
+pub(crate) fn parse_collective(payload: &[u8]) -> Result<(Kind, u32, u64, &[u8])> {
+    let mut r = Reader::new(payload);
+    let kind = r.u8()?;
+    let kind =
+        Kind::from_u8(kind).ok_or_else(|| Error::protocol(format!("collective kind {kind}")))?;
+    let (number, digest) = (r.u32()?, r.u64()?);
+    Ok((kind, number, digest, r.rest()))
+}
+
 /// One run of a `Diff`: its page, its offset in the page and its bytes.
 pub(crate) type DiffRun<'a> = (usize, usize, &'a [u8]);
 
@@ -260,12 +289,7 @@ impl Home {
     }
 
     fn get_pages(&self, msg: &Msg) -> Result<Out> {
-        let mut r = Reader::new(&msg.payload);
-        let (first, count) = (r.u32()?, r.u16()?);
-        r.finish()?;
-        if count == 0 {
-            return Err(Error::protocol("a request for 0 pages"));
-        }
+        let (first, count) = parse_get_page(&msg.payload)?;
         for i in 0..u32::from(count) {
             let page = first
                 .checked_add(i)
@@ -308,9 +332,7 @@ impl Home {
     }
 
     fn lock_id(&self, msg: &Msg) -> Result<u32> {
-        let mut r = Reader::new(&msg.payload);
-        let id = r.u32()?;
-        r.finish()?;
+        let id = parse_lock(&msg.payload)?;
         if id % u32::from(self.size) != u32::from(self.me) {
             return Err(Error::protocol(format!(
                 "lock {id} is managed by node {}, not {}",
@@ -376,12 +398,8 @@ impl Home {
         if let Some(text) = &self.broken {
             return Err(Error::UnequalCollective(text.clone()));
         }
-        let mut r = Reader::new(&msg.payload);
-        let kind = r.u8()?;
-        let kind = Kind::from_u8(kind)
-            .ok_or_else(|| Error::protocol(format!("collective kind {kind}")))?;
-        let (number, digest) = (r.u32()?, r.u64()?);
-        let data = r.rest().to_vec();
+        let (kind, number, digest, data) = parse_collective(&msg.payload)?;
+        let data = data.to_vec();
         let size = usize::from(self.size);
         let pending = self.pending.get_or_insert_with(|| Pending {
             arrived: (0..size).map(|_| None).collect(),

@@ -42,6 +42,7 @@ pub mod apps;
 mod client;
 mod error;
 mod fault;
+#[doc(hidden)]
 pub mod fuzz;
 mod global;
 mod home;

@@ -200,7 +200,7 @@ impl Report {
             let total = if name.starts_with("fault_p") {
                 column.max().unwrap_or(0)
             } else {
-                column.sum()
+                column.fold(0u64, u64::saturating_add)
             };
             let _ = writeln!(out, " {total:>14}");
         }

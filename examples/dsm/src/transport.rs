@@ -45,6 +45,11 @@ pub(crate) fn connect(launch: &Launch, shared: &Arc<Shared>) -> Result<(Links, S
     }
 }
 
+/// A `Pages` reply's count and first page, read from its start (the pages follow on TCP).
+pub(crate) fn parse_pages_head(r: &mut Reader<'_>) -> Result<(u16, u32)> {
+    Ok((r.u16()?, r.u32()?))
+}
+
 impl Server {
     /// Serves until every node has left or `stop` is signalled.
     pub(crate) fn run(self, home: Home, shared: &Shared, stop: &OwnedFd) -> Result<()> {
@@ -129,7 +134,7 @@ impl Links {
         };
         let reply = check_reply(msg, reply, Op::Pages)?;
         let mut r = Reader::new(&reply.payload);
-        let (got, at) = (r.u16()?, r.u32()?);
+        let (got, at) = parse_pages_head(&mut r)?;
         if (got, at) != (count, first) {
             return Err(Error::protocol(format!(
                 "node {} sent pages {at}..+{got} for a request of {first}..+{count}",
