@@ -46,6 +46,9 @@ pub(crate) struct Client {
     pub(crate) dirty: Vec<u32>,
     /// Non-home pages in state `Prefetched`, `ReadOnly` or `Dirty` (invalidated at acquire).
     pub(crate) cached: Vec<u32>,
+    /// This node's home pages as runs `(first, count)`, one or more per allocation: what
+    /// [`Client::close_cached`] opens again with SIGSEGV faults.
+    pub(crate) home_runs: Vec<(usize, usize)>,
     pub(crate) stats: Stats,
     /// An earlier failure that left the node unusable (an unequal collective, a failed unlock
     /// in a guard's `Drop`); every later call reports it.
@@ -244,6 +247,7 @@ impl Client {
             stats: Stats::default(),
             broken: None,
             held: Vec::new(),
+            home_runs: Vec::new(),
         }
     }
 
@@ -505,11 +509,9 @@ impl Client {
             .home
             .len();
         region.protect(0, allocated, Access::None)?;
-        let mut homes: Vec<u32> = (0..allocated)
-            .filter(|&p| self.pages[p] == PageState::Home)
-            .map(|p| p as u32)
-            .collect();
-        for_each_run(&mut homes, |f, c| region.protect(f, c, Access::ReadWrite))
+        self.home_runs
+            .iter()
+            .try_for_each(|&(f, c)| region.protect(f, c, Access::ReadWrite))
     }
 
     /// Marks every cached copy invalid (their window pages closed already).

@@ -280,26 +280,27 @@ impl Node {
         let room = self.home_maps().and_then(|(needed, budget, limit)| {
             (needed > budget / 2).then_some((needed, budget / 2, limit))
         });
+        let mut runs = Vec::new();
+        for_each_run(&mut home_pages, |f, c| {
+            runs.push((f, c));
+            Ok(())
+        })?;
+        let known_runs = client.home_runs.len();
         let mut opened = Ok(());
-        if room.is_none() {
-            // Opening adds at most two mappings a run; cached copies may have taken them.
-            let mut runs = 0;
-            for_each_run(&mut home_pages, |_, _| {
-                runs += 1;
-                Ok(())
-            })?;
-            if region
+        // Opening adds at most two mappings a run; cached copies may have taken them.
+        if room.is_none()
+            && region
                 .maps()
-                .is_some_and(|(now, budget, _)| now + 2 * runs > budget)
-            {
-                opened = client.evict(&self.shared);
-            }
+                .is_some_and(|(now, budget, _)| now + 2 * runs.len() > budget)
+        {
+            opened = client.evict(&self.shared);
         }
         if room.is_none() && opened.is_ok() {
             for &p in &home_pages {
                 client.pages[p as usize] = PageState::Home;
             }
-            opened = for_each_run(&mut home_pages, |f, c| {
+            client.home_runs.extend_from_slice(&runs);
+            opened = runs.iter().try_for_each(|&(f, c)| {
                 if !region.detects_writes() {
                     // A frame the file does not hold cannot be mapped with userfaultfd.
                     region.populate(f, c)?;
@@ -328,8 +329,10 @@ impl Node {
                 .home
                 .truncate(first);
             if room.is_none() {
-                let closed =
-                    for_each_run(&mut home_pages, |f, c| region.protect(f, c, Access::None));
+                client.home_runs.truncate(known_runs);
+                let closed = runs
+                    .iter()
+                    .try_for_each(|&(f, c)| region.protect(f, c, Access::None));
                 self.broken(&mut client, closed)?;
                 for &p in &home_pages {
                     client.pages[p as usize] = PageState::Invalid;

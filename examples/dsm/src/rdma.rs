@@ -440,23 +440,25 @@ impl RdmaLinks {
     /// Waits for the completions `want` (tags) of requests to `peer`; returns the receive's
     /// byte count if one was wanted. On failure the links are marked broken.
     fn wait(&mut self, peer: u16, want: &[u64], bound: Duration) -> Result<u32> {
-        let want: Vec<(u16, u64)> = want.iter().map(|&tag| (peer, tag)).collect();
-        self.wait_all(&want, bound)
+        self.wait_all(want.iter().map(|&tag| (peer, tag)), bound)
     }
 
     /// Waits for the completions `want` (peer, tag) of requests to several peers; as
     /// [`RdmaLinks::wait`], which waits on one.
-    fn wait_all(&mut self, want: &[(u16, u64)], bound: Duration) -> Result<u32> {
-        let result = self.wait_inner(want, bound);
+    fn wait_all(
+        &mut self,
+        want: impl IntoIterator<Item = (u16, u64)>,
+        bound: Duration,
+    ) -> Result<u32> {
+        let result = self.wait_inner(want.into_iter().collect(), bound);
         if let Err(e) = &result {
             self.broken.get_or_insert_with(|| e.to_string());
         }
         result
     }
 
-    fn wait_inner(&mut self, want: &[(u16, u64)], bound: Duration) -> Result<u32> {
+    fn wait_inner(&mut self, mut missing: Vec<(u16, u64)>, bound: Duration) -> Result<u32> {
         let started = Instant::now();
-        let mut missing: Vec<(u16, u64)> = want.to_vec();
         let mut received = 0;
         let mut failed = None;
         let mut armed = false;
@@ -602,7 +604,7 @@ impl RdmaLinks {
             want.push((msg.to, send_tag));
             want.push((msg.to, recv_tag));
         }
-        self.wait_all(&want, bound)?;
+        self.wait_all(want, bound)?;
         msgs.iter()
             .map(|msg| {
                 // Each receive's completion set its buffer's length to the bytes received.
